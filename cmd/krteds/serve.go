@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"istio.io/istio/pkg/cluster"
+	"istio.io/istio/pkg/kube"
+	"istio.io/istio/pkg/kube/krt"
+	istiolog "istio.io/istio/pkg/log"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs"
+)
+
+type serveOptions struct {
+	kubeconfig       string
+	manifests        string
+	xdsAddr          string
+	debugAddr        string
+	debugAllowRemote bool
+	logLevel         string
+	cfg              collections.Config
+}
+
+func newServeCommand() *cobra.Command {
+	o := &serveOptions{cfg: collections.DefaultConfig()}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Watch Kubernetes (or a folder of manifests) and serve xDS",
+		Long: `serve watches Services, Pods, Nodes, Namespaces and EndpointSlices and serves the
+endpoints istiod would serve. With --manifests it reads a YAML file or folder instead of a
+cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster config.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&o.manifests, "manifests", "", "serve the Kubernetes objects in this YAML file or folder instead of a cluster")
+	f.StringVar(&o.xdsAddr, "xds-addr", ":15010", "address of the plaintext xDS (ADS) gRPC server")
+	f.StringVar(&o.debugAddr, "debug-addr", ":15014", "address of the debug, metrics and readiness HTTP server")
+	f.BoolVar(&o.debugAllowRemote, "debug-allow-remote", false, "serve /debug/* to non-loopback clients too")
+	f.StringVar(&o.cfg.Domain, "domain", o.cfg.Domain, "cluster DNS domain")
+	f.StringVar(&o.cfg.ClusterID, "cluster-id", o.cfg.ClusterID, "cluster ID of this registry")
+	f.StringVar(&o.cfg.TrustDomain, "trust-domain", o.cfg.TrustDomain, "SPIFFE trust domain of workload identities")
+	f.StringVar(&o.cfg.SystemNamespace, "system-namespace", o.cfg.SystemNamespace, "namespace whose topology.istio.io/network label is the default network")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Encoding = "console"
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	cfg.Sampling = nil
+	// The kube client and krt log through Istio's logger; keep them quiet unless debugging.
+	io := istiolog.DefaultOptions()
+	io.OutputPaths = []string{"stderr"}
+	istioLevel := istiolog.WarnLevel
+	if lvl == zapcore.DebugLevel {
+		istioLevel = istiolog.InfoLevel
+	}
+	io.SetDefaultOutputLevel(istiolog.OverrideScopeName, istioLevel)
+	if err := istiolog.Configure(io); err != nil {
+		return nil, fmt.Errorf("configuring logs: %w", err)
+	}
+	return cfg.Build()
+}
+
+func runServe(ctx context.Context, o *serveOptions) error {
+	log, err := newLogger(o.logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+
+	client, source, err := buildClient(ctx, o, log)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	debugger := new(krt.DebugHandler)
+	opts := krt.NewOptionsBuilder(stop, "", debugger)
+	g := graphs.BuildEDS(o.cfg, collections.InformerInputs(client, opts), opts, outputs.NewProblemReporter(log, reg))
+
+	debugSrv := &http.Server{
+		Addr:              o.debugAddr,
+		ReadHeaderTimeout: 10 * time.Second,
+		Handler: outputs.NewDebugMux(outputs.DebugOptions{
+			Graph: g, Debugger: debugger, Gatherer: reg, ClusterID: o.cfg.ClusterID,
+			AllowRemote: o.debugAllowRemote, Ready: g.HasSynced,
+		}),
+	}
+	debugLis, err := net.Listen("tcp", o.debugAddr)
+	if err != nil {
+		return fmt.Errorf("debug server: %w", err)
+	}
+	go func() {
+		if err := debugSrv.Serve(debugLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("debug server stopped", zap.Error(err))
+		}
+	}()
+
+	go client.RunAndWait(stop)
+	start := time.Now()
+	if !g.WaitUntilSynced(ctx.Done()) {
+		return nil
+	}
+	log.Info("graph synced", zap.String("source", source), zap.Duration("took", time.Since(start)),
+		zap.Int("services", len(g.ServiceInfos.List())), zap.Int("endpointSlices", len(g.SliceEndpoints.List())),
+		zap.String("debug", debugLis.Addr().String()))
+
+	<-ctx.Done()
+	log.Info("shutting down")
+	shutdownCtx, c2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer c2()
+	_ = debugSrv.Shutdown(shutdownCtx)
+	return nil
+}
+
+// buildClient returns a kube client over the manifests, or over a real cluster.
+func buildClient(ctx context.Context, o *serveOptions, log *zap.Logger) (kube.Client, string, error) {
+	if o.manifests != "" {
+		objs, docErrs, err := collections.LoadManifests(o.manifests)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, e := range docErrs {
+			log.Warn("skipped manifest document", zap.Error(e))
+		}
+		log.Info("loaded manifests", zap.String("path", o.manifests), zap.Int("objects", len(objs)))
+		return collections.NewManifestClient(objs), "manifests " + o.manifests, nil
+	}
+	rc, err := kube.DefaultRestConfig(o.kubeconfig, "")
+	if err != nil {
+		return nil, "", noCluster(err)
+	}
+	client, err := kube.NewClient(kube.NewClientConfigForRestConfig(rc), cluster.ID(o.cfg.ClusterID))
+	if err != nil {
+		return nil, "", noCluster(err)
+	}
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := client.Kube().Discovery().RESTClient().Get().AbsPath("/version").Do(vctx).Raw(); err != nil {
+		return nil, "", noCluster(err)
+	}
+	return client, "cluster " + rc.Host, nil
+}
+
+func noCluster(err error) error {
+	return fmt.Errorf("no Kubernetes cluster reachable (%v); to try krteds without one, run: krteds serve --manifests examples/mesh", err)
+}

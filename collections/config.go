@@ -1,0 +1,88 @@
+// Package collections holds the element types of krteds' krt collections (the nouns of the
+// dataflow: ServiceInfo, Workload, Endpoint, ...) and the constructors of its input collections.
+package collections
+
+// Config carries the mesh-wide settings that transforms read. It is immutable once the graph is
+// built; changing it means building a new graph.
+type Config struct {
+	// Domain is the cluster DNS suffix (istiod: domainSuffix), default "cluster.local".
+	Domain string
+	// ClusterID names this registry's cluster (istiod: CLUSTER_ID), default "Kubernetes".
+	ClusterID string
+	// TrustDomain is the SPIFFE trust domain used for workload identities, default "cluster.local".
+	TrustDomain string
+	// SystemNamespace is the namespace whose topology.istio.io/network label gives the default
+	// network, default "istio-system".
+	SystemNamespace string
+}
+
+// Defaults used by istiod and by krteds.
+const (
+	DefaultDomain          = "cluster.local"
+	DefaultClusterID       = "Kubernetes"
+	DefaultTrustDomain     = "cluster.local"
+	DefaultSystemNamespace = "istio-system"
+)
+
+// DefaultConfig returns the istiod defaults.
+func DefaultConfig() Config {
+	return Config{
+		Domain:          DefaultDomain,
+		ClusterID:       DefaultClusterID,
+		TrustDomain:     DefaultTrustDomain,
+		SystemNamespace: DefaultSystemNamespace,
+	}
+}
+
+// WithDefaults fills unset fields with the istiod defaults.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.Domain == "" {
+		c.Domain = d.Domain
+	}
+	if c.ClusterID == "" {
+		c.ClusterID = d.ClusterID
+	}
+	if c.TrustDomain == "" {
+		c.TrustDomain = d.TrustDomain
+	}
+	if c.SystemNamespace == "" {
+		c.SystemNamespace = d.SystemNamespace
+	}
+	return c
+}
+
+// Well-known label and annotation names read by the transforms.
+const (
+	LabelServiceName         = "kubernetes.io/service-name"
+	LabelMCSServiceName      = "multicluster.kubernetes.io/service-name"
+	LabelTopologyRegion      = "topology.kubernetes.io/region"
+	LabelTopologyZone        = "topology.kubernetes.io/zone"
+	LabelBetaRegion          = "failure-domain.beta.kubernetes.io/region"
+	LabelBetaZone            = "failure-domain.beta.kubernetes.io/zone"
+	LabelTopologySubzone     = "topology.istio.io/subzone"
+	LabelTopologyCluster     = "topology.istio.io/cluster"
+	LabelTopologyNetwork     = "topology.istio.io/network"
+	LabelHostname            = "kubernetes.io/hostname"
+	LabelLocality            = "topology.istio.io/locality"
+	LabelLegacyLocality      = "istio-locality"
+	LabelTLSMode             = "security.istio.io/tlsMode"
+	LabelWorkloadName        = "service.istio.io/workload-name"
+	LabelCanonicalName       = "service.istio.io/canonical-name"
+	LabelCanonicalRevision   = "service.istio.io/canonical-revision"
+	LabelAppName             = "app.kubernetes.io/name"
+	LabelApp                 = "app"
+	LabelAppVersion          = "app.kubernetes.io/version"
+	LabelVersion             = "version"
+	LabelPodTemplateHash     = "pod-template-hash"
+	LabelRolloutsHash        = "rollouts-pod-template-hash"
+	LabelDeploymentConfig    = "deploymentconfig"
+	LabelPersistentSession   = "istio.io/persistent-session"
+	LabelPersistentSessionHd = "istio.io/persistent-session-header"
+
+	AnnotationExportTo            = "networking.istio.io/exportTo"
+	AnnotationTrafficDistribution = "networking.istio.io/traffic-distribution"
+
+	TLSModeDisabled = "disabled"
+	TLSModeIstio    = "istio"
+)

@@ -1,0 +1,176 @@
+package collections
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// HealthStatus of an endpoint, with istiod's numbering (model.HealthStatus).
+type HealthStatus int
+
+const (
+	Healthy     HealthStatus = 1
+	UnHealthy   HealthStatus = 2
+	Draining    HealthStatus = 3
+	Terminating HealthStatus = 4
+)
+
+func (h HealthStatus) String() string {
+	switch h {
+	case Healthy:
+		return "Healthy"
+	case UnHealthy:
+		return "UnHealthy"
+	case Draining:
+		return "Draining"
+	case Terminating:
+		return "Terminating"
+	}
+	return "Unknown"
+}
+
+// rank orders health from best to worst, used to pick between duplicate copies.
+func (h HealthStatus) rank() int {
+	switch h {
+	case Healthy:
+		return 0
+	case Draining:
+		return 1
+	case UnHealthy:
+		return 2
+	}
+	return 3
+}
+
+// Endpoint is one (address, port) of a service, built from one EndpointSlice entry.
+type Endpoint struct {
+	Address string `json:"address"`
+	// Port is the slice port number (the target port on the pod).
+	Port uint32 `json:"port"`
+	// PortName is the slice port name; it matches the service port of the same name.
+	PortName string       `json:"portName"`
+	Health   HealthStatus `json:"health"`
+	// Slice is the name of the EndpointSlice the endpoint came from.
+	Slice string `json:"slice"`
+	// Pod is "<ns>/<name>" of the backing Pod, or "" when none is known.
+	Pod  string        `json:"pod,omitempty"`
+	Meta *EndpointMeta `json:"meta"`
+}
+
+// Key identifies an endpoint within a service: address and port name (istiod's dedup key).
+func (e Endpoint) Key() string { return e.Address + "|" + e.PortName }
+
+// Equals compares every field (Meta by content).
+func (e Endpoint) Equals(o Endpoint) bool {
+	return e.Address == o.Address &&
+		e.Port == o.Port &&
+		e.PortName == o.PortName &&
+		e.Health == o.Health &&
+		e.Slice == o.Slice &&
+		e.Pod == o.Pod &&
+		e.Meta.Equals(o.Meta)
+}
+
+// SliceEndpoints are the endpoints built from one EndpointSlice.
+type SliceEndpoints struct {
+	// Namespace and Name of the EndpointSlice.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Service is the owning Service's name (label kubernetes.io/service-name).
+	Service   string     `json:"service"`
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// ResourceName is "<namespace>/<slice name>", the slice's key.
+func (s SliceEndpoints) ResourceName() string { return s.Namespace + "/" + s.Name }
+
+// ServiceKey is "<namespace>/<service>", the key of the owning ServiceInfo.
+func (s SliceEndpoints) ServiceKey() string { return s.Namespace + "/" + s.Service }
+
+// Equals compares every field.
+func (s SliceEndpoints) Equals(o SliceEndpoints) bool {
+	return s.Namespace == o.Namespace && s.Name == o.Name && s.Service == o.Service &&
+		slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
+}
+
+// ServiceEndpoints is the merged, de-duplicated endpoint list of one service in one cluster: the
+// equivalent of one istiod endpoint shard (hostname, namespace, shard "Kubernetes/<cluster>").
+type ServiceEndpoints struct {
+	Hostname  string `json:"hostname"`
+	Namespace string `json:"namespace"`
+	// Name is the Service name.
+	Name      string     `json:"name"`
+	ClusterID string     `json:"clusterID"`
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// ResourceName is "<namespace>/<name>", the same key as the ServiceInfo it belongs to.
+func (s ServiceEndpoints) ResourceName() string { return s.Namespace + "/" + s.Name }
+
+// Equals compares every field.
+func (s ServiceEndpoints) Equals(o ServiceEndpoints) bool {
+	return s.Hostname == o.Hostname && s.Namespace == o.Namespace && s.Name == o.Name &&
+		s.ClusterID == o.ClusterID &&
+		slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
+}
+
+// Better reports whether a should win over b when both carry the same (address, port name): the
+// healthiest copy wins, then the lowest slice name, then the lowest port number.
+func Better(a, b Endpoint) bool {
+	if ra, rb := a.Health.rank(), b.Health.rank(); ra != rb {
+		return ra < rb
+	}
+	if a.Slice != b.Slice {
+		return a.Slice < b.Slice
+	}
+	return a.Port < b.Port
+}
+
+// CompareEndpoints is the stable order of endpoints within a service: by address (numerically for
+// IPs), then port name, then port.
+func CompareEndpoints(a, b Endpoint) int {
+	if a.Address != b.Address {
+		pa, ea := netip.ParseAddr(a.Address)
+		pb, eb := netip.ParseAddr(b.Address)
+		if ea == nil && eb == nil {
+			if c := pa.Compare(pb); c != 0 {
+				return c
+			}
+		} else if c := strings.Compare(a.Address, b.Address); c != 0 {
+			return c
+		}
+	}
+	if c := strings.Compare(a.PortName, b.PortName); c != 0 {
+		return c
+	}
+	if a.Port != b.Port {
+		if a.Port < b.Port {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+// MergeEndpoints de-duplicates endpoints by (address, port name), keeping the better copy, and
+// returns them in CompareEndpoints order. The input is not modified.
+func MergeEndpoints(in []Endpoint) []Endpoint {
+	out := slices.Clone(in)
+	slices.SortFunc(out, func(a, b Endpoint) int {
+		if c := CompareEndpoints(a, b); c != 0 && !(a.Address == b.Address && a.PortName == b.PortName) {
+			return c
+		}
+		// Same key: better first.
+		if Better(a, b) {
+			return -1
+		}
+		if Better(b, a) {
+			return 1
+		}
+		return 0
+	})
+	return slices.CompactFunc(out, func(a, b Endpoint) bool {
+		return a.Address == b.Address && a.PortName == b.PortName
+	})
+}

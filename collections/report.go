@@ -1,0 +1,75 @@
+package collections
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Reasons for skipping input, used as the metric label of skipped objects.
+const (
+	ReasonSliceNoServiceName = "slice_without_service_name"
+	ReasonInvalidAddress     = "invalid_address"
+	ReasonNilPort            = "nil_port"
+	ReasonInvalidPort        = "invalid_port"
+	ReasonUnknownPortName    = "unknown_port_name"
+	ReasonTargetRefKind      = "target_ref_not_pod"
+	ReasonPodNoIP            = "pod_without_ip"
+	ReasonInvalidManifest    = "invalid_manifest"
+	ReasonInvalidProtocol    = "invalid_protocol"
+)
+
+// Problem describes one piece of input that krteds skipped.
+type Problem struct {
+	// Kind of the object ("EndpointSlice", "Pod", ...).
+	Kind string
+	// Object is "<namespace>/<name>" (or "<name>" for cluster-scoped objects).
+	Object string
+	// Reason is one of the Reason* constants.
+	Reason string
+	// Detail says what exactly was wrong.
+	Detail string
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("%s %s: %s: %s", p.Kind, p.Object, p.Reason, p.Detail)
+}
+
+// Reporter receives skipped input. Transforms call it as they run, so the same problem may be
+// reported again when a transform is recomputed; implementations de-duplicate.
+type Reporter interface {
+	Report(p Problem)
+}
+
+// NopReporter drops every report.
+type NopReporter struct{}
+
+// Report implements Reporter.
+func (NopReporter) Report(Problem) {}
+
+// RecordingReporter keeps every distinct problem, for tests.
+type RecordingReporter struct {
+	mu       sync.Mutex
+	problems []Problem
+	seen     map[Problem]bool
+}
+
+// Report implements Reporter.
+func (r *RecordingReporter) Report(p Problem) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[Problem]bool{}
+	}
+	if r.seen[p] {
+		return
+	}
+	r.seen[p] = true
+	r.problems = append(r.problems, p)
+}
+
+// Problems returns the distinct problems reported so far.
+func (r *RecordingReporter) Problems() []Problem {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Problem(nil), r.problems...)
+}

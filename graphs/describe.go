@@ -1,0 +1,253 @@
+package graphs
+
+import (
+	"encoding/json"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"istio.io/istio/pkg/kube/krt"
+)
+
+// Node kinds.
+const (
+	KindInput   = "input"
+	KindDerived = "derived"
+)
+
+// node is one collection of the graph with its live counters.
+type node struct {
+	name     string
+	kind     string
+	input    string
+	declared []string
+	size     func() int
+	syncer   krt.Syncer
+
+	recomputes atomic.Uint64
+	events     atomic.Uint64
+	lastChange atomic.Int64 // unix nanoseconds; 0 = never
+}
+
+// Description is a read-only view of a krt graph: its collections, their primary inputs, and the
+// collections their transforms Fetch from, with sizes and live counters.
+type Description struct {
+	debugger *krt.DebugHandler
+
+	mu    sync.RWMutex
+	nodes []*node
+}
+
+// NewDescription starts an empty description. With a debugger, Fetch dependencies are also read
+// from krt's own bookkeeping (what transforms really fetched).
+func NewDescription(debugger *krt.DebugHandler) *Description {
+	return &Description{debugger: debugger}
+}
+
+func (d *Description) add(n *node) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nodes = append(d.nodes, n)
+}
+
+// AddInput records an input collection and counts its events.
+func AddInput[T any](d *Description, name string, c krt.Collection[T]) {
+	n := &node{name: name, kind: KindInput, syncer: c, size: func() int { return len(c.List()) }}
+	watch(n, c)
+	d.add(n)
+}
+
+// Derive builds krt.NewCollection(parent, f) named name, records it in d with its primary input
+// and the collections f Fetches (declared), and counts its recomputations and output events.
+func Derive[I, O any](d *Description, opts krt.OptionsBuilder, name, input string, parent krt.Collection[I],
+	declared []string, f krt.TransformationSingle[I, O],
+) krt.Collection[O] {
+	n := &node{name: name, kind: KindDerived, input: input, declared: declared}
+	c := krt.NewCollection(parent, func(ctx krt.HandlerContext, i I) *O {
+		n.recomputes.Add(1)
+		return f(ctx, i)
+	}, opts.WithName(name)...)
+	n.syncer = c
+	n.size = func() int { return len(c.List()) }
+	watch(n, c)
+	d.add(n)
+	return c
+}
+
+// DeriveMany is Derive for a one-to-many transform.
+func DeriveMany[I, O any](d *Description, opts krt.OptionsBuilder, name, input string, parent krt.Collection[I],
+	declared []string, f krt.TransformationMulti[I, O],
+) krt.Collection[O] {
+	n := &node{name: name, kind: KindDerived, input: input, declared: declared}
+	c := krt.NewManyCollection(parent, func(ctx krt.HandlerContext, i I) []O {
+		n.recomputes.Add(1)
+		return f(ctx, i)
+	}, opts.WithName(name)...)
+	n.syncer = c
+	n.size = func() int { return len(c.List()) }
+	watch(n, c)
+	d.add(n)
+	return c
+}
+
+func watch[T any](n *node, c krt.Collection[T]) {
+	c.RegisterBatch(func(evs []krt.Event[T]) {
+		n.events.Add(uint64(len(evs)))
+		n.lastChange.Store(time.Now().UnixNano())
+	}, false)
+}
+
+// HasSynced reports whether every collection has synced.
+func (d *Description) HasSynced() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, n := range d.nodes {
+		if !n.syncer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitUntilSynced blocks until every collection has synced, or stop is closed.
+func (d *Description) WaitUntilSynced(stop <-chan struct{}) bool {
+	d.mu.RLock()
+	nodes := slices.Clone(d.nodes)
+	d.mu.RUnlock()
+	for _, n := range nodes {
+		if !n.syncer.WaitUntilSynced(stop) {
+			return false
+		}
+	}
+	return true
+}
+
+// NodeInfo describes one collection.
+type NodeInfo struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// Input is the primary input collection of a derived collection.
+	Input        string     `json:"input,omitempty"`
+	Size         int        `json:"size"`
+	Synced       bool       `json:"synced"`
+	Recomputes   uint64     `json:"recomputations"`
+	Events       uint64     `json:"events"`
+	LastChange   *time.Time `json:"lastChange,omitempty"`
+	Dependencies []string   `json:"dependencies,omitempty"`
+}
+
+// Edge kinds.
+const (
+	EdgeInput = "input"
+	EdgeFetch = "fetch"
+)
+
+// EdgeInfo is a dependency: To reads From, either as its primary input or through Fetch.
+type EdgeInfo struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	Kind string `json:"kind"`
+	// Observed is true when krt recorded the Fetch at run time (not only declared by the wiring).
+	Observed bool `json:"observed,omitempty"`
+}
+
+// Snapshot is the whole graph at one moment.
+type Snapshot struct {
+	Nodes []NodeInfo `json:"nodes"`
+	Edges []EdgeInfo `json:"edges"`
+}
+
+// Node returns the named node, if present.
+func (s Snapshot) Node(name string) (NodeInfo, bool) {
+	for _, n := range s.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return NodeInfo{}, false
+}
+
+// Snapshot reads sizes, counters and dependencies now.
+func (d *Description) Snapshot() Snapshot {
+	d.mu.RLock()
+	nodes := slices.Clone(d.nodes)
+	d.mu.RUnlock()
+	observed := d.observedDependencies()
+	var s Snapshot
+	for _, n := range nodes {
+		ni := NodeInfo{
+			Name:       n.name,
+			Kind:       n.kind,
+			Input:      n.input,
+			Size:       n.size(),
+			Synced:     n.syncer.HasSynced(),
+			Recomputes: n.recomputes.Load(),
+			Events:     n.events.Load(),
+		}
+		if t := n.lastChange.Load(); t != 0 {
+			tt := time.Unix(0, t).UTC()
+			ni.LastChange = &tt
+		}
+		if n.input != "" {
+			s.Edges = append(s.Edges, EdgeInfo{From: n.input, To: n.name, Kind: EdgeInput, Observed: true})
+		}
+		deps := map[string]bool{}
+		for _, dep := range n.declared {
+			deps[dep] = false
+		}
+		for dep := range observed[n.name] {
+			deps[dep] = true
+		}
+		for _, dep := range sortedKeys(deps) {
+			ni.Dependencies = append(ni.Dependencies, dep)
+			s.Edges = append(s.Edges, EdgeInfo{From: dep, To: n.name, Kind: EdgeFetch, Observed: deps[dep]})
+		}
+		s.Nodes = append(s.Nodes, ni)
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// observedDependencies reads, from krt's debug dump, which collections each collection's
+// transforms Fetched: name → set of dependency names.
+func (d *Description) observedDependencies() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	if d.debugger == nil {
+		return out
+	}
+	raw, err := json.Marshal(d.debugger)
+	if err != nil {
+		return out
+	}
+	var dump []struct {
+		Name  string `json:"name"`
+		State struct {
+			Inputs map[string]struct {
+				Dependencies []string `json:"dependencies"`
+			} `json:"inputs"`
+		} `json:"state"`
+	}
+	if err := json.Unmarshal(raw, &dump); err != nil {
+		return out
+	}
+	for _, c := range dump {
+		for _, in := range c.State.Inputs {
+			for _, dep := range in.Dependencies {
+				if out[c.Name] == nil {
+					out[c.Name] = map[string]bool{}
+				}
+				out[c.Name][dep] = true
+			}
+		}
+	}
+	return out
+}

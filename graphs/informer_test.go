@@ -1,0 +1,112 @@
+package graphs
+
+import (
+	"context"
+	"testing"
+
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+const manifests = `
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels:
+    topology.kubernetes.io/region: r1
+    topology.kubernetes.io/zone: z1
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ns1
+---
+# a comment-only document is skipped
+---
+apiVersion: v1
+kind: Service
+metadata: {name: foo, namespace: ns1}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: foo}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: foo-1, namespace: ns1, labels: {app: foo}}
+spec: {nodeName: n1, serviceAccountName: foo}
+status:
+  phase: Running
+  podIP: 10.0.0.1
+  podIPs: [{ip: 10.0.0.1}]
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: failed, namespace: ns1, labels: {app: foo}}
+status: {phase: Failed, podIP: 10.0.0.3}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: foo-abc
+  namespace: ns1
+  labels: {kubernetes.io/service-name: foo}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.0.0.1]
+  conditions: {ready: true, serving: true, terminating: false}
+  targetRef: {kind: Pod, name: foo-1, namespace: ns1}
+- addresses: [10.0.0.2]
+  conditions: {ready: true, serving: true, terminating: false}
+  targetRef: {kind: Pod, name: foo-2, namespace: ns1}
+`
+
+// TestInformerInputsFromManifests runs the graph over real informers on a client seeded from
+// YAML, the same path krteds serve --manifests takes.
+func TestInformerInputsFromManifests(t *testing.T) {
+	objs, errs := collections.DecodeManifests([]byte(manifests), "test.yaml")
+	if len(errs) != 0 {
+		t.Fatalf("decode: %v", errs)
+	}
+	if len(objs) != 6 {
+		t.Fatalf("want 6 objects, got %d", len(objs))
+	}
+	stop := test.NewStop(t)
+	client := collections.NewManifestClient(objs)
+	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
+	g := BuildEDS(collections.DefaultConfig(), collections.InformerInputs(client, opts), opts, nil)
+	client.RunAndWait(stop)
+	if !g.WaitUntilSynced(stop) {
+		t.Fatal("not synced")
+	}
+	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy")
+	if w := g.Workloads.GetKey("ns1/failed"); w != nil {
+		t.Fatalf("failed pod must not be a workload: %+v", w)
+	}
+	se := g.ServiceEndpoints.GetKey("ns1/foo")
+	if m := se.Endpoints[0].Meta; m.LocalityLabel != "r1/z1/" || m.ServiceAccount != "spiffe://cluster.local/ns/ns1/sa/foo" {
+		t.Fatalf("meta %+v", m)
+	}
+
+	// The late pod arrives through the API: its endpoint appears by itself.
+	_, err := client.Kube().CoreV1().Pods("ns1").Create(context.Background(),
+		fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", "n1"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy", "10.0.0.2:8080/Healthy")
+}
+
+func TestDecodeManifestsErrors(t *testing.T) {
+	objs, errs := collections.DecodeManifests([]byte("kind: Nope\napiVersion: v9\n---\n{not yaml: [\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ok}\n"), "bad.yaml")
+	if len(objs) != 1 || len(errs) == 0 {
+		t.Fatalf("want 1 object and errors, got %d objects, errors %v", len(objs), errs)
+	}
+}

@@ -1,0 +1,30 @@
+package graphs
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Dot renders a snapshot as a Graphviz digraph: inputs as boxes, derived collections as
+// ellipses labelled with their size and recomputations; primary inputs solid, Fetches dashed.
+func Dot(s Snapshot) string {
+	var b strings.Builder
+	b.WriteString("digraph krteds {\n  rankdir=LR;\n  node [fontname=\"Helvetica\"];\n")
+	for _, n := range s.Nodes {
+		shape := "ellipse"
+		if n.Kind == KindInput {
+			shape = "box"
+		}
+		fmt.Fprintf(&b, "  %q [shape=%s, label=%q];\n", n.Name, shape,
+			fmt.Sprintf("%s\nsize %d, recomputed %d", n.Name, n.Size, n.Recomputes))
+	}
+	for _, e := range s.Edges {
+		style := "solid"
+		if e.Kind == EdgeFetch {
+			style = "dashed"
+		}
+		fmt.Fprintf(&b, "  %q -> %q [style=%s];\n", e.From, e.To, style)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}

@@ -1,0 +1,155 @@
+package outputs
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/graphs"
+)
+
+// DebugOptions configures the debug HTTP surface.
+type DebugOptions struct {
+	Graph     *graphs.EDSGraph
+	Debugger  *krt.DebugHandler
+	Gatherer  prometheus.Gatherer
+	ClusterID string
+	// AllowRemote serves /debug/* to non-loopback clients too.
+	AllowRemote bool
+	// Ready reports whether krteds may serve (graph synced).
+	Ready func() bool
+	// Extra adds more handlers (path → handler) under the same loopback rule.
+	Extra map[string]http.Handler
+}
+
+type debugPage struct {
+	path, help string
+}
+
+// NewDebugMux builds the HTTP handler of the debug port: /ready, /metrics, and /debug/*.
+func NewDebugMux(o DebugOptions) http.Handler {
+	mux := http.NewServeMux()
+	var pages []debugPage
+	handle := func(path, help string, h http.Handler) {
+		pages = append(pages, debugPage{path, help})
+		mux.Handle(path, h)
+	}
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if o.Ready != nil && !o.Ready() {
+			http.Error(w, "not ready: the graph has not synced", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	if o.Gatherer != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	}
+	handle("/debug/krt", "the collection graph: ?format=json|dot|html", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeGraph(w, r, o.Graph.Graph.Snapshot())
+	}))
+	handle("/debug/krtz", "krt's own dump of every collection; ?collection=NAME filters", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		krtz(w, r, o.Debugger)
+	}))
+	handle("/debug/endpointShardz", "endpoint shards per service, istiod's shape", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, r, EndpointShardz(o.Graph.ServiceEndpoints.List()))
+	}))
+	handle("/debug/registryz", "services in the registry, istiod's shape", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, r, Registryz(o.Graph.ServiceInfos.List(), o.ClusterID))
+	}))
+	for path, h := range o.Extra {
+		handle(path, "", h)
+	}
+	handle("/debug/pprof/", "Go profiles", http.HandlerFunc(pprof.Index))
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, "<!doctype html><title>krteds debug</title><h1>krteds debug</h1><ul>")
+		for _, p := range pages {
+			fmt.Fprintf(w, `<li><a href="%s">%s</a> %s</li>`, html.EscapeString(p.path), html.EscapeString(p.path), html.EscapeString(p.help))
+		}
+		fmt.Fprint(w, `<li><a href="/metrics">/metrics</a></li><li><a href="/ready">/ready</a></li></ul>`)
+	})
+	return loopbackOnly(mux, o.AllowRemote)
+}
+
+// loopbackOnly refuses /debug requests from non-loopback peers unless allowed.
+func loopbackOnly(next http.Handler, allowRemote bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowRemote && strings.HasPrefix(r.URL.Path, "/debug") && !IsLoopback(r.RemoteAddr) {
+			http.Error(w, "debug endpoints answer only on loopback", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// IsLoopback reports whether a host:port (or bare host) is a loopback address.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func writeJSON(w http.ResponseWriter, r *http.Request, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	if _, pretty := r.URL.Query()["pretty"]; pretty {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// krtz writes krt's debug dump, optionally only the collections named in ?collection=.
+func krtz(w http.ResponseWriter, r *http.Request, d *krt.DebugHandler) {
+	raw, err := json.Marshal(d)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	var dump []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &dump); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if want := r.URL.Query()["collection"]; len(want) > 0 {
+		keep := dump[:0]
+		for _, c := range dump {
+			var name string
+			_ = json.Unmarshal(c["name"], &name)
+			for _, n := range want {
+				if n == name {
+					keep = append(keep, c)
+				}
+			}
+		}
+		dump = keep
+	}
+	writeJSON(w, r, dump)
+}
+
+// writeGraph renders the graph snapshot.
+func writeGraph(w http.ResponseWriter, r *http.Request, s graphs.Snapshot) {
+	switch r.URL.Query().Get("format") {
+	case "dot":
+		w.Header().Set("Content-Type", "text/vnd.graphviz")
+		fmt.Fprint(w, graphs.Dot(s))
+	default:
+		writeJSON(w, r, s)
+	}
+}

@@ -1,0 +1,59 @@
+// Package outputs serves krteds' results: the xDS server, the debug HTTP surface, metrics and
+// logs.
+package outputs
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// ProblemReporter logs each distinct skipped input once, naming the object, and counts it in
+// krteds_skipped_objects_total{kind,reason}. A problem reported again by a recomputed transform
+// is neither logged nor counted twice. The memory of seen problems is bounded; when it is full it
+// is cleared, so a long-lived problem may be logged again.
+type ProblemReporter struct {
+	log     *zap.Logger
+	skipped *prometheus.CounterVec
+
+	mu   sync.Mutex
+	seen map[collections.Problem]struct{}
+}
+
+const maxSeenProblems = 10000
+
+// NewProblemReporter registers its counter with reg.
+func NewProblemReporter(log *zap.Logger, reg prometheus.Registerer) *ProblemReporter {
+	r := &ProblemReporter{
+		log: log,
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "krteds_skipped_objects_total",
+			Help: "Input objects (or parts of them) skipped because they are invalid, by kind and reason.",
+		}, []string{"kind", "reason"}),
+		seen: map[collections.Problem]struct{}{},
+	}
+	if reg != nil {
+		reg.MustRegister(r.skipped)
+	}
+	return r
+}
+
+// Report implements collections.Reporter.
+func (r *ProblemReporter) Report(p collections.Problem) {
+	r.mu.Lock()
+	if _, ok := r.seen[p]; ok {
+		r.mu.Unlock()
+		return
+	}
+	if len(r.seen) >= maxSeenProblems {
+		clear(r.seen)
+	}
+	r.seen[p] = struct{}{}
+	r.mu.Unlock()
+	r.skipped.WithLabelValues(p.Kind, p.Reason).Inc()
+	r.log.Warn("skipped invalid input", zap.String("kind", p.Kind), zap.String("object", p.Object),
+		zap.String("reason", p.Reason), zap.String("detail", p.Detail))
+}

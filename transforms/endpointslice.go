@@ -1,0 +1,217 @@
+package transforms
+
+import (
+	"fmt"
+	"net/netip"
+
+	"istio.io/istio/pkg/kube/krt"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// SliceInputs are the collections the EndpointSlice transform reads.
+type SliceInputs struct {
+	Services   krt.Collection[collections.ServiceInfo]
+	Workloads  krt.Collection[collections.Workload]
+	Namespaces krt.Collection[*corev1.Namespace]
+	// ReadyWorkloadsByIP indexes Workloads that are Ready by each of their IPs.
+	ReadyWorkloadsByIP krt.Index[string, collections.Workload]
+}
+
+// ReadyIPs is the extractor of the ReadyWorkloadsByIP index.
+func ReadyIPs(w collections.Workload) []string {
+	if !w.Ready {
+		return nil
+	}
+	return w.IPs
+}
+
+// SliceEndpointsOf builds the endpoints of one EndpointSlice: one per (endpoint, address, slice
+// port). It Fetches the owning ServiceInfo (health rules depend on it), the targetRef Pod's
+// Workload (an endpoint whose Pod does not exist yet is left out; krt recomputes it when the Pod
+// arrives), and, for entries without a Pod targetRef, the Ready Workload with that IP in the
+// slice's namespace. Slices from multi-cluster services and FQDN slices give nothing.
+func SliceEndpointsOf(cfg collections.Config, in SliceInputs, report collections.Reporter) krt.TransformationSingle[*discovery.EndpointSlice, collections.SliceEndpoints] {
+	return func(ctx krt.HandlerContext, slice *discovery.EndpointSlice) *collections.SliceEndpoints {
+		if _, mcs := slice.Labels[collections.LabelMCSServiceName]; mcs {
+			return nil
+		}
+		object := slice.Namespace + "/" + slice.Name
+		svcName := slice.Labels[collections.LabelServiceName]
+		if svcName == "" {
+			report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
+				Reason: collections.ReasonSliceNoServiceName, Detail: "label " + collections.LabelServiceName + " is missing; slice ignored"})
+			return nil
+		}
+		if slice.AddressType == discovery.AddressTypeFQDN {
+			return nil
+		}
+		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(slice.Namespace+"/"+svcName))
+
+		ports := slicePorts(slice, svc, object, report)
+		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName}
+		var registryMeta *collections.EndpointMeta
+		for i := range slice.Endpoints {
+			e := &slice.Endpoints[i]
+			health := EndpointHealth(svc, e.Conditions)
+			for _, addr := range e.Addresses {
+				ip, err := netip.ParseAddr(addr)
+				if err != nil {
+					report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
+						Reason: collections.ReasonInvalidAddress, Detail: fmt.Sprintf("endpoint %d: address %q is not an IP address", i, addr)})
+					continue
+				}
+				addr = ip.String()
+				var meta *collections.EndpointMeta
+				var podKey string
+				if ref := e.TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") {
+					ns := ref.Namespace
+					if ns == "" {
+						ns = slice.Namespace
+					}
+					w := krt.FetchOne(ctx, in.Workloads, krt.FilterKey(ns+"/"+ref.Name))
+					if w == nil {
+						// The Pod has not arrived yet: leave the endpoint out; this transform is
+						// recomputed when it does.
+						continue
+					}
+					meta, podKey = w.Meta, w.ResourceName()
+				} else {
+					if ref != nil {
+						report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
+							Reason: collections.ReasonTargetRefKind, Detail: fmt.Sprintf("endpoint %d: targetRef kind %q is not Pod; looking the address up instead", i, ref.Kind)})
+					}
+					if w := readyWorkloadByIP(ctx, in, slice.Namespace, addr); w != nil {
+						meta, podKey = w.Meta, w.ResourceName()
+					} else {
+						if registryMeta == nil {
+							registryMeta = RegistryOnlyMeta(cfg, SystemNetwork(ctx, cfg, in.Namespaces))
+						}
+						meta = registryMeta
+					}
+				}
+				for _, p := range ports {
+					out.Endpoints = append(out.Endpoints, collections.Endpoint{
+						Address:  addr,
+						Port:     p.port,
+						PortName: p.name,
+						Health:   health,
+						Slice:    slice.Name,
+						Pod:      podKey,
+						Meta:     meta,
+					})
+				}
+			}
+		}
+		return out
+	}
+}
+
+type slicePort struct {
+	name string
+	port uint32
+}
+
+// slicePorts returns the usable ports of a slice: a port without a number or outside 1..65535 is
+// skipped, and so is a port whose name the Service (when known) does not have.
+func slicePorts(slice *discovery.EndpointSlice, svc *collections.ServiceInfo, object string, report collections.Reporter) []slicePort {
+	out := make([]slicePort, 0, len(slice.Ports))
+	for i, p := range slice.Ports {
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if p.Port == nil {
+			report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
+				Reason: collections.ReasonNilPort, Detail: fmt.Sprintf("port %d (%q) has no number; skipped", i, name)})
+			continue
+		}
+		if *p.Port < 1 || *p.Port > 65535 {
+			report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
+				Reason: collections.ReasonInvalidPort, Detail: fmt.Sprintf("port %d (%q) number %d is out of range; skipped", i, name, *p.Port)})
+			continue
+		}
+		if p.Protocol != nil && *p.Protocol == corev1.ProtocolUDP {
+			// UDP ports get no cluster; their endpoints are never served.
+			continue
+		}
+		if svc != nil {
+			if _, ok := svc.PortByName(name); !ok {
+				report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
+					Reason: collections.ReasonUnknownPortName, Detail: fmt.Sprintf("port %q is not a port of service %s; skipped", name, svc.ResourceName())})
+				continue
+			}
+		}
+		out = append(out, slicePort{name: name, port: uint32(*p.Port)})
+	}
+	return out
+}
+
+// readyWorkloadByIP finds the Ready workload with that IP in the namespace. Several matches
+// (host-network pods) resolve to the lowest name, so the result never depends on event order.
+func readyWorkloadByIP(ctx krt.HandlerContext, in SliceInputs, namespace, ip string) *collections.Workload {
+	var best *collections.Workload
+	for _, w := range in.ReadyWorkloadsByIP.Fetch(ctx, ip) {
+		if w.Namespace != namespace {
+			continue
+		}
+		if best == nil || w.Name < best.Name {
+			w := w
+			best = &w
+		}
+	}
+	return best
+}
+
+// EndpointHealth classifies a slice endpoint as istiod's endpointHealthStatus does:
+//   - ready nil or true → Healthy;
+//   - else, for a Service with a persistent-session label, serving (nil = true) and terminating
+//     (nil = true) → Draining;
+//   - else, when the Service is known and terminating (nil = true) → Terminating;
+//   - else UnHealthy.
+//
+// A nil Service (slice seen without its Service) gives UnHealthy for every not-ready endpoint;
+// krteds recomputes the endpoint when the Service appears.
+func EndpointHealth(svc *collections.ServiceInfo, c discovery.EndpointConditions) collections.HealthStatus {
+	if c.Ready == nil || *c.Ready {
+		return collections.Healthy
+	}
+	serving := c.Serving == nil || *c.Serving
+	terminating := c.Terminating == nil || *c.Terminating
+	if svc != nil && svc.SupportsDrainingEndpoints() && serving && terminating {
+		return collections.Draining
+	}
+	if svc != nil && terminating {
+		return collections.Terminating
+	}
+	return collections.UnHealthy
+}
+
+// MergeServiceEndpoints merges the endpoints of all slices of one service into its endpoint
+// shard: de-duplicated by (address, port name), healthiest copy first, then lowest slice name,
+// in a stable order.
+func MergeServiceEndpoints(cfg collections.Config, bySvc krt.Index[string, collections.SliceEndpoints]) krt.TransformationSingle[collections.ServiceInfo, collections.ServiceEndpoints] {
+	return func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
+		slicesOf := bySvc.Fetch(ctx, svc.ResourceName())
+		n := 0
+		for _, s := range slicesOf {
+			n += len(s.Endpoints)
+		}
+		all := make([]collections.Endpoint, 0, n)
+		for _, s := range slicesOf {
+			all = append(all, s.Endpoints...)
+		}
+		return &collections.ServiceEndpoints{
+			Hostname:  svc.Hostname,
+			Namespace: svc.Namespace,
+			Name:      svc.Name,
+			ClusterID: cfg.ClusterID,
+			Endpoints: collections.MergeEndpoints(all),
+		}
+	}
+}
+
+// SliceService is the index extractor from a slice's endpoints to its Service key.
+func SliceService(s collections.SliceEndpoints) []string { return []string{s.ServiceKey()} }

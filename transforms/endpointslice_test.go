@@ -1,0 +1,359 @@
+package transforms
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+// sliceFixture builds the inputs of the slice transform from plain objects.
+func sliceFixture(t *testing.T, objs ...any) (SliceInputs, *collections.RecordingReporter) {
+	t.Helper()
+	stop := test.NewStop(t)
+	cfg := collections.DefaultConfig()
+	var (
+		svcs  []collections.ServiceInfo
+		pods  []*corev1.Pod
+		nodes []collections.NodeLocality
+		nss   []*corev1.Namespace
+	)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.Service:
+			svcs = append(svcs, *ConvertService(cfg, o, nil))
+		case *corev1.Pod:
+			pods = append(pods, o)
+		case *corev1.Node:
+			nodes = append(nodes, *NodeLocalities()(krt.TestingDummyContext{}, o))
+		case *corev1.Namespace:
+			nss = append(nss, o)
+		default:
+			t.Fatalf("unexpected fixture %T", o)
+		}
+	}
+	rep := &collections.RecordingReporter{}
+	nsc := krt.NewStaticCollection(nil, nss, krt.WithStop(stop))
+	nodec := krt.NewStaticCollection(nil, nodes, krt.WithStop(stop))
+	var wls []collections.Workload
+	for _, p := range pods {
+		if w := Workloads(cfg, nodec, nsc, rep)(krt.TestingDummyContext{}, p); w != nil {
+			wls = append(wls, *w)
+		}
+	}
+	wc := krt.NewStaticCollection(nil, wls, krt.WithStop(stop))
+	return SliceInputs{
+		Services:           krt.NewStaticCollection(nil, svcs, krt.WithStop(stop)),
+		Workloads:          wc,
+		Namespaces:         nsc,
+		ReadyWorkloadsByIP: krt.NewIndex(wc, "readyByIP", ReadyIPs),
+	}, rep
+}
+
+func runSlice(t *testing.T, slice *discovery.EndpointSlice, objs ...any) (*collections.SliceEndpoints, []collections.Problem) {
+	t.Helper()
+	in, rep := sliceFixture(t, objs...)
+	out := SliceEndpointsOf(collections.DefaultConfig(), in, rep)(krt.TestingDummyContext{}, slice)
+	return out, rep.Problems()
+}
+
+// health maps address → health of the slice's endpoints.
+func health(s *collections.SliceEndpoints) map[string]collections.HealthStatus {
+	out := map[string]collections.HealthStatus{}
+	if s == nil {
+		return out
+	}
+	for _, e := range s.Endpoints {
+		out[e.Address] = e.Health
+	}
+	return out
+}
+
+func TestEndpointHealth(t *testing.T) {
+	T, F := fixtures.Ptr(true), fixtures.Ptr(false)
+	plain := &collections.ServiceInfo{Name: "s"}
+	cookie := &collections.ServiceInfo{Name: "s", PersistentSession: true}
+	header := &collections.ServiceInfo{Name: "s", PersistentSessionHeader: true}
+	type c = discovery.EndpointConditions
+	cases := []struct {
+		name string
+		svc  *collections.ServiceInfo
+		cond c
+		want collections.HealthStatus
+	}{
+		{"all nil is healthy", plain, c{}, collections.Healthy},
+		{"ready true", plain, c{Ready: T}, collections.Healthy},
+		{"ready true, serving false is still healthy", plain, c{Ready: T, Serving: F, Terminating: T}, collections.Healthy},
+		{"ready false, serving and terminating nil → terminating (nil counts as true)", plain, c{Ready: F}, collections.Terminating},
+		{"ready false, serving false, terminating false → unhealthy", plain, c{Ready: F, Serving: F, Terminating: F}, collections.UnHealthy},
+		{"ready false, serving true, terminating true → terminating", plain, c{Ready: F, Serving: T, Terminating: T}, collections.Terminating},
+		{"ready false, serving false, terminating true → terminating", plain, c{Ready: F, Serving: F, Terminating: T}, collections.Terminating},
+		{"ready false, serving true, terminating false → unhealthy", plain, c{Ready: F, Serving: T, Terminating: F}, collections.UnHealthy},
+		{"ready false, serving nil, terminating false → unhealthy", plain, c{Ready: F, Terminating: F}, collections.UnHealthy},
+		{"persistent cookie: serving+terminating → draining", cookie, c{Ready: F, Serving: T, Terminating: T}, collections.Draining},
+		{"persistent header: serving+terminating → draining", header, c{Ready: F, Serving: T, Terminating: T}, collections.Draining},
+		{"persistent: nil serving/terminating → draining", cookie, c{Ready: F}, collections.Draining},
+		{"persistent: not serving, terminating → terminating", cookie, c{Ready: F, Serving: F, Terminating: T}, collections.Terminating},
+		{"persistent: serving, not terminating → unhealthy", cookie, c{Ready: F, Serving: T, Terminating: F}, collections.UnHealthy},
+		{"no service: nil conditions but ready false → unhealthy", nil, c{Ready: F}, collections.UnHealthy},
+		{"no service: terminating → unhealthy", nil, c{Ready: F, Serving: T, Terminating: T}, collections.UnHealthy},
+		{"no service: ready nil → healthy", nil, c{}, collections.Healthy},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := EndpointHealth(tc.svc, tc.cond); got != tc.want {
+				t.Fatalf("got %v want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSliceEndpointsWholeOutput(t *testing.T) {
+	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
+	pod := fixtures.Pod("ns1", "foo-1", "foo", "10.1.0.1", "n1")
+	pod.Labels["security.istio.io/tlsMode"] = "istio"
+	slice := fixtures.Slice("ns1", "foo-abc", "foo", fixtures.HTTPSlice,
+		fixtures.Endpoint{IP: "10.1.0.1", Pod: "foo-1", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.9.9.9", Cond: fixtures.NotReady},
+	)
+	out, problems := runSlice(t, slice, svc, pod, fixtures.ZoneNode("n1", "r1", "z1"))
+	if len(problems) != 0 {
+		t.Fatalf("problems: %v", problems)
+	}
+	in, _ := sliceFixture(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
+	podMeta := in.Workloads.GetKey("ns1/foo-1").Meta
+	want := &collections.SliceEndpoints{Namespace: "ns1", Name: "foo-abc", Service: "foo", Endpoints: []collections.Endpoint{
+		{Address: "10.1.0.1", Port: 8080, PortName: "http", Health: collections.Healthy, Slice: "foo-abc", Pod: "ns1/foo-1", Meta: podMeta},
+		{Address: "10.9.9.9", Port: 8080, PortName: "http", Health: collections.UnHealthy, Slice: "foo-abc",
+			Meta: &collections.EndpointMeta{
+				Labels:  map[string]string{"topology.istio.io/cluster": "Kubernetes", "topology.istio.io/network": ""},
+				TLSMode: "disabled", ClusterID: "Kubernetes",
+			}},
+	}}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Fatalf("slice endpoints (-want +got):\n%s", diff)
+	}
+}
+
+func TestSliceRules(t *testing.T) {
+	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
+	cookieSvc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
+	cookieSvc.Labels = map[string]string{"istio.io/persistent-session": "x"}
+	T, F := fixtures.Ptr(true), fixtures.Ptr(false)
+	ep := func(ip, pod string, cond discovery.EndpointConditions) fixtures.Endpoint {
+		return fixtures.Endpoint{IP: ip, Pod: pod, Cond: cond}
+	}
+	podA := fixtures.Pod("ns1", "a", "foo", "10.0.0.1", "")
+	podB := fixtures.Pod("ns1", "b", "foo", "10.0.0.2", "")
+	cases := []struct {
+		name     string
+		slice    *discovery.EndpointSlice
+		objs     []any
+		want     map[string]collections.HealthStatus
+		nilOut   bool
+		problems []string
+	}{
+		{
+			name: "health of every condition combination (§10.1)",
+			slice: fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice,
+				ep("10.1.0.1", "", fixtures.Conditions(nil, nil, nil)),
+				ep("10.1.0.2", "", fixtures.Conditions(T, nil, nil)),
+				ep("10.1.0.3", "", fixtures.Conditions(F, F, F)),
+				ep("10.1.0.4", "", fixtures.Conditions(F, nil, nil)),
+				ep("10.1.0.5", "", fixtures.Conditions(F, T, T)),
+			),
+			objs: []any{svc},
+			want: map[string]collections.HealthStatus{"10.1.0.1": collections.Healthy, "10.1.0.2": collections.Healthy,
+				"10.1.0.3": collections.UnHealthy, "10.1.0.4": collections.Terminating, "10.1.0.5": collections.Terminating},
+		},
+		{
+			name:  "persistent session keeps serving terminating endpoints as draining",
+			slice: fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.1.0.5", "", fixtures.TerminatingServing)),
+			objs:  []any{cookieSvc},
+			want:  map[string]collections.HealthStatus{"10.1.0.5": collections.Draining},
+		},
+		{
+			name:  "slice before its service: not-ready is unhealthy",
+			slice: fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.1.0.4", "", fixtures.Conditions(F, nil, nil))),
+			want:  map[string]collections.HealthStatus{"10.1.0.4": collections.UnHealthy},
+		},
+		{
+			name:  "targetRef pod missing: endpoint left out, others kept",
+			slice: fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.1", "a", fixtures.Ready), ep("10.0.0.9", "missing", fixtures.Ready)),
+			objs:  []any{svc, podA},
+			want:  map[string]collections.HealthStatus{"10.0.0.1": collections.Healthy},
+		},
+		{
+			name: "MCS slice ignored",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.1", "", fixtures.Ready))
+				s.Labels["multicluster.kubernetes.io/service-name"] = "foo"
+				return s
+			}(),
+			objs:   []any{svc},
+			nilOut: true,
+		},
+		{
+			name: "FQDN slice ignored",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("foo.example.com", "", fixtures.Ready))
+				s.AddressType = discovery.AddressTypeFQDN
+				return s
+			}(),
+			objs:   []any{svc},
+			nilOut: true,
+		},
+		{
+			name: "IPv6 slice processed",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("fd00::1", "", fixtures.Ready))
+				s.AddressType = discovery.AddressTypeIPv6
+				return s
+			}(),
+			objs: []any{svc},
+			want: map[string]collections.HealthStatus{"fd00::1": collections.Healthy},
+		},
+		{
+			name: "slice without service-name label is skipped and reported",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.1", "", fixtures.Ready))
+				delete(s.Labels, "kubernetes.io/service-name")
+				return s
+			}(),
+			objs:     []any{svc},
+			nilOut:   true,
+			problems: []string{collections.ReasonSliceNoServiceName},
+		},
+		{
+			name:     "invalid IP skipped and reported, the rest kept",
+			slice:    fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("not-an-ip", "", fixtures.Ready), ep("10.0.0.7", "", fixtures.Ready)),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{"10.0.0.7": collections.Healthy},
+			problems: []string{collections.ReasonInvalidAddress},
+		},
+		{
+			name: "nil port skipped and reported, other ports kept",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.7", "", fixtures.Ready))
+				s.Ports = append(s.Ports, discovery.EndpointPort{Name: fixtures.Ptr("grpc")})
+				return s
+			}(),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{"10.0.0.7": collections.Healthy},
+			problems: []string{collections.ReasonNilPort},
+		},
+		{
+			name: "port name the service lacks skipped and reported",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.7", "", fixtures.Ready))
+				s.Ports = append(s.Ports, discovery.EndpointPort{Name: fixtures.Ptr("metrics"), Port: fixtures.Ptr(int32(9090))})
+				return s
+			}(),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{"10.0.0.7": collections.Healthy},
+			problems: []string{collections.ReasonUnknownPortName},
+		},
+		{
+			name: "targetRef to another kind: reported, address looked up",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.1", "", fixtures.Ready))
+				s.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Node", Name: "n1"}
+				return s
+			}(),
+			objs:     []any{svc, podA},
+			want:     map[string]collections.HealthStatus{"10.0.0.1": collections.Healthy},
+			problems: []string{collections.ReasonTargetRefKind},
+		},
+		{
+			name:  "no targetRef: ready pod with that IP in the same namespace",
+			slice: fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.2", "", fixtures.Ready)),
+			objs:  []any{svc, podB},
+			want:  map[string]collections.HealthStatus{"10.0.0.2": collections.Healthy},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, problems := runSlice(t, tc.slice, tc.objs...)
+			if tc.nilOut {
+				if out != nil {
+					t.Fatalf("want no output, got %+v", out)
+				}
+			} else if diff := cmp.Diff(tc.want, health(out)); diff != "" {
+				t.Fatalf("health (-want +got):\n%s", diff)
+			}
+			var reasons []string
+			for _, p := range problems {
+				reasons = append(reasons, p.Reason)
+				if p.Object != "ns1/s" || p.Kind != "EndpointSlice" {
+					t.Fatalf("problem must name the slice: %+v", p)
+				}
+			}
+			if diff := cmp.Diff(tc.problems, reasons); diff != "" {
+				t.Fatalf("problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNoTargetRefLookup(t *testing.T) {
+	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
+	other := fixtures.Pod("ns2", "other", "foo", "10.0.0.5", "")
+	notReady := fixtures.Pod("ns1", "nr", "foo", "10.0.0.6", "")
+	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
+	hostA := fixtures.Pod("ns1", "host-b", "foo", "10.0.0.8", "")
+	hostB := fixtures.Pod("ns1", "host-a", "foo", "10.0.0.8", "")
+	slice := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice,
+		fixtures.Endpoint{IP: "10.0.0.5", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.6", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.8", Cond: fixtures.Ready},
+	)
+	out, _ := runSlice(t, slice, svc, other, notReady, hostA, hostB)
+	got := map[string]string{}
+	for _, e := range out.Endpoints {
+		got[e.Address] = e.Pod
+	}
+	want := map[string]string{"10.0.0.5": "", "10.0.0.6": "", "10.0.0.8": "ns1/host-a"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("pods by IP (-want +got):\n%s", diff)
+	}
+}
+
+func TestMergeServiceEndpoints(t *testing.T) {
+	mk := func(ip, slice string, h collections.HealthStatus, port uint32) collections.Endpoint {
+		return collections.Endpoint{Address: ip, Port: port, PortName: "http", Health: h, Slice: slice}
+	}
+	stop := test.NewStop(t)
+	slices := krt.NewStaticCollection(nil, []collections.SliceEndpoints{
+		{Namespace: "ns1", Name: "b", Service: "foo", Endpoints: []collections.Endpoint{
+			mk("10.0.0.10", "b", collections.Healthy, 8080), mk("10.0.0.2", "b", collections.UnHealthy, 8080), mk("10.0.0.3", "b", collections.Healthy, 8081),
+		}},
+		{Namespace: "ns1", Name: "a", Service: "foo", Endpoints: []collections.Endpoint{
+			mk("10.0.0.2", "a", collections.Healthy, 8080), mk("10.0.0.3", "a", collections.Healthy, 8080),
+		}},
+		{Namespace: "ns1", Name: "c", Service: "bar", Endpoints: []collections.Endpoint{mk("10.0.0.99", "c", collections.Healthy, 80)}},
+	}, krt.WithStop(stop))
+	idx := krt.NewIndex(slices, "byService", SliceService)
+	out := MergeServiceEndpoints(collections.DefaultConfig(), idx)(krt.TestingDummyContext{},
+		collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local"})
+	want := &collections.ServiceEndpoints{Hostname: "foo.ns1.svc.cluster.local", Namespace: "ns1", Name: "foo", ClusterID: "Kubernetes",
+		Endpoints: []collections.Endpoint{
+			mk("10.0.0.2", "a", collections.Healthy, 8080), // healthiest copy wins
+			mk("10.0.0.3", "a", collections.Healthy, 8080), // equal health: lowest slice name
+			mk("10.0.0.10", "b", collections.Healthy, 8080),
+		}}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Fatalf("merged (-want +got):\n%s", diff)
+	}
+}
+
+func ExampleParseExportTo() {
+	fmt.Println(ParseExportTo("ns-b, ., ns-a"))
+	// Output: [. ns-a ns-b]
+}

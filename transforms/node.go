@@ -1,0 +1,33 @@
+package transforms
+
+import (
+	"istio.io/istio/pkg/kube/krt"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// NodeLocalities reads a Node's locality from its topology labels: region and zone from
+// topology.kubernetes.io/{region,zone}, falling back to the beta failure-domain labels, and the
+// subzone from topology.istio.io/subzone.
+func NodeLocalities() krt.TransformationSingle[*corev1.Node, collections.NodeLocality] {
+	return func(_ krt.HandlerContext, n *corev1.Node) *collections.NodeLocality {
+		return &collections.NodeLocality{Name: n.Name, Locality: NodeLocality(n.Labels)}
+	}
+}
+
+// NodeLocality reads the locality from a Node's labels.
+func NodeLocality(labels map[string]string) collections.Locality {
+	l := collections.Locality{
+		Region:  labels[collections.LabelTopologyRegion],
+		Zone:    labels[collections.LabelTopologyZone],
+		Subzone: labels[collections.LabelTopologySubzone],
+	}
+	if l.Region == "" {
+		l.Region = labels[collections.LabelBetaRegion]
+	}
+	if l.Zone == "" {
+		l.Zone = labels[collections.LabelBetaZone]
+	}
+	return l
+}

@@ -1,0 +1,253 @@
+package transforms
+
+import (
+	"regexp"
+	"strings"
+
+	"istio.io/istio/pkg/kube/krt"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// Workloads derives a Workload from each Pod that is not Failed. It Fetches the Pod's Node (for
+// its locality, unless the Pod carries a locality label) and the system namespace (whose
+// topology.istio.io/network label is the default network).
+func Workloads(
+	cfg collections.Config,
+	nodes krt.Collection[collections.NodeLocality],
+	namespaces krt.Collection[*corev1.Namespace],
+	report collections.Reporter,
+) krt.TransformationSingle[*corev1.Pod, collections.Workload] {
+	return func(ctx krt.HandlerContext, pod *corev1.Pod) *collections.Workload {
+		if pod.Status.Phase == corev1.PodFailed {
+			return nil
+		}
+		labels := pod.Labels
+		localityLabel, locality := podLocality(labels)
+		if localityLabel == "" && pod.Spec.NodeName != "" {
+			if n := krt.FetchOne(ctx, nodes, krt.FilterKey(pod.Spec.NodeName)); n != nil {
+				locality = n.Locality
+				localityLabel = locality.String()
+			}
+		}
+		network := labels[collections.LabelTopologyNetwork]
+		if network == "" {
+			network = SystemNetwork(ctx, cfg, namespaces)
+		}
+		ips := podIPs(pod)
+		if len(ips) == 0 && pod.Status.Phase == corev1.PodRunning {
+			report.Report(collections.Problem{Kind: "Pod", Object: pod.Namespace + "/" + pod.Name,
+				Reason: collections.ReasonPodNoIP, Detail: "running pod has no IP; it cannot be found by address"})
+		}
+		return &collections.Workload{
+			Name:        pod.Name,
+			Namespace:   pod.Namespace,
+			IPs:         ips,
+			Ready:       len(ips) > 0 && podReadyForIPLookup(pod),
+			HostNetwork: pod.Spec.HostNetwork,
+			PodLabels:   labels,
+			Meta:        workloadMeta(cfg, pod, localityLabel, locality, network),
+		}
+	}
+}
+
+// SystemNetwork is the topology.istio.io/network label of the system namespace, or "".
+func SystemNetwork(ctx krt.HandlerContext, cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) string {
+	if ns := krt.FetchOne(ctx, namespaces, krt.FilterKey(cfg.SystemNamespace)); ns != nil {
+		return (*ns).Labels[collections.LabelTopologyNetwork]
+	}
+	return ""
+}
+
+// podLocality reads the pod's own locality label (topology.istio.io/locality, then the legacy
+// istio-locality), with dots turned into slashes. The label is kept as given (it may have fewer
+// than three segments).
+func podLocality(labels map[string]string) (string, collections.Locality) {
+	v := labels[collections.LabelLocality]
+	if v == "" {
+		v = labels[collections.LabelLegacyLocality]
+	}
+	if v == "" {
+		return "", collections.Locality{}
+	}
+	if !strings.Contains(v, "/") {
+		v = strings.ReplaceAll(v, ".", "/")
+	}
+	return v, collections.ParseLocality(v)
+}
+
+func podIPs(pod *corev1.Pod) []string {
+	var ips []string
+	for _, ip := range pod.Status.PodIPs {
+		if ip.IP != "" {
+			ips = append(ips, ip.IP)
+		}
+	}
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = []string{pod.Status.PodIP}
+	}
+	return ips
+}
+
+// podReadyForIPLookup mirrors istiod's podsByIP admission: Running or Pending, not being deleted,
+// Ready condition True.
+func podReadyForIPLookup(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	if pod.Status.Phase != corev1.PodRunning && pod.Status.Phase != corev1.PodPending {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func workloadMeta(cfg collections.Config, pod *corev1.Pod, localityLabel string, locality collections.Locality, network string) *collections.EndpointMeta {
+	workloadName := WorkloadName(pod)
+	labels := AugmentLabels(pod.Labels, cfg.ClusterID, locality, pod.Spec.NodeName, network)
+	tlsMode := collections.TLSModeDisabled
+	if v, ok := pod.Labels[collections.LabelTLSMode]; ok {
+		tlsMode = v
+	}
+	m := &collections.EndpointMeta{
+		Labels:            labels,
+		ServiceAccount:    SpiffeIdentity(cfg.TrustDomain, pod.Namespace, pod.Spec.ServiceAccountName),
+		TLSMode:           tlsMode,
+		Namespace:         pod.Namespace,
+		WorkloadName:      workloadName,
+		CanonicalName:     CanonicalName(labels, workloadName),
+		CanonicalRevision: CanonicalRevision(labels),
+		LocalityLabel:     localityLabel,
+		Locality:          locality,
+		ClusterID:         cfg.ClusterID,
+		Network:           network,
+		NodeName:          pod.Spec.NodeName,
+		PodTemplateHash:   pod.Labels[collections.LabelPodTemplateHash],
+		RolloutsHash:      pod.Labels[collections.LabelRolloutsHash],
+	}
+	if pod.Spec.Subdomain != "" {
+		m.SubDomain = pod.Spec.Subdomain
+		m.HostName = pod.Spec.Hostname
+		if m.HostName == "" {
+			m.HostName = pod.Name
+		}
+	}
+	return m
+}
+
+// RegistryOnlyMeta is the metadata of an endpoint without a known Pod: only the cluster and
+// network labels, tlsMode disabled, no identity.
+func RegistryOnlyMeta(cfg collections.Config, network string) *collections.EndpointMeta {
+	labels := AugmentLabels(nil, cfg.ClusterID, collections.Locality{}, "", network)
+	return &collections.EndpointMeta{
+		Labels:    labels,
+		TLSMode:   collections.TLSModeDisabled,
+		ClusterID: cfg.ClusterID,
+		Network:   network,
+	}
+}
+
+// SpiffeIdentity is spiffe://<trust-domain>/ns/<ns>/sa/<sa>; "" without a service account.
+func SpiffeIdentity(trustDomain, namespace, serviceAccount string) string {
+	if serviceAccount == "" {
+		serviceAccount = "default"
+	}
+	return "spiffe://" + strings.ReplaceAll(trustDomain, "@", ".") + "/ns/" + namespace + "/sa/" + serviceAccount
+}
+
+// AugmentLabels copies the pod labels and adds the topology labels, as istiod: region, zone and
+// subzone (each when set), topology.istio.io/cluster, kubernetes.io/hostname (when the node is
+// known), and topology.istio.io/network, which istiod writes even when empty unless the pod set it.
+func AugmentLabels(in map[string]string, clusterID string, l collections.Locality, node, network string) map[string]string {
+	out := make(map[string]string, len(in)+6)
+	for k, v := range in {
+		out[k] = v
+	}
+	if l.Region != "" {
+		out[collections.LabelTopologyRegion] = l.Region
+	}
+	if l.Zone != "" {
+		out[collections.LabelTopologyZone] = l.Zone
+	}
+	if l.Subzone != "" {
+		out[collections.LabelTopologySubzone] = l.Subzone
+	}
+	if clusterID != "" {
+		out[collections.LabelTopologyCluster] = clusterID
+	}
+	if node != "" {
+		out[collections.LabelHostname] = node
+	}
+	if out[collections.LabelTopologyNetwork] == "" {
+		out[collections.LabelTopologyNetwork] = network
+	}
+	return out
+}
+
+var cronJobName = regexp.MustCompile(`(.+)-\d{8,10}$`)
+
+// WorkloadName follows istiod's GetWorkloadMetaFromPod: the service.istio.io/workload-name label;
+// else, for a pod with a generateName and a controller owner, the owner's name with the
+// Deployment (pod-template-hash) or Argo Rollout suffix removed, the OpenShift deploymentconfig
+// label, or the CronJob name of a "<cronjob>-<8..10 digits>" Job; else the pod name.
+func WorkloadName(pod *corev1.Pod) string {
+	if v, ok := pod.Labels[collections.LabelWorkloadName]; ok {
+		return v
+	}
+	name := pod.Name
+	if pod.GenerateName == "" {
+		return name
+	}
+	for _, ref := range pod.OwnerReferences {
+		if ref.Controller == nil || !*ref.Controller {
+			continue
+		}
+		name = ref.Name
+		hash := pod.Labels[collections.LabelPodTemplateHash]
+		rollouts := pod.Labels[collections.LabelRolloutsHash]
+		switch {
+		case ref.Kind == "ReplicaSet" && hash != "" && strings.HasSuffix(ref.Name, hash):
+			name = strings.TrimSuffix(ref.Name, "-"+hash)
+		case ref.Kind == "ReplicaSet" && rollouts != "" && strings.HasSuffix(ref.Name, rollouts):
+			name = strings.TrimSuffix(ref.Name, "-"+rollouts)
+		case ref.Kind == "ReplicationController" && pod.Labels[collections.LabelDeploymentConfig] != "":
+			name = pod.Labels[collections.LabelDeploymentConfig]
+		case ref.Kind == "Job":
+			if m := cronJobName.FindStringSubmatch(ref.Name); len(m) == 2 {
+				name = m[1]
+			}
+		}
+		break
+	}
+	return name
+}
+
+// CanonicalName is the first of service.istio.io/canonical-name, app.kubernetes.io/name, app,
+// else the workload name.
+func CanonicalName(labels map[string]string, workloadName string) string {
+	for _, k := range []string{collections.LabelCanonicalName, collections.LabelAppName, collections.LabelApp} {
+		if v := labels[k]; v != "" {
+			return v
+		}
+	}
+	return workloadName
+}
+
+// CanonicalRevision is the first of service.istio.io/canonical-revision, app.kubernetes.io/version,
+// version; istiod's default "latest" is written as "".
+func CanonicalRevision(labels map[string]string) string {
+	for _, k := range []string{collections.LabelCanonicalRevision, collections.LabelAppVersion, collections.LabelVersion} {
+		if v := labels[k]; v != "" {
+			if v == "latest" {
+				return ""
+			}
+			return v
+		}
+	}
+	return ""
+}
