@@ -16,6 +16,7 @@ const (
 	ReasonPodNoIP            = "pod_without_ip"
 	ReasonInvalidManifest    = "invalid_manifest"
 	ReasonInvalidProtocol    = "invalid_protocol"
+	ReasonResourceTooLarge   = "resource_too_large"
 )
 
 // Problem describes one piece of input that krteds skipped.

@@ -91,6 +91,22 @@ func DeriveMany[I, O any](d *Description, opts krt.OptionsBuilder, name, input s
 	return c
 }
 
+// DeriveFromNothing is Derive for a transform without a primary input (krt.NewManyFromNothing).
+func DeriveFromNothing[O any](d *Description, opts krt.OptionsBuilder, name string,
+	declared []string, f krt.TransformationEmptyToMulti[O],
+) krt.Collection[O] {
+	n := &node{name: name, kind: KindDerived, declared: declared}
+	c := krt.NewManyFromNothing(func(ctx krt.HandlerContext) []O {
+		n.recomputes.Add(1)
+		return f(ctx)
+	}, opts.WithName(name)...)
+	n.syncer = c
+	n.size = func() int { return len(c.List()) }
+	watch(n, c)
+	d.add(n)
+	return c
+}
+
 func watch[T any](n *node, c krt.Collection[T]) {
 	c.RegisterBatch(func(evs []krt.Event[T]) {
 		n.events.Add(uint64(len(evs)))

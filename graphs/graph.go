@@ -31,6 +31,8 @@ type EDSGraph struct {
 
 	// Graph describes every collection above and how they depend on each other.
 	Graph *Description
+
+	readyByIP krt.Index[string, collections.Workload]
 }
 
 // BuildEDS wires the EDS graph over the inputs. Every collection is named, registered with the
@@ -60,6 +62,7 @@ func BuildEDS(cfg collections.Config, in collections.Inputs, opts krt.OptionsBui
 		transforms.Workloads(cfg, g.NodeLocalities, in.Namespaces, report))
 
 	readyByIP := krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs)
+	g.readyByIP = readyByIP
 	g.SliceEndpoints = Derive(d, opts, NameSliceEndpoints, collections.NameEndpointSlices, in.EndpointSlices,
 		[]string{NameServiceInfos, NameWorkloads, collections.NameNamespaces},
 		transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{

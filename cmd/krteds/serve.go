@@ -24,6 +24,7 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
+	"github.com/krteds/krteds/outputs/xds"
 )
 
 type serveOptions struct {
@@ -106,14 +107,16 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	debugger := new(krt.DebugHandler)
 	opts := krt.NewOptionsBuilder(stop, "", debugger)
-	g := graphs.BuildEDS(o.cfg, collections.InformerInputs(client, opts), opts, outputs.NewProblemReporter(log, reg))
+	g := graphs.Build(o.cfg, collections.InformerInputs(client, opts), opts, outputs.NewProblemReporter(log, reg))
+	xdsSrv := xds.NewServer(g, log.Named("xds"), xds.NewMetrics(reg))
+	xdsSrv.Start(stop)
 
 	debugSrv := &http.Server{
 		Addr:              o.debugAddr,
 		ReadHeaderTimeout: 10 * time.Second,
 		Handler: outputs.NewDebugMux(outputs.DebugOptions{
-			Graph: g, Debugger: debugger, Gatherer: reg, ClusterID: o.cfg.ClusterID,
-			AllowRemote: o.debugAllowRemote, Ready: g.HasSynced,
+			Graph: g.EDSGraph, Debugger: debugger, Gatherer: reg, ClusterID: o.cfg.ClusterID,
+			AllowRemote: o.debugAllowRemote, Ready: xdsSrv.Synced,
 		}),
 	}
 	debugLis, err := net.Listen("tcp", o.debugAddr)
@@ -126,6 +129,17 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}()
 
+	xdsLis, err := net.Listen("tcp", o.xdsAddr)
+	if err != nil {
+		return fmt.Errorf("xDS server: %w", err)
+	}
+	grpcSrv := xds.NewGRPCServer(ctx, xdsSrv)
+	go func() {
+		if err := grpcSrv.Serve(xdsLis); err != nil {
+			log.Error("xDS server stopped", zap.Error(err))
+		}
+	}()
+
 	go client.RunAndWait(stop)
 	start := time.Now()
 	if !g.WaitUntilSynced(ctx.Done()) {
@@ -133,12 +147,14 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	}
 	log.Info("graph synced", zap.String("source", source), zap.Duration("took", time.Since(start)),
 		zap.Int("services", len(g.ServiceInfos.List())), zap.Int("endpointSlices", len(g.SliceEndpoints.List())),
-		zap.String("debug", debugLis.Addr().String()))
+		zap.String("xds", xdsLis.Addr().String()), zap.String("debug", debugLis.Addr().String()))
 
 	<-ctx.Done()
 	log.Info("shutting down")
 	shutdownCtx, c2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer c2()
+	// Envoy holds xDS streams open forever: stop them rather than wait.
+	grpcSrv.Stop()
 	_ = debugSrv.Shutdown(shutdownCtx)
 	return nil
 }

@@ -1,0 +1,182 @@
+package collections
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Proxy types, from the first segment of an Istio node id.
+const (
+	ProxyTypeSidecar = "sidecar"
+	ProxyTypeRouter  = "router"
+)
+
+// GeneratorGRPC marks proxyless gRPC clients (node metadata GENERATOR).
+const GeneratorGRPC = "grpc"
+
+// ConnectedProxy is what a connected xDS client said about itself, parsed from its Envoy node.
+// It is the input the xDS server feeds into the graph; the key is the stream's connection id.
+type ConnectedProxy struct {
+	// ConnID identifies the stream ("sotw-12", "delta-3").
+	ConnID string `json:"connID"`
+	// ID is the node id, sidecar~<ip>~<pod>.<ns>~<ns>.svc.<domain>.
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	// IP is the proxy's first IP address, from the node id.
+	IP        string            `json:"ip"`
+	PodName   string            `json:"podName,omitempty"`
+	Namespace string            `json:"namespace"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	ClusterID string            `json:"clusterID,omitempty"`
+	Network   string            `json:"network,omitempty"`
+	NodeName  string            `json:"nodeName,omitempty"`
+	Generator string            `json:"generator,omitempty"`
+	// Locality is node.locality as the proxy declared it.
+	Locality Locality `json:"locality"`
+}
+
+// ResourceName is the connection id.
+func (p ConnectedProxy) ResourceName() string { return p.ConnID }
+
+// Equals compares every field.
+func (p ConnectedProxy) Equals(o ConnectedProxy) bool {
+	return p.ConnID == o.ConnID && p.ID == o.ID && p.Type == o.Type && p.IP == o.IP && p.PodName == o.PodName &&
+		p.Namespace == o.Namespace && p.ClusterID == o.ClusterID && p.Network == o.Network &&
+		p.NodeName == o.NodeName && p.Generator == o.Generator && p.Locality == o.Locality &&
+		maps.Equal(p.Labels, o.Labels)
+}
+
+// NodeMetadata is the part of the Envoy node metadata krteds reads.
+type NodeMetadata struct {
+	Namespace string
+	Labels    map[string]string
+	ClusterID string
+	Network   string
+	NodeName  string
+	Generator string
+}
+
+// ParseProxy validates an Istio-style node id and metadata: "<type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>"
+// with type sidecar or router and a valid IP. The namespace comes from metadata NAMESPACE, else
+// from the id. The error says what is wrong.
+func ParseProxy(connID, id string, md NodeMetadata, locality Locality) (ConnectedProxy, error) {
+	parts := strings.Split(id, "~")
+	if len(parts) != 4 {
+		return ConnectedProxy{}, fmt.Errorf("node id %q: want 4 parts separated by '~' (<type>~<ip>~<pod>.<namespace>~<namespace>.svc.<domain>), got %d", id, len(parts))
+	}
+	typ := parts[0]
+	if typ != ProxyTypeSidecar && typ != ProxyTypeRouter {
+		return ConnectedProxy{}, fmt.Errorf("node id %q: proxy type %q is neither %q nor %q", id, typ, ProxyTypeSidecar, ProxyTypeRouter)
+	}
+	ip, err := netip.ParseAddr(parts[1])
+	if err != nil {
+		return ConnectedProxy{}, fmt.Errorf("node id %q: %q is not an IP address", id, parts[1])
+	}
+	pod, ns := parts[2], ""
+	if i := strings.LastIndex(pod, "."); i >= 0 {
+		pod, ns = pod[:i], pod[i+1:]
+	}
+	if ns == "" {
+		if j := strings.Index(parts[3], "."); j > 0 {
+			ns = parts[3][:j]
+		}
+	}
+	if md.Namespace != "" {
+		ns = md.Namespace
+	}
+	if ns == "" {
+		return ConnectedProxy{}, fmt.Errorf("node id %q: no namespace in the id or in metadata NAMESPACE", id)
+	}
+	return ConnectedProxy{
+		ConnID:    connID,
+		ID:        id,
+		Type:      typ,
+		IP:        ip.String(),
+		PodName:   pod,
+		Namespace: ns,
+		Labels:    md.Labels,
+		ClusterID: md.ClusterID,
+		Network:   md.Network,
+		NodeName:  md.NodeName,
+		Generator: md.Generator,
+		Locality:  locality,
+	}, nil
+}
+
+// Proxy is a connected proxy enriched from the registry: when its IP belongs to a known Pod in
+// its namespace, labels and locality come from that Pod (and its Node); else from what it declared.
+type Proxy struct {
+	ConnectedProxy
+	// Pod is "<ns>/<name>" of the Pod the proxy runs in, if known.
+	Pod string `json:"pod,omitempty"`
+	// Labels are the effective labels, augmented with the topology labels.
+	EffectiveLabels map[string]string `json:"effectiveLabels,omitempty"`
+	Class           ProxyClass        `json:"class"`
+}
+
+// ResourceName is the connection id.
+func (p Proxy) ResourceName() string { return p.ConnID }
+
+// Equals compares every field.
+func (p Proxy) Equals(o Proxy) bool {
+	return p.ConnectedProxy.Equals(o.ConnectedProxy) && p.Pod == o.Pod && p.Class == o.Class &&
+		maps.Equal(p.EffectiveLabels, o.EffectiveLabels)
+}
+
+// ProxyClass holds every proxy dimension a ClusterLoadAssignment may depend on. Proxies with equal
+// classes receive the same bytes for every cluster.
+type ProxyClass struct {
+	Namespace string   `json:"namespace"`
+	ClusterID string   `json:"clusterID"`
+	Network   string   `json:"network"`
+	Locality  Locality `json:"locality"`
+	NodeName  string   `json:"nodeName"`
+}
+
+// ResourceName is the class key.
+func (c ProxyClass) ResourceName() string { return c.Key() }
+
+// Key renders every dimension.
+func (c ProxyClass) Key() string {
+	return strings.Join([]string{c.Namespace, c.ClusterID, c.Network, c.Locality.String(), c.NodeName}, "~")
+}
+
+// Equals compares every field.
+func (c ProxyClass) Equals(o ProxyClass) bool { return c == o }
+
+// Resource is one marshalled xDS resource, shared by every proxy it is served to.
+type Resource struct {
+	// Key is unique in its collection: the name, plus the projection for per-class resources.
+	Key     string `json:"key"`
+	Name    string `json:"name"`
+	TypeURL string `json:"typeUrl"`
+	// Version is a content hash of Body.
+	Version string `json:"version"`
+	// Body is the deterministic protobuf encoding of the resource.
+	Body []byte `json:"-"`
+	// Service is "<ns>/<name>" of the service the resource was built from, if any.
+	Service string `json:"service,omitempty"`
+	// Endpoints counts the endpoints in a ClusterLoadAssignment.
+	Endpoints int `json:"endpoints,omitempty"`
+}
+
+// ResourceName is Key.
+func (r Resource) ResourceName() string { return r.Key }
+
+// Equals compares identity and content version.
+func (r Resource) Equals(o Resource) bool {
+	return r.Key == o.Key && r.Name == o.Name && r.TypeURL == o.TypeURL && r.Version == o.Version && r.Service == o.Service
+}
+
+// SortedKeys returns the keys of a string set in order.
+func SortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,70 @@
+package graphs
+
+import (
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/transforms"
+)
+
+// Names of the xDS collections.
+const (
+	NameConnectedProxies = "ConnectedProxies"
+	NameProxies          = "Proxies"
+	NameProxyClasses     = "ProxyClasses"
+	NameCLAs             = "ClusterLoadAssignments"
+	NameClusters         = "Clusters"
+	NameListeners        = "Listeners"
+	NameRoutes           = "Routes"
+)
+
+// Graph is krteds' whole dataflow: the EDS graph, the connected proxies and their classes, and
+// the marshalled xDS resources.
+type Graph struct {
+	*EDSGraph
+
+	// ConnectedProxies is written by the xDS server as clients connect and leave.
+	ConnectedProxies krt.StaticCollection[collections.ConnectedProxy]
+	Proxies          krt.Collection[collections.Proxy]
+	ProxyClasses     krt.Collection[collections.ProxyClass]
+
+	// CLAs are keyed by cluster name, plus "~<projection>" for proxy-dependent ones.
+	CLAs      krt.Collection[collections.Resource]
+	Clusters  krt.Collection[collections.Resource]
+	Listeners krt.Collection[collections.Resource]
+	Routes    krt.Collection[collections.Resource]
+
+	// ServicesByHostname indexes ServiceInfos by hostname.
+	ServicesByHostname krt.Index[string, collections.ServiceInfo]
+	// CLAsByName indexes CLAs by cluster name.
+	CLAsByName krt.Index[string, collections.Resource]
+}
+
+// Build wires the whole graph over the inputs.
+func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilder, report collections.Reporter) *Graph {
+	cfg = cfg.WithDefaults()
+	if report == nil {
+		report = collections.NopReporter{}
+	}
+	g := &Graph{EDSGraph: BuildEDS(cfg, in, opts, report)}
+	d := g.Graph
+
+	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)
+	AddInput(d, NameConnectedProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies))
+	g.Proxies = Derive(d, opts, NameProxies, NameConnectedProxies, g.ConnectedProxies,
+		[]string{NameWorkloads},
+		transforms.Proxies(cfg, transforms.ProxyInputs{Workloads: g.Workloads, ReadyWorkloadsByIP: g.readyByIP}))
+	g.ProxyClasses = DeriveFromNothing(d, opts, NameProxyClasses, []string{NameProxies},
+		transforms.ProxyClasses(g.Proxies))
+
+	g.CLAs = DeriveMany(d, opts, NameCLAs, NameServiceEndpoints, g.ServiceEndpoints,
+		[]string{NameServiceInfos, NameProxyClasses},
+		transforms.ServiceCLAs(transforms.CLAInputs{Services: g.ServiceInfos, Classes: g.ProxyClasses}, report))
+	g.Clusters = DeriveMany(d, opts, NameClusters, NameServiceInfos, g.ServiceInfos, nil, transforms.Clusters(report))
+	g.Listeners = DeriveMany(d, opts, NameListeners, NameServiceInfos, g.ServiceInfos, nil, transforms.Listeners(report))
+	g.Routes = DeriveMany(d, opts, NameRoutes, NameServiceInfos, g.ServiceInfos, nil, transforms.Routes(report))
+
+	g.ServicesByHostname = krt.NewIndex(g.ServiceInfos, "byHostname", func(s collections.ServiceInfo) []string { return []string{s.Hostname} })
+	g.CLAsByName = krt.NewIndex(g.CLAs, "byName", func(r collections.Resource) []string { return []string{r.Name} })
+	return g
+}

@@ -1,0 +1,173 @@
+// Package adsclient is a small ADS client: it connects as a given proxy, sends discovery
+// requests and returns the responses. krteds endpoints uses it, and so do the protocol tests.
+package adsclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Type URLs.
+const (
+	TypeCLA      = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	TypeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	TypeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	TypeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+)
+
+// Node describes the proxy the client connects as.
+type Node struct {
+	ID        string
+	Namespace string
+	Labels    map[string]string
+	Generator string
+	ClusterID string
+	Network   string
+	NodeName  string
+	Locality  *core.Locality
+}
+
+// Proto renders the node as Envoy sends it.
+func (n Node) Proto() *core.Node {
+	fields := map[string]any{}
+	for k, v := range map[string]string{"NAMESPACE": n.Namespace, "GENERATOR": n.Generator, "CLUSTER_ID": n.ClusterID,
+		"NETWORK": n.Network, "NODE_NAME": n.NodeName} {
+		if v != "" {
+			fields[k] = v
+		}
+	}
+	if len(n.Labels) > 0 {
+		l := map[string]any{}
+		for k, v := range n.Labels {
+			l[k] = v
+		}
+		fields["LABELS"] = l
+	}
+	md, _ := structpb.NewStruct(fields)
+	return &core.Node{Id: n.ID, Metadata: md, Locality: n.Locality}
+}
+
+// Dial connects to an ADS server over plaintext gRPC.
+func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dialing %s: %w", addr, err)
+	}
+	return cc, nil
+}
+
+// Stream is one state-of-the-world ADS stream.
+type Stream struct {
+	node     *core.Node
+	s        discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	cancel   context.CancelFunc
+	resps    chan *discovery.DiscoveryResponse
+	errs     chan error
+	sentNode bool
+}
+
+// Open starts a SotW ADS stream as node.
+func Open(ctx context.Context, cc *grpc.ClientConn, node Node) (*Stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("opening ADS stream: %w", err)
+	}
+	st := &Stream{node: node.Proto(), s: s, cancel: cancel,
+		resps: make(chan *discovery.DiscoveryResponse, 1024), errs: make(chan error, 1)}
+	go func() {
+		for {
+			r, err := s.Recv()
+			if err != nil {
+				st.errs <- err
+				close(st.resps)
+				return
+			}
+			st.resps <- r
+		}
+	}()
+	return st, nil
+}
+
+// Close ends the stream.
+func (s *Stream) Close() { s.cancel() }
+
+// Send sends a request; the node goes with the first one.
+func (s *Stream) Send(req *discovery.DiscoveryRequest) error {
+	if !s.sentNode {
+		req.Node = s.node
+		s.sentNode = true
+	}
+	return s.s.Send(req)
+}
+
+// Request subscribes to names of typeURL (an initial request, no nonce).
+func (s *Stream) Request(typeURL string, names ...string) error {
+	return s.Send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: names})
+}
+
+// Ack acknowledges resp, keeping names subscribed.
+func (s *Stream) Ack(resp *discovery.DiscoveryResponse, names ...string) error {
+	return s.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo,
+		ResponseNonce: resp.Nonce, ResourceNames: names})
+}
+
+// Nack rejects resp with a message, keeping names subscribed and the previous version.
+func (s *Stream) Nack(resp *discovery.DiscoveryResponse, prevVersion, msg string, names ...string) error {
+	return s.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: prevVersion,
+		ResponseNonce: resp.Nonce, ResourceNames: names, ErrorDetail: statusProto(msg)})
+}
+
+// ErrTimeout is returned when no response arrives in time.
+var ErrTimeout = errors.New("no response in time")
+
+// Recv waits up to timeout for the next response.
+func (s *Stream) Recv(timeout time.Duration) (*discovery.DiscoveryResponse, error) {
+	select {
+	case r, ok := <-s.resps:
+		if !ok {
+			return nil, <-s.errs
+		}
+		return r, nil
+	case <-time.After(timeout):
+		return nil, ErrTimeout
+	}
+}
+
+// CLAs decodes the ClusterLoadAssignments of a response.
+func CLAs(resp *discovery.DiscoveryResponse) ([]*endpoint.ClusterLoadAssignment, error) {
+	var out []*endpoint.ClusterLoadAssignment
+	for _, a := range resp.Resources {
+		cla := &endpoint.ClusterLoadAssignment{}
+		if err := a.UnmarshalTo(cla); err != nil {
+			return nil, fmt.Errorf("decoding ClusterLoadAssignment: %w", err)
+		}
+		out = append(out, cla)
+	}
+	return out, nil
+}
+
+// Decode unmarshals every resource of a response into new messages made by mk.
+func Decode[T proto.Message](resp *discovery.DiscoveryResponse, mk func() T) ([]T, error) {
+	var out []T
+	for _, a := range resp.Resources {
+		m := mk()
+		if err := a.UnmarshalTo(m); err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", a.TypeUrl, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

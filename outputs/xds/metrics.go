@@ -1,0 +1,54 @@
+package xds
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the xDS server's Prometheus metrics.
+type Metrics struct {
+	Clients       *prometheus.GaugeVec
+	Pushes        *prometheus.CounterVec
+	PushErrors    *prometheus.CounterVec
+	NACKs         *prometheus.CounterVec
+	ConfigSize    *prometheus.HistogramVec
+	RejectedNodes prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg (when not nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "krteds_xds_clients", Help: "Connected xDS clients by proxy type.",
+		}, []string{"type"}),
+		Pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "krteds_xds_pushes_total", Help: "xDS responses sent, by resource type.",
+		}, []string{"type"}),
+		PushErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "krteds_xds_push_errors_total", Help: "xDS responses that could not be sent, by resource type.",
+		}, []string{"type"}),
+		NACKs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "krteds_xds_rejects_total", Help: "xDS responses rejected (NACKed) by clients, by resource type.",
+		}, []string{"type"}),
+		ConfigSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "krteds_xds_config_size_bytes", Help: "Size of the resources in one xDS response, by resource type.",
+			Buckets: prometheus.ExponentialBuckets(256, 4, 10),
+		}, []string{"type"}),
+		RejectedNodes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "krteds_xds_rejected_nodes_total", Help: "Streams refused because the node id or metadata was malformed.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Clients, m.Pushes, m.PushErrors, m.NACKs, m.ConfigSize, m.RejectedNodes)
+	}
+	return m
+}
+
+func (m *Metrics) clients(proxyType string, delta float64) {
+	m.Clients.WithLabelValues(proxyType).Add(delta)
+}
+
+func (m *Metrics) pushed(typeURL string, bytes int) {
+	t := shortType(typeURL)
+	m.Pushes.WithLabelValues(t).Inc()
+	m.ConfigSize.WithLabelValues(t).Observe(float64(bytes))
+}

@@ -1,0 +1,418 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	discovery_v1 "k8s.io/api/discovery/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+const (
+	fooCluster = "outbound|80||foo.ns1.svc.cluster.local"
+	wait       = 10 * time.Second
+	quiet      = 300 * time.Millisecond
+)
+
+type rig struct {
+	t   *testing.T
+	g   *graphs.Graph
+	in  collections.StaticInputs
+	srv *Server
+	cc  *grpc.ClientConn
+}
+
+func newRig(t *testing.T, objs ...any) *rig {
+	t.Helper()
+	stop := test.NewStop(t)
+	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
+	in := collections.NewStaticInputs(opts, objs...)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
+	return startRig(t, stop, g, in)
+}
+
+func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in collections.StaticInputs) *rig {
+	t.Helper()
+	srv := NewServer(g, nil, nil)
+	srv.Start(stop)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gs := NewGRPCServer(ctx, srv)
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := adsclient.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cc.Close()
+		cancel()
+		gs.Stop()
+	})
+	return &rig{t: t, g: g, in: in, srv: srv, cc: cc}
+}
+
+func sidecar(ip, ns string) adsclient.Node {
+	return adsclient.Node{ID: fmt.Sprintf("sidecar~%s~app-%s.%s~%s.svc.cluster.local", ip, strings.ReplaceAll(ip, ".", "-"), ns, ns), Namespace: ns}
+}
+
+func (r *rig) open(n adsclient.Node) *adsclient.Stream {
+	r.t.Helper()
+	s, err := adsclient.Open(context.Background(), r.cc, n)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(s.Close)
+	return s
+}
+
+func recv(t *testing.T, s *adsclient.Stream) *discovery.DiscoveryResponse {
+	t.Helper()
+	resp, err := s.Recv(wait)
+	if err != nil {
+		t.Fatalf("waiting for a response: %v", err)
+	}
+	return resp
+}
+
+func expectNone(t *testing.T, s *adsclient.Stream) {
+	t.Helper()
+	if resp, err := s.Recv(quiet); err == nil {
+		t.Fatalf("expected no response, got version %s with %d resources", resp.VersionInfo, len(resp.Resources))
+	}
+}
+
+// endpointsOf renders a CLA as "ip:port HEALTH p<priority> <region>/<zone>" lines.
+func endpointsOf(cla *endpoint.ClusterLoadAssignment) []string {
+	var out []string
+	for _, l := range cla.Endpoints {
+		for _, e := range l.LbEndpoints {
+			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, fmt.Sprintf("%s:%d %s p%d %s/%s", sa.GetAddress(), sa.GetPortValue(), e.HealthStatus, l.Priority,
+				l.GetLocality().GetRegion(), l.GetLocality().GetZone()))
+		}
+	}
+	return out
+}
+
+func onlyCLA(t *testing.T, resp *discovery.DiscoveryResponse) *endpoint.ClusterLoadAssignment {
+	t.Helper()
+	clas, err := adsclient.CLAs(resp)
+	if err != nil || len(clas) != 1 {
+		t.Fatalf("want one CLA, got %d (%v)", len(clas), err)
+	}
+	return clas[0]
+}
+
+func mesh() []any {
+	return []any{
+		fixtures.ZoneNode("n1", "r1", "z1"), fixtures.ZoneNode("n2", "r1", "z2"), fixtures.ZoneNode("n3", "r2", "z3"),
+		fixtures.Service("ns1", "foo", fixtures.HTTP...),
+		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"),
+		fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", "n2"),
+		fixtures.Pod("ns1", "foo-3", "foo", "10.0.0.3", "n3"),
+		fooSlice(fixtures.Ready, fixtures.Ready, fixtures.Ready),
+	}
+}
+
+func fooSlice(c1, c2, c3 discovery_v1.EndpointConditions) any {
+	return fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
+		fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: c1},
+		fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: c2},
+		fixtures.Endpoint{IP: "10.0.0.3", Pod: "foo-3", Cond: c3})
+}
+
+func TestSotwSubscribeAckUpdateNack(t *testing.T) {
+	r := newRig(t, mesh()...)
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	if err := s.Request(adsclient.TypeCLA, fooCluster); err != nil {
+		t.Fatal(err)
+	}
+	resp := recv(t, s)
+	cla := onlyCLA(t, resp)
+	want := []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p0 r1/z2", "10.0.0.3:8080 HEALTHY p0 r2/z3"}
+	if got := endpointsOf(cla); !slices.Equal(got, want) {
+		t.Fatalf("endpoints %v, want %v", got, want)
+	}
+	if err := s.Ack(resp, fooCluster); err != nil {
+		t.Fatal(err)
+	}
+	expectNone(t, s)
+
+	// An endpoint turns not ready: a new version arrives by itself.
+	r.in.Apply(fooSlice(fixtures.Ready, fixtures.NotReady, fixtures.Ready), false)
+	resp2 := recv(t, s)
+	if resp2.VersionInfo == resp.VersionInfo {
+		t.Fatal("version did not change")
+	}
+	if got := endpointsOf(onlyCLA(t, resp2)); !slices.Contains(got, "10.0.0.2:8080 UNHEALTHY p0 r1/z2") {
+		t.Fatalf("endpoints %v", got)
+	}
+
+	// NACK: no reply, the error is recorded.
+	if err := s.Nack(resp2, resp.VersionInfo, "bad cla", fooCluster); err != nil {
+		t.Fatal(err)
+	}
+	expectNone(t, s)
+	st := r.srv.Status()
+	if len(st) != 1 || st[0].Types[adsclient.TypeCLA].LastError != "bad cla" || st[0].Types[adsclient.TypeCLA].NACKs != 1 {
+		t.Fatalf("NACK not recorded: %+v", st)
+	}
+	// A later change is still pushed after a NACK.
+	r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, fixtures.Ready), false)
+	resp3 := recv(t, s)
+	if got := endpointsOf(onlyCLA(t, resp3)); len(got) != 3 || !slices.Contains(got, "10.0.0.2:8080 HEALTHY p0 r1/z2") {
+		t.Fatalf("endpoints %v", got)
+	}
+	if err := s.Ack(resp3, fooCluster); err != nil {
+		t.Fatal(err)
+	}
+	expectNone(t, s)
+	if st := r.srv.Status(); st[0].Types[adsclient.TypeCLA].LastError != "" {
+		t.Fatalf("ACK must clear the last error: %+v", st[0].Types)
+	}
+}
+
+func TestSotwUnknownClusterGetsEmptyCLA(t *testing.T) {
+	r := newRig(t, mesh()...)
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	names := []string{"outbound|80||nope.ns1.svc.cluster.local", "outbound|81||foo.ns1.svc.cluster.local", "garbage"}
+	if err := s.Request(adsclient.TypeCLA, names...); err != nil {
+		t.Fatal(err)
+	}
+	resp := recv(t, s)
+	clas, _ := adsclient.CLAs(resp)
+	if len(clas) != 3 {
+		t.Fatalf("want 3 empty CLAs, got %d", len(clas))
+	}
+	for _, c := range clas {
+		if len(c.Endpoints) != 0 || !slices.Contains(names, c.ClusterName) {
+			t.Fatalf("CLA %s not empty: %v", c.ClusterName, c.Endpoints)
+		}
+	}
+	// The service appears later: its CLA is pushed.
+	if err := s.Ack(resp, names...); err != nil {
+		t.Fatal(err)
+	}
+	r.in.Apply(fixtures.Service("ns1", "nope", fixtures.HTTP...), false)
+	r.in.Apply(fixtures.Slice("ns1", "nope-a", "nope", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.5.1", Cond: fixtures.Ready}), false)
+	for {
+		resp := recv(t, s)
+		cla := onlyCLA(t, resp)
+		if cla.ClusterName != names[0] {
+			t.Fatalf("unexpected push of %s", cla.ClusterName)
+		}
+		if len(endpointsOf(cla)) == 1 {
+			break
+		}
+		_ = s.Ack(resp, names...)
+	}
+}
+
+func TestSotwUnsubscribe(t *testing.T) {
+	r := newRig(t, mesh()...)
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	_ = s.Request(adsclient.TypeCLA, fooCluster)
+	resp := recv(t, s)
+	// Unsubscribe: an empty name list on EDS.
+	if err := s.Ack(resp); err != nil {
+		t.Fatal(err)
+	}
+	r.in.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
+	expectNone(t, s)
+}
+
+func TestReconnectWithStaleVersionGetsReply(t *testing.T) {
+	r := newRig(t, mesh()...)
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	_ = s.Request(adsclient.TypeCLA, fooCluster)
+	resp := recv(t, s)
+	s.Close()
+	// A new stream that claims the version it had: it still gets an answer.
+	s2 := r.open(sidecar("10.9.0.1", "ns1"))
+	if err := s2.Send(&discovery.DiscoveryRequest{TypeUrl: adsclient.TypeCLA, VersionInfo: resp.VersionInfo, ResourceNames: []string{fooCluster}}); err != nil {
+		t.Fatal(err)
+	}
+	resp2 := recv(t, s2)
+	if resp2.VersionInfo != resp.VersionInfo {
+		t.Fatalf("same content must carry the same version: %s vs %s", resp2.VersionInfo, resp.VersionInfo)
+	}
+}
+
+func TestLocalitiesGetDifferentPriorities(t *testing.T) {
+	objs := mesh()
+	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
+	svc.Spec.TrafficDistribution = fixtures.Ptr("PreferClose")
+	objs[3] = svc
+	r := newRig(t, objs...)
+	zone1 := sidecar("10.9.0.1", "ns1")
+	zone1.Locality = &core.Locality{Region: "r1", Zone: "z1"}
+	region2 := sidecar("10.9.0.2", "ns1")
+	region2.Locality = &core.Locality{Region: "r2", Zone: "z3"}
+	got := map[string][]string{}
+	for name, n := range map[string]adsclient.Node{"z1": zone1, "r2": region2} {
+		s := r.open(n)
+		_ = s.Request(adsclient.TypeCLA, fooCluster)
+		got[name] = endpointsOf(onlyCLA(t, recv(t, s)))
+	}
+	want := map[string][]string{
+		"z1": {"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p1 r1/z2", "10.0.0.3:8080 HEALTHY p2 r2/z3"},
+		"r2": {"10.0.0.1:8080 HEALTHY p1 r1/z1", "10.0.0.2:8080 HEALTHY p1 r1/z2", "10.0.0.3:8080 HEALTHY p0 r2/z3"},
+	}
+	for k := range want {
+		if !slices.Equal(got[k], want[k]) {
+			t.Errorf("%s: got %v want %v", k, got[k], want[k])
+		}
+	}
+}
+
+func TestSlowClientGetsOnlyTheLatest(t *testing.T) {
+	r := newRig(t, mesh()...)
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	_ = s.Request(adsclient.TypeCLA, fooCluster)
+	first := recv(t, s)
+	// The client does not ACK while ten changes happen.
+	for i := 0; i < 10; i++ {
+		c := fixtures.Ready
+		if i%2 == 0 {
+			c = fixtures.NotReady
+		}
+		r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, c), false)
+	}
+	r.in.Apply(fixtures.Pod("ns1", "foo-3", "foo", "10.0.0.3", "n1"), false) // the pod moves to n1
+	expectNone(t, s)
+	// Wait until the graph has settled on the last state, then catch up.
+	deadline := time.Now().Add(wait)
+	for {
+		se := r.g.ServiceEndpoints.GetKey("ns1/foo")
+		if se != nil && len(se.Endpoints) == 3 && se.Endpoints[2].Health == collections.Healthy && se.Endpoints[2].Meta.NodeName == "n1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("graph did not settle")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	_ = s.Ack(first, fooCluster)
+	latest := recv(t, s)
+	if got := endpointsOf(onlyCLA(t, latest)); !slices.Equal(got, []string{
+		"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.3:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p0 r1/z2"}) {
+		t.Fatalf("catch-up response is not the latest state: %v", got)
+	}
+	_ = s.Ack(latest, fooCluster)
+	expectNone(t, s)
+}
+
+func TestMalformedNodeIsRefused(t *testing.T) {
+	r := newRig(t, mesh()...)
+	for _, n := range []adsclient.Node{
+		{ID: "not-an-istio-id"},
+		{ID: "sidecar~not-an-ip~a.b~b.svc.cluster.local"},
+		{ID: "waypoint~10.0.0.1~a.b~b.svc.cluster.local"},
+	} {
+		s := r.open(n)
+		_ = s.Request(adsclient.TypeCLA, fooCluster)
+		_, err := s.Recv(wait)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("node %q: want InvalidArgument, got %v", n.ID, err)
+		}
+	}
+	// Others are unaffected.
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	_ = s.Request(adsclient.TypeCLA, fooCluster)
+	if len(endpointsOf(onlyCLA(t, recv(t, s)))) != 3 {
+		t.Fatal("a healthy client was affected")
+	}
+}
+
+func TestNoResponseBeforeSync(t *testing.T) {
+	stop := test.NewStop(t)
+	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
+	objs, _ := collections.DecodeManifests([]byte(`
+apiVersion: v1
+kind: Service
+metadata: {name: foo, namespace: ns1}
+spec: {ports: [{name: http, port: 80}]}
+`), "x")
+	client := collections.NewManifestClient(objs)
+	g := graphs.Build(collections.DefaultConfig(), collections.InformerInputs(client, opts), opts, nil)
+	r := startRig(t, stop, g, collections.StaticInputs{})
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	_ = s.Request(adsclient.TypeCLA, fooCluster)
+	expectNone(t, s)
+	go client.RunAndWait(stop)
+	if cla := onlyCLA(t, recv(t, s)); cla.ClusterName != fooCluster {
+		t.Fatalf("got %s", cla.ClusterName)
+	}
+}
+
+func TestDeltaSubscribeAckNackUnsubscribe(t *testing.T) {
+	r := newRig(t, mesh()...)
+	s, err := adsclient.OpenDelta(context.Background(), r.cc, sidecar("10.9.0.1", "ns1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recvD := func() *discovery.DeltaDiscoveryResponse {
+		t.Helper()
+		resp, err := s.Recv(wait)
+		if err != nil {
+			t.Fatalf("waiting for a delta response: %v", err)
+		}
+		return resp
+	}
+	noneD := func() {
+		t.Helper()
+		if resp, err := s.Recv(quiet); err == nil {
+			t.Fatalf("expected no delta response, got %v", resp)
+		}
+	}
+	_ = s.Subscribe(adsclient.TypeCLA, []string{fooCluster}, nil)
+	resp := recvD()
+	if len(resp.Resources) != 1 || resp.Resources[0].Name != fooCluster || resp.Resources[0].Version == "" {
+		t.Fatalf("delta response %v", resp)
+	}
+	_ = s.Ack(resp)
+	noneD()
+	r.in.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
+	resp2 := recvD()
+	if len(resp2.Resources) != 1 || resp2.Resources[0].Version == resp.Resources[0].Version {
+		t.Fatalf("delta update %v", resp2)
+	}
+	_ = s.Nack(resp2, "rejected")
+	noneD()
+	if st := r.srv.Status(); st[0].Types[adsclient.TypeCLA].LastError != "rejected" {
+		t.Fatalf("delta NACK not recorded: %+v", st[0].Types)
+	}
+	// Unsubscribe: later changes are not sent.
+	_ = s.Subscribe(adsclient.TypeCLA, nil, []string{fooCluster})
+	noneD()
+	r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, fixtures.Ready), false)
+	noneD()
+	// Subscribing to a second name sends only that one.
+	_ = s.Subscribe(adsclient.TypeCLA, []string{"outbound|80||other.ns1.svc.cluster.local"}, nil)
+	resp3 := recvD()
+	if len(resp3.Resources) != 1 || resp3.Resources[0].Name != "outbound|80||other.ns1.svc.cluster.local" {
+		t.Fatalf("delta subscribe %v", resp3)
+	}
+}

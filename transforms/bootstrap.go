@@ -1,0 +1,161 @@
+package transforms
+
+import (
+	"strconv"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// ClusterPorts are the ports of a service that get a cluster: every non-UDP port, except on
+// ExternalName services, which get none.
+func ClusterPorts(svc *collections.ServiceInfo) []collections.ServicePort {
+	if svc.Resolution == collections.Alias {
+		return nil
+	}
+	var out []collections.ServicePort
+	for _, p := range svc.Ports {
+		if p.HasCluster() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Clusters builds the CDS resources of a service: one EDS cluster per cluster port, named
+// outbound|<port>||<hostname>, whose endpoints come over ADS.
+func Clusters(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.Resource] {
+	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.Resource {
+		var out []collections.Resource
+		for _, p := range ClusterPorts(&svc) {
+			name := ClusterName(p.Port, "", svc.Hostname)
+			out = appendResource(out, report, svc.ResourceName(), name, name, TypeCluster, EDSCluster(name))
+		}
+		return out
+	}
+}
+
+// EDSCluster is an EDS cluster fed over ADS, as istiod builds it.
+func EDSCluster(name string) *cluster.Cluster {
+	return &cluster.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{
+			ServiceName: name,
+			EdsConfig: &core.ConfigSource{
+				ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+				InitialFetchTimeout:   durationpb.New(0),
+				ResourceApiVersion:    core.ApiVersion_V3,
+			},
+		},
+		ConnectTimeout: durationpb.New(10 * time.Second),
+		LbPolicy:       cluster.Cluster_ROUND_ROBIN,
+	}
+}
+
+// ShortListenerKey is the key of the "<name>:<port>" listener alias, which only proxies in the
+// service's namespace resolve.
+func ShortListenerKey(namespace, name string) string { return namespace + "/" + name }
+
+// Listeners builds the LDS resources of a service for proxyless gRPC clients: an api_listener per
+// cluster port, under the names a client may dial (<fqdn>:<port>, <name>.<ns>:<port>, and
+// <name>:<port> for clients in the same namespace), each routing through RDS to the port's
+// cluster.
+func Listeners(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.Resource] {
+	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.Resource {
+		var out []collections.Resource
+		for _, p := range ClusterPorts(&svc) {
+			port := ":" + strconv.Itoa(int(p.Port))
+			routeName := ClusterName(p.Port, "", svc.Hostname)
+			for _, alias := range []struct{ key, name string }{
+				{svc.Hostname + port, svc.Hostname + port},
+				{svc.Name + "." + svc.Namespace + port, svc.Name + "." + svc.Namespace + port},
+				{ShortListenerKey(svc.Namespace, svc.Name+port), svc.Name + port},
+			} {
+				l, err := APIListener(alias.name, routeName)
+				if err != nil {
+					report.Report(collections.Problem{Kind: "Service", Object: svc.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
+					continue
+				}
+				out = appendResource(out, report, svc.ResourceName(), alias.key, alias.name, TypeListener, l)
+			}
+		}
+		return out
+	}
+}
+
+// APIListener is a gRPC client listener: an HTTP connection manager whose routes come over ADS
+// and whose last (only) filter is the router.
+func APIListener(name, routeName string) (*listener.Listener, error) {
+	routerAny, err := anypb.New(&router.Router{})
+	if err != nil {
+		return nil, err
+	}
+	m, err := anypb.New(&hcm.HttpConnectionManager{
+		StatPrefix: name,
+		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
+			ConfigSource: &core.ConfigSource{
+				ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+				ResourceApiVersion:    core.ApiVersion_V3,
+			},
+			RouteConfigName: routeName,
+		}},
+		HttpFilters: []*hcm.HttpFilter{{
+			Name:       "envoy.filters.http.router",
+			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerAny},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &listener.Listener{Name: name, ApiListener: &listener.ApiListener{ApiListener: m}}, nil
+}
+
+// Routes builds the RDS resources of a service: per cluster port, a route configuration named
+// like the cluster that sends everything to it.
+func Routes(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.Resource] {
+	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.Resource {
+		var out []collections.Resource
+		for _, p := range ClusterPorts(&svc) {
+			name := ClusterName(p.Port, "", svc.Hostname)
+			out = appendResource(out, report, svc.ResourceName(), name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
+		}
+		return out
+	}
+}
+
+// RouteTo is a route configuration with one catch-all virtual host routing to cluster.
+func RouteTo(clusterName, vhost string) *route.RouteConfiguration {
+	return &route.RouteConfiguration{
+		Name: clusterName,
+		VirtualHosts: []*route.VirtualHost{{
+			Name:    vhost,
+			Domains: []string{"*"},
+			Routes: []*route.Route{{
+				Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterName}}},
+			}},
+		}},
+	}
+}
+
+func appendResource(out []collections.Resource, report collections.Reporter, svcKey, key, name, typeURL string, m proto.Message) []collections.Resource {
+	r, err := Marshal(key, name, typeURL, m)
+	if err != nil {
+		report.Report(collections.Problem{Kind: "Service", Object: svcKey, Reason: "marshal_failed", Detail: err.Error()})
+		return out
+	}
+	r.Service = svcKey
+	return append(out, r)
+}

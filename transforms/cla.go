@@ -1,0 +1,318 @@
+package transforms
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// Type URLs of the resources krteds serves.
+const (
+	TypeCLA      = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	TypeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	TypeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	TypeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+)
+
+// Failover priority labels used for trafficDistribution, as istiod's GetEffectiveLbSetting.
+var (
+	PreferSameZoneLabels = []string{collections.LabelTopologyNetwork, collections.LabelTopologyRegion, collections.LabelTopologyZone}
+	PreferSameNodeLabels = []string{collections.LabelTopologyNetwork, collections.LabelTopologyRegion, collections.LabelTopologyZone,
+		collections.LabelTopologySubzone, collections.LabelHostname}
+)
+
+// LBPolicy is the effective load-balancing policy of one cluster: what istiod derives from the
+// DestinationRule, the Service's trafficDistribution and the mesh defaults.
+type LBPolicy struct {
+	// FailoverPriority lists labels (optionally "label=value") whose agreement with the proxy
+	// orders endpoints into priorities; applied only when Failover is on.
+	FailoverPriority []string
+	// Failover turns priority failover on (istiod: DR outlierDetection, or forced by
+	// trafficDistribution).
+	Failover bool
+	// SupportsUnhealthy sends UNHEALTHY endpoints (istiod default true).
+	SupportsUnhealthy bool
+}
+
+// PolicyFor resolves the load-balancing policy of a service's clusters. Without a
+// DestinationRule, only trafficDistribution changes anything: the mesh default
+// localityLbSetting {enabled: true} applies no priorities without outlier detection.
+func PolicyFor(svc *collections.ServiceInfo) LBPolicy {
+	p := LBPolicy{SupportsUnhealthy: true}
+	switch svc.TrafficDistribution {
+	case collections.TrafficDistributionPreferSameZone:
+		p.FailoverPriority, p.Failover = PreferSameZoneLabels, true
+	case collections.TrafficDistributionPreferSameNode:
+		p.FailoverPriority, p.Failover = PreferSameNodeLabels, true
+	}
+	return p
+}
+
+// ClassLabels are the proxy labels a class implies: topology labels from its locality, network
+// and node, and its cluster.
+func ClassLabels(c collections.ProxyClass) map[string]string {
+	return AugmentLabels(nil, c.ClusterID, c.Locality, c.NodeName, c.Network)
+}
+
+// Project keeps only the class dimensions that the CLAs of svc under policy depend on, so that
+// proxies that differ only elsewhere share one CLA. The projection of a class is itself a class.
+func Project(svc *collections.ServiceInfo, policy LBPolicy, c collections.ProxyClass) collections.ProxyClass {
+	var out collections.ProxyClass
+	if svc.NodeLocal {
+		out.NodeName = c.NodeName
+	}
+	if policy.Failover && len(policy.FailoverPriority) > 0 {
+		// Only the labels the priorities read matter; they are all derived from these dimensions.
+		labels := ClassLabels(c)
+		needs := map[string]bool{}
+		for _, l := range policy.FailoverPriority {
+			name, _, _ := strings.Cut(l, "=")
+			needs[name] = true
+		}
+		if needs[collections.LabelTopologyNetwork] {
+			out.Network = labels[collections.LabelTopologyNetwork]
+		}
+		if needs[collections.LabelTopologyRegion] {
+			out.Locality.Region = c.Locality.Region
+		}
+		if needs[collections.LabelTopologyZone] {
+			out.Locality.Zone = c.Locality.Zone
+		}
+		if needs[collections.LabelTopologySubzone] {
+			out.Locality.Subzone = c.Locality.Subzone
+		}
+		if needs[collections.LabelHostname] {
+			out.NodeName = c.NodeName
+		}
+		if needs[collections.LabelTopologyCluster] {
+			out.ClusterID = c.ClusterID
+		}
+	}
+	return out
+}
+
+// ProjectionKey renders a projected class as a key suffix; "" means the CLA is the same for
+// every proxy.
+func ProjectionKey(p collections.ProxyClass) string {
+	if p == (collections.ProxyClass{}) {
+		return ""
+	}
+	return p.Key()
+}
+
+// ClusterName is outbound|<port>|<subset>|<hostname>.
+func ClusterName(port int32, subset, hostname string) string {
+	return "outbound|" + strconv.Itoa(int(port)) + "|" + subset + "|" + hostname
+}
+
+// ParseClusterName splits outbound|<port>|<subset>|<hostname>.
+func ParseClusterName(name string) (port int32, subset, hostname string, ok bool) {
+	parts := strings.Split(name, "|")
+	if len(parts) != 4 || parts[0] != "outbound" {
+		return 0, "", "", false
+	}
+	p, err := strconv.Atoi(parts[1])
+	if err != nil || p < 1 || p > 65535 {
+		return 0, "", "", false
+	}
+	return int32(p), parts[2], parts[3], true
+}
+
+// BuildCLA builds the ClusterLoadAssignment of one service port for one (projected) proxy class,
+// following istiod's BuildClusterLoadAssignment:
+//   - endpoints of the port's name only; on a node-local service only those on the proxy's node;
+//   - Terminating endpoints dropped; UNHEALTHY sent when the policy supports it; DRAINING kept only
+//     for services with a persistent-session label (either one);
+//   - weight 1, tlsMode and istio.workload metadata;
+//   - one LocalityLbEndpoints per locality, sorted by locality, weight = sum of endpoint weights;
+//   - with failover priorities, each locality is split by priority and priorities are compacted
+//     to 0..N.
+func BuildCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []collections.Endpoint,
+	policy LBPolicy, class collections.ProxyClass,
+) *endpoint.ClusterLoadAssignment {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: clusterName}
+	type group struct {
+		locality collections.Locality
+		eps      []collections.Endpoint
+		lbs      []*endpoint.LbEndpoint
+	}
+	groups := map[string]*group{}
+	for _, e := range eps {
+		if e.PortName != port.Name {
+			continue
+		}
+		if svc.NodeLocal && e.Meta.NodeName != class.NodeName {
+			continue
+		}
+		switch e.Health {
+		case collections.Terminating:
+			continue
+		case collections.UnHealthy:
+			if !policy.SupportsUnhealthy {
+				continue
+			}
+		case collections.Draining:
+			if !svc.SupportsDrainingEndpoints() {
+				continue
+			}
+		}
+		k := e.Meta.Locality.String()
+		g := groups[k]
+		if g == nil {
+			g = &group{locality: e.Meta.Locality}
+			groups[k] = g
+		}
+		g.eps = append(g.eps, e)
+		g.lbs = append(g.lbs, lbEndpoint(e))
+	}
+	if len(groups) == 0 {
+		return cla
+	}
+	keys := collections.SortedKeys(groups)
+	var proxyLabels map[string]string
+	failover := policy.Failover && len(policy.FailoverPriority) > 0
+	if failover {
+		proxyLabels = ClassLabels(class)
+	}
+	for _, k := range keys {
+		g := groups[k]
+		loc := &core.Locality{Region: g.locality.Region, Zone: g.locality.Zone, SubZone: g.locality.Subzone}
+		if !failover {
+			cla.Endpoints = append(cla.Endpoints, localityGroup(loc, 0, g.lbs))
+			continue
+		}
+		byPriority := map[int][]*endpoint.LbEndpoint{}
+		for i, e := range g.eps {
+			p := FailoverPriority(proxyLabels, e.Meta.Labels, policy.FailoverPriority)
+			byPriority[p] = append(byPriority[p], g.lbs[i])
+		}
+		prios := make([]int, 0, len(byPriority))
+		for p := range byPriority {
+			prios = append(prios, p)
+		}
+		slices.Sort(prios)
+		for _, p := range prios {
+			cla.Endpoints = append(cla.Endpoints, localityGroup(loc, uint32(p), byPriority[p]))
+		}
+	}
+	if failover {
+		compactPriorities(cla.Endpoints)
+	}
+	return cla
+}
+
+// FailoverPriority is istiod's per-endpoint priority for failoverPriority labels: walking the
+// labels in order, the first disagreement at index j gives len(labels)-j; a disagreement on a
+// leading topology.istio.io/network label adds len(labels) and the walk goes on. "label=value"
+// entries compare the endpoint with value instead of the proxy's label.
+func FailoverPriority(proxyLabels, epLabels map[string]string, priorities []string) int {
+	n := len(priorities)
+	includesNetwork := n > 0 && priorities[0] == collections.LabelTopologyNetwork
+	priority, adjust := 0, 0
+	for j, entry := range priorities {
+		name, override, hasOverride := strings.Cut(entry, "=")
+		want := proxyLabels[name]
+		if hasOverride {
+			want = override
+		}
+		if want != epLabels[name] {
+			if j == 0 && includesNetwork {
+				adjust = n
+				continue
+			}
+			priority = n - j
+			break
+		}
+	}
+	return priority + adjust
+}
+
+// compactPriorities renumbers priorities to 0..N without gaps, keeping their order.
+func compactPriorities(l []*endpoint.LocalityLbEndpoints) {
+	var used []uint32
+	for _, e := range l {
+		if !slices.Contains(used, e.Priority) {
+			used = append(used, e.Priority)
+		}
+	}
+	slices.Sort(used)
+	for _, e := range l {
+		e.Priority = uint32(slices.Index(used, e.Priority))
+	}
+}
+
+func localityGroup(loc *core.Locality, priority uint32, lbs []*endpoint.LbEndpoint) *endpoint.LocalityLbEndpoints {
+	var weight uint64
+	for _, lb := range lbs {
+		weight += uint64(lb.GetLoadBalancingWeight().GetValue())
+	}
+	if weight > math.MaxUint32 {
+		weight = math.MaxUint32
+	}
+	return &endpoint.LocalityLbEndpoints{
+		Locality:            loc,
+		LbEndpoints:         lbs,
+		LoadBalancingWeight: wrapperspb.UInt32(uint32(weight)),
+		Priority:            priority,
+	}
+}
+
+var healthOf = map[collections.HealthStatus]core.HealthStatus{
+	collections.Healthy:   core.HealthStatus_HEALTHY,
+	collections.UnHealthy: core.HealthStatus_UNHEALTHY,
+	collections.Draining:  core.HealthStatus_DRAINING,
+}
+
+func lbEndpoint(e collections.Endpoint) *endpoint.LbEndpoint {
+	m := e.Meta
+	fm := map[string]*structpb.Struct{
+		"istio": {Fields: map[string]*structpb.Value{
+			"workload": structpb.NewStringValue(m.WorkloadName + ";" + m.Namespace + ";" + m.CanonicalName + ";" + m.CanonicalRevision + ";" + m.ClusterID),
+		}},
+	}
+	if m.TLSMode == collections.TLSModeIstio {
+		fm["envoy.transport_socket_match"] = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"tlsMode": structpb.NewStringValue(collections.TLSModeIstio),
+		}}
+	}
+	return &endpoint.LbEndpoint{
+		HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address:       e.Address,
+				PortSpecifier: &core.SocketAddress_PortValue{PortValue: e.Port},
+			}}},
+		}},
+		HealthStatus:        healthOf[e.Health],
+		LoadBalancingWeight: wrapperspb.UInt32(1),
+		Metadata:            &core.Metadata{FilterMetadata: fm},
+	}
+}
+
+// MaxResourceBytes is the default gRPC receive limit of xDS clients (4 MiB).
+const MaxResourceBytes = 4 << 20
+
+// Marshal encodes a resource deterministically and versions it by content.
+func Marshal(key, name, typeURL string, m proto.Message) (collections.Resource, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return collections.Resource{}, fmt.Errorf("marshalling %s %s: %w", typeURL, name, err)
+	}
+	return collections.Resource{
+		Key:     key,
+		Name:    name,
+		TypeURL: typeURL,
+		Version: strconv.FormatUint(xxhash.Sum64(b), 16),
+		Body:    b,
+	}, nil
+}

@@ -1,0 +1,88 @@
+package transforms
+
+import (
+	"slices"
+
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// ProxyInputs are what proxy enrichment reads.
+type ProxyInputs struct {
+	Workloads          krt.Collection[collections.Workload]
+	ReadyWorkloadsByIP krt.Index[string, collections.Workload]
+}
+
+// Proxies enriches a connected proxy from the registry, as istiod's SetWorkloadLabels and
+// setTopologyLabels do: the Pod named by the node id (if its IPs include the proxy IP), else the
+// Ready Pod with the proxy IP in the proxy's namespace, supplies labels, locality and node; without
+// one, the proxy's declared labels and node.locality are used.
+func Proxies(cfg collections.Config, in ProxyInputs) krt.TransformationSingle[collections.ConnectedProxy, collections.Proxy] {
+	return func(ctx krt.HandlerContext, cp collections.ConnectedProxy) *collections.Proxy {
+		var w *collections.Workload
+		if cp.PodName != "" {
+			w = krt.FetchOne(ctx, in.Workloads, krt.FilterKey(cp.Namespace+"/"+cp.PodName))
+			if w != nil && !slices.Contains(w.IPs, cp.IP) {
+				w = nil
+			}
+		}
+		if w == nil {
+			for _, c := range in.ReadyWorkloadsByIP.Fetch(ctx, cp.IP) {
+				if c.Namespace == cp.Namespace && (w == nil || c.Name < w.Name) {
+					c := c
+					w = &c
+				}
+			}
+		}
+		clusterID := cp.ClusterID
+		if clusterID == "" {
+			clusterID = cfg.ClusterID
+		}
+		p := &collections.Proxy{ConnectedProxy: cp}
+		var locality collections.Locality
+		nodeName := cp.NodeName
+		network := cp.Network
+		if w != nil {
+			p.Pod = w.ResourceName()
+			locality = w.Meta.Locality
+			if nodeName == "" {
+				nodeName = w.Meta.NodeName
+			}
+			if network == "" {
+				network = w.Meta.Network
+			}
+			p.EffectiveLabels = AugmentLabels(w.PodLabels, clusterID, locality, nodeName, network)
+		} else {
+			if _, l := podLocality(cp.Labels); !l.IsEmpty() {
+				locality = l
+			} else {
+				locality = cp.Locality
+			}
+			p.EffectiveLabels = AugmentLabels(cp.Labels, clusterID, locality, nodeName, network)
+		}
+		p.Class = collections.ProxyClass{
+			Namespace: cp.Namespace,
+			ClusterID: clusterID,
+			Network:   network,
+			Locality:  locality,
+			NodeName:  nodeName,
+		}
+		return p
+	}
+}
+
+// ProxyClasses lists the distinct classes of the connected proxies.
+func ProxyClasses(proxies krt.Collection[collections.Proxy]) krt.TransformationEmptyToMulti[collections.ProxyClass] {
+	return func(ctx krt.HandlerContext) []collections.ProxyClass {
+		seen := map[string]collections.ProxyClass{}
+		for _, p := range krt.Fetch(ctx, proxies) {
+			seen[p.Class.Key()] = p.Class
+		}
+		out := make([]collections.ProxyClass, 0, len(seen))
+		for _, k := range collections.SortedKeys(seen) {
+			out = append(out, seen[k])
+		}
+		return out
+	}
+}
