@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,13 +16,10 @@ import (
 	"go.uber.org/zap/zapcore"
 	"istio.io/istio/pkg/cluster"
 	"istio.io/istio/pkg/kube"
-	"istio.io/istio/pkg/kube/krt"
 	istiolog "istio.io/istio/pkg/log"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
-	"github.com/krteds/krteds/outputs/xds"
 )
 
 type serveOptions struct {
@@ -95,9 +90,6 @@ func runServe(ctx context.Context, o *serveOptions) error {
 
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	stop := make(chan struct{})
-	defer close(stop)
-
 	client, source, err := buildClient(ctx, o, log)
 	if err != nil {
 		return err
@@ -105,57 +97,34 @@ func runServe(ctx context.Context, o *serveOptions) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	debugger := new(krt.DebugHandler)
-	opts := krt.NewOptionsBuilder(stop, "", debugger)
-	g := graphs.Build(o.cfg, collections.InformerInputs(client, opts), opts, outputs.NewProblemReporter(log, reg))
-	xdsSrv := xds.NewServer(g, log.Named("xds"), xds.NewMetrics(reg))
-	xdsSrv.Start(stop)
-
-	debugSrv := &http.Server{
-		Addr:              o.debugAddr,
-		ReadHeaderTimeout: 10 * time.Second,
-		Handler: outputs.NewDebugMux(outputs.DebugOptions{
-			Graph: g.EDSGraph, Debugger: debugger, Gatherer: reg, ClusterID: o.cfg.ClusterID,
-			AllowRemote: o.debugAllowRemote, Ready: xdsSrv.Synced,
-		}),
+	xdsLis, err := net.Listen("tcp", o.xdsAddr)
+	if err != nil {
+		return fmt.Errorf("xDS server: %w", err)
 	}
 	debugLis, err := net.Listen("tcp", o.debugAddr)
 	if err != nil {
 		return fmt.Errorf("debug server: %w", err)
 	}
-	go func() {
-		if err := debugSrv.Serve(debugLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("debug server stopped", zap.Error(err))
-		}
-	}()
-
-	xdsLis, err := net.Listen("tcp", o.xdsAddr)
+	app, err := outputs.StartApp(outputs.AppOptions{
+		Config: o.cfg, Client: client, XDSListener: xdsLis, DebugListener: debugLis,
+		DebugAllowRemote: o.debugAllowRemote, Log: log, Registry: reg,
+	})
 	if err != nil {
-		return fmt.Errorf("xDS server: %w", err)
+		return err
 	}
-	grpcSrv := xds.NewGRPCServer(ctx, xdsSrv)
-	go func() {
-		if err := grpcSrv.Serve(xdsLis); err != nil {
-			log.Error("xDS server stopped", zap.Error(err))
-		}
-	}()
+	defer app.Stop()
 
-	go client.RunAndWait(stop)
 	start := time.Now()
-	if !g.WaitUntilSynced(ctx.Done()) {
+	if !app.WaitUntilSynced(ctx.Done()) {
 		return nil
 	}
+	g := app.Graph
 	log.Info("graph synced", zap.String("source", source), zap.Duration("took", time.Since(start)),
 		zap.Int("services", len(g.ServiceInfos.List())), zap.Int("endpointSlices", len(g.SliceEndpoints.List())),
 		zap.String("xds", xdsLis.Addr().String()), zap.String("debug", debugLis.Addr().String()))
 
 	<-ctx.Done()
 	log.Info("shutting down")
-	shutdownCtx, c2 := context.WithTimeout(context.Background(), 5*time.Second)
-	defer c2()
-	// Envoy holds xDS streams open forever: stop them rather than wait.
-	grpcSrv.Stop()
-	_ = debugSrv.Shutdown(shutdownCtx)
 	return nil
 }
 

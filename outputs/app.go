@@ -1,0 +1,110 @@
+package outputs
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"istio.io/istio/pkg/kube"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/xds"
+)
+
+// AppOptions configures a running krteds.
+type AppOptions struct {
+	Config collections.Config
+	// Client is the source of Kubernetes objects: a real cluster or a manifest-seeded fake.
+	Client kube.Client
+	// XDSListener serves ADS; DebugListener (optional) serves /ready, /metrics and /debug.
+	XDSListener      net.Listener
+	DebugListener    net.Listener
+	DebugAllowRemote bool
+	Log              *zap.Logger
+	// Registry receives the metrics; a new one is made when nil.
+	Registry *prometheus.Registry
+	// GRPCOptions are added to the xDS gRPC server's options.
+	GRPCOptions []grpc.ServerOption
+}
+
+// App is krteds assembled: the graph, the xDS server and the debug server, all running.
+type App struct {
+	Graph    *graphs.Graph
+	XDS      *xds.Server
+	Debugger *krt.DebugHandler
+	Registry *prometheus.Registry
+
+	stop  chan struct{}
+	grpc  *grpc.Server
+	http  *http.Server
+	log   *zap.Logger
+	ctx   context.Context
+	close context.CancelFunc
+}
+
+// StartApp builds the graph over the client, starts serving and runs the client's informers.
+// Serving starts at once; xDS responses wait until the graph has synced.
+func StartApp(o AppOptions) (*App, error) {
+	if o.Client == nil || o.XDSListener == nil {
+		return nil, errors.New("StartApp: a client and an xDS listener are required")
+	}
+	log := o.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &App{Debugger: new(krt.DebugHandler), Registry: reg, stop: make(chan struct{}), log: log, ctx: ctx, close: cancel}
+	opts := krt.NewOptionsBuilder(a.stop, "", a.Debugger)
+	a.Graph = graphs.Build(o.Config, collections.InformerInputs(o.Client, opts), opts, NewProblemReporter(log, reg))
+	a.XDS = xds.NewServer(a.Graph, log.Named("xds"), xds.NewMetrics(reg))
+	a.XDS.Start(a.stop)
+	a.grpc = xds.NewGRPCServer(ctx, a.XDS, o.GRPCOptions...)
+	go func() {
+		if err := a.grpc.Serve(o.XDSListener); err != nil {
+			log.Error("xDS server stopped", zap.Error(err))
+		}
+	}()
+	if o.DebugListener != nil {
+		a.http = &http.Server{
+			ReadHeaderTimeout: 10 * time.Second,
+			Handler: NewDebugMux(DebugOptions{
+				Graph: a.Graph.EDSGraph, Debugger: a.Debugger, Gatherer: reg, ClusterID: o.Config.WithDefaults().ClusterID,
+				AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced,
+			}),
+		}
+		go func() {
+			if err := a.http.Serve(o.DebugListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("debug server stopped", zap.Error(err))
+			}
+		}()
+	}
+	go o.Client.RunAndWait(a.stop)
+	return a, nil
+}
+
+// WaitUntilSynced blocks until the graph has synced or stop is closed.
+func (a *App) WaitUntilSynced(stop <-chan struct{}) bool { return a.Graph.WaitUntilSynced(stop) }
+
+// Stop closes every stream and server and stops the graph.
+func (a *App) Stop() {
+	// Envoy holds xDS streams open forever: stop them rather than wait for them.
+	a.grpc.Stop()
+	if a.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.http.Shutdown(ctx)
+	}
+	a.close()
+	close(a.stop)
+}

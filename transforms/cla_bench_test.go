@@ -1,0 +1,52 @@
+package transforms
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// syntheticEndpoints makes n healthy endpoints over 3 zones in 2 regions, with pod-like metadata.
+func syntheticEndpoints(n int) []collections.Endpoint {
+	locs := []collections.Locality{r1z1, r1z2, r2z3}
+	eps := make([]collections.Endpoint, 0, n)
+	metas := make([]*collections.EndpointMeta, len(locs))
+	for i, l := range locs {
+		metas[i] = &collections.EndpointMeta{
+			Labels:    AugmentLabels(map[string]string{"app": "foo", "version": "v1"}, "Kubernetes", l, fmt.Sprintf("node-%d", i), ""),
+			TLSMode:   "istio", Namespace: "ns1", WorkloadName: "foo", CanonicalName: "foo", CanonicalRevision: "v1",
+			ClusterID: "Kubernetes", Locality: l, LocalityLabel: l.String(), NodeName: fmt.Sprintf("node-%d", i),
+		}
+	}
+	for i := 0; i < n; i++ {
+		eps = append(eps, collections.Endpoint{
+			Address: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), Port: 8080, PortName: "http",
+			Health: collections.Healthy, Slice: "s", Meta: metas[i%len(metas)],
+		})
+	}
+	return eps
+}
+
+// BenchmarkBuildAndMarshalCLA measures building and marshalling one CLA, per endpoint.
+func BenchmarkBuildAndMarshalCLA(b *testing.B) {
+	port := collections.ServicePort{Name: "http", Port: 80, Protocol: "TCP"}
+	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local", Ports: []collections.ServicePort{port}}
+	for _, n := range []int{1000, 10000} {
+		eps := syntheticEndpoints(n)
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var size int
+			for b.Loop() {
+				cla := BuildCLA(fooName, svc, port, eps, PolicyFor(svc), collections.ProxyClass{})
+				r, err := Marshal(fooName, fooName, TypeCLA, cla)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(r.Body)
+			}
+			b.ReportMetric(float64(size), "bytes/cla")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/endpoint")
+		})
+	}
+}
