@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -187,8 +187,10 @@ func TestBuildCLA(t *testing.T) {
 			want: wantCLA(fooName, wantGroup{loc: r1z1, eps: []wantEP{{ip: "10.1.0.1", health: HE, workload: "foo-abc;ns1;foo-canon;v1;Kubernetes"}}}),
 		},
 		{
-			name:  "PreferClose: same zone 0, same region 1, other region 2",
-			svc:   with(func(s *collections.ServiceInfo) { s.TrafficDistribution = collections.TrafficDistributionPreferSameZone }),
+			name: "PreferClose: same zone 0, same region 1, other region 2",
+			svc: with(func(s *collections.ServiceInfo) {
+				s.TrafficDistribution = collections.TrafficDistributionPreferSameZone
+			}),
 			eps:   []collections.Endpoint{ep("10.1.0.1", H, r1z1, "n1"), ep("10.1.0.2", H, r1z2, "n2"), ep("10.1.0.3", U, r2z3, "n3")},
 			class: class(r1z1, "n1"),
 			want: wantCLA(fooName,
@@ -198,8 +200,10 @@ func TestBuildCLA(t *testing.T) {
 			),
 		},
 		{
-			name:  "PreferClose compacts priorities: no same-zone endpoint",
-			svc:   with(func(s *collections.ServiceInfo) { s.TrafficDistribution = collections.TrafficDistributionPreferSameZone }),
+			name: "PreferClose compacts priorities: no same-zone endpoint",
+			svc: with(func(s *collections.ServiceInfo) {
+				s.TrafficDistribution = collections.TrafficDistributionPreferSameZone
+			}),
 			eps:   []collections.Endpoint{ep("10.1.0.2", H, r1z2, "n2"), ep("10.1.0.3", H, r2z3, "n3")},
 			class: class(r1z1, "n1"),
 			want: wantCLA(fooName,
@@ -208,8 +212,10 @@ func TestBuildCLA(t *testing.T) {
 			),
 		},
 		{
-			name:  "PreferSameNode splits one locality by node",
-			svc:   with(func(s *collections.ServiceInfo) { s.TrafficDistribution = collections.TrafficDistributionPreferSameNode }),
+			name: "PreferSameNode splits one locality by node",
+			svc: with(func(s *collections.ServiceInfo) {
+				s.TrafficDistribution = collections.TrafficDistributionPreferSameNode
+			}),
 			eps:   []collections.Endpoint{ep("10.1.0.1", H, r1z1, "n1"), ep("10.1.0.2", H, r1z1, "n2"), ep("10.1.0.3", H, r1z2, "n3")},
 			class: class(r1z1, "n2"),
 			want: wantCLA(fooName,
