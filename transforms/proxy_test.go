@@ -1,0 +1,120 @@
+package transforms
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+func TestParseProxy(t *testing.T) {
+	cases := []struct {
+		id      string
+		md      collections.NodeMetadata
+		wantErr bool
+		wantNS  string
+		wantPod string
+		wantIP  string
+	}{
+		{id: "sidecar~10.1.0.1~foo-1.ns1~ns1.svc.cluster.local", wantNS: "ns1", wantPod: "foo-1", wantIP: "10.1.0.1"},
+		{id: "router~10.1.0.2~gw.istio-system~istio-system.svc.cluster.local", wantNS: "istio-system", wantPod: "gw", wantIP: "10.1.0.2"},
+		{id: "sidecar~fd00::1~foo.ns1~ns1.svc.cluster.local", wantNS: "ns1", wantPod: "foo", wantIP: "fd00::1"},
+		{id: "sidecar~10.1.0.1~foo.ns1~ns1.svc.cluster.local", md: collections.NodeMetadata{Namespace: "other"}, wantNS: "other", wantPod: "foo", wantIP: "10.1.0.1"},
+		{id: "sidecar~10.1.0.1~foo~ns2.svc.cluster.local", wantNS: "ns2", wantPod: "foo", wantIP: "10.1.0.1"},
+		{id: "sidecar~10.1.0.1~foo.ns1", wantErr: true},
+		{id: "ztunnel~10.1.0.1~foo.ns1~ns1.svc.cluster.local", wantErr: true},
+		{id: "sidecar~10.1.0.300~foo.ns1~ns1.svc.cluster.local", wantErr: true},
+		{id: "sidecar~10.1.0.1~foo~", wantErr: true},
+		{id: "", wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.id, func(t *testing.T) {
+			p, err := collections.ParseProxy("c1", tc.id, tc.md, collections.Locality{})
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("want error, got %+v", p)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Namespace != tc.wantNS || p.PodName != tc.wantPod || p.IP != tc.wantIP {
+				t.Fatalf("got %+v", p)
+			}
+		})
+	}
+}
+
+func TestProxyEnrichment(t *testing.T) {
+	stop := test.NewStop(t)
+	cfg := collections.DefaultConfig()
+	nodes := krt.NewStaticCollection(nil, []collections.NodeLocality{*NodeLocalities()(krt.TestingDummyContext{}, fixtures.ZoneNode("n1", "r1", "z1"))}, krt.WithStop(stop))
+	nss := krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop))
+	var wls []collections.Workload
+	for _, p := range []*corev1.Pod{
+		fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"),
+		fixtures.Pod("ns2", "other", "other", "10.1.0.2", "n1"),
+	} {
+		wls = append(wls, *Workloads(cfg, nodes, nss, collections.NopReporter{})(krt.TestingDummyContext{}, p))
+	}
+	wc := krt.NewStaticCollection(nil, wls, krt.WithStop(stop))
+	f := Proxies(cfg, ProxyInputs{Workloads: wc, ReadyWorkloadsByIP: krt.NewIndex(wc, "ip", ReadyIPs)})
+
+	declared := collections.Locality{Region: "rd", Zone: "zd"}
+	cases := []struct {
+		name      string
+		proxy     collections.ConnectedProxy
+		wantPod   string
+		wantClass collections.ProxyClass
+		wantLabel map[string]string
+	}{
+		{
+			name:      "pod named in the node id: registry labels and node locality win over what the proxy declared",
+			proxy:     collections.ConnectedProxy{ConnID: "a", IP: "10.1.0.1", PodName: "client-1", Namespace: "ns1", Locality: declared, Labels: map[string]string{"app": "liar"}},
+			wantPod:   "ns1/client-1",
+			wantClass: collections.ProxyClass{Namespace: "ns1", ClusterID: "Kubernetes", Locality: r1z1, NodeName: "n1"},
+			wantLabel: map[string]string{"app": "client", "topology.kubernetes.io/region": "r1", "kubernetes.io/hostname": "n1"},
+		},
+		{
+			name:      "pod found by IP when the id names another pod",
+			proxy:     collections.ConnectedProxy{ConnID: "b", IP: "10.1.0.1", PodName: "renamed", Namespace: "ns1", Locality: declared},
+			wantPod:   "ns1/client-1",
+			wantClass: collections.ProxyClass{Namespace: "ns1", ClusterID: "Kubernetes", Locality: r1z1, NodeName: "n1"},
+			wantLabel: map[string]string{"app": "client"},
+		},
+		{
+			name:      "IP of a pod in another namespace is not this proxy's",
+			proxy:     collections.ConnectedProxy{ConnID: "c", IP: "10.1.0.2", PodName: "x", Namespace: "ns1", Locality: declared, NodeName: "n9"},
+			wantClass: collections.ProxyClass{Namespace: "ns1", ClusterID: "Kubernetes", Locality: declared, NodeName: "n9"},
+			wantLabel: map[string]string{"topology.kubernetes.io/region": "rd", "kubernetes.io/hostname": "n9"},
+		},
+		{
+			name:      "unknown proxy: declared locality label wins over node.locality; cluster from metadata",
+			proxy:     collections.ConnectedProxy{ConnID: "d", IP: "10.9.9.9", Namespace: "ns3", ClusterID: "c2", Network: "net2", Locality: declared, Labels: map[string]string{"istio-locality": "ra.za.sa"}},
+			wantClass: collections.ProxyClass{Namespace: "ns3", ClusterID: "c2", Network: "net2", Locality: collections.Locality{Region: "ra", Zone: "za", Subzone: "sa"}},
+			wantLabel: map[string]string{"topology.istio.io/network": "net2", "topology.istio.io/cluster": "c2"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := f(krt.TestingDummyContext{}, tc.proxy)
+			if p.Pod != tc.wantPod {
+				t.Fatalf("pod %q want %q", p.Pod, tc.wantPod)
+			}
+			if diff := cmp.Diff(tc.wantClass, p.Class); diff != "" {
+				t.Fatalf("class (-want +got):\n%s", diff)
+			}
+			for k, v := range tc.wantLabel {
+				if p.EffectiveLabels[k] != v {
+					t.Fatalf("label %s=%q, want %q (labels %v)", k, p.EffectiveLabels[k], v, p.EffectiveLabels)
+				}
+			}
+		})
+	}
+}
