@@ -184,13 +184,16 @@ func (s Snapshot) Node(name string) (NodeInfo, bool) {
 	return NodeInfo{}, false
 }
 
-// Snapshot reads sizes, counters and dependencies now.
-func (d *Description) Snapshot() Snapshot {
+// Counters reads sizes and counters now, without dependencies (cheap).
+func (d *Description) Counters() []NodeInfo {
 	d.mu.RLock()
 	nodes := slices.Clone(d.nodes)
 	d.mu.RUnlock()
-	observed := d.observedDependencies()
-	var s Snapshot
+	return counters(nodes)
+}
+
+func counters(nodes []*node) []NodeInfo {
+	out := make([]NodeInfo, 0, len(nodes))
 	for _, n := range nodes {
 		ni := NodeInfo{
 			Name:       n.name,
@@ -205,6 +208,37 @@ func (d *Description) Snapshot() Snapshot {
 			tt := time.Unix(0, t).UTC()
 			ni.LastChange = &tt
 		}
+		out = append(out, ni)
+	}
+	return out
+}
+
+// LastInputChange is when an input collection last emitted an event (zero if never).
+func (d *Description) LastInputChange() time.Time {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	var last int64
+	for _, n := range d.nodes {
+		if n.kind == KindInput {
+			last = max(last, n.lastChange.Load())
+		}
+	}
+	if last == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, last)
+}
+
+// Snapshot reads sizes, counters and dependencies now.
+func (d *Description) Snapshot() Snapshot {
+	d.mu.RLock()
+	nodes := slices.Clone(d.nodes)
+	d.mu.RUnlock()
+	observed := d.observedDependencies()
+	infos := counters(nodes)
+	var s Snapshot
+	for i, n := range nodes {
+		ni := infos[i]
 		if n.input != "" {
 			s.Edges = append(s.Edges, EdgeInfo{From: n.input, To: n.name, Kind: EdgeInput, Observed: true})
 		}

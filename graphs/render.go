@@ -28,3 +28,20 @@ func Dot(s Snapshot) string {
 	b.WriteString("}\n")
 	return b.String()
 }
+
+// Text renders a snapshot as an aligned table of collections followed by their inputs.
+func Text(s Snapshot) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-26s %-8s %8s %8s %14s  %s\n", "COLLECTION", "KIND", "SIZE", "SYNCED", "RECOMPUTATIONS", "READS")
+	for _, n := range s.Nodes {
+		var reads []string
+		if n.Input != "" {
+			reads = append(reads, n.Input)
+		}
+		for _, d := range n.Dependencies {
+			reads = append(reads, "fetch:"+d)
+		}
+		fmt.Fprintf(&b, "%-26s %-8s %8d %8t %14d  %s\n", n.Name, n.Kind, n.Size, n.Synced, n.Recomputes, strings.Join(reads, ", "))
+	}
+	return b.String()
+}

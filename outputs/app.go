@@ -41,12 +41,13 @@ type App struct {
 	Debugger *krt.DebugHandler
 	Registry *prometheus.Registry
 
-	stop  chan struct{}
-	grpc  *grpc.Server
-	http  *http.Server
-	log   *zap.Logger
-	ctx   context.Context
-	close context.CancelFunc
+	client kube.Client
+	stop   chan struct{}
+	grpc   *grpc.Server
+	http   *http.Server
+	log    *zap.Logger
+	ctx    context.Context
+	close  context.CancelFunc
 }
 
 // StartApp builds the graph over the client, starts serving and runs the client's informers.
@@ -64,10 +65,12 @@ func StartApp(o AppOptions) (*App, error) {
 		reg = prometheus.NewRegistry()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &App{Debugger: new(krt.DebugHandler), Registry: reg, stop: make(chan struct{}), log: log, ctx: ctx, close: cancel}
+	a := &App{Debugger: new(krt.DebugHandler), Registry: reg, client: o.Client, stop: make(chan struct{}), log: log, ctx: ctx, close: cancel}
 	opts := krt.NewOptionsBuilder(a.stop, "", a.Debugger)
-	a.Graph = graphs.Build(o.Config, collections.InformerInputs(o.Client, opts), opts, NewProblemReporter(log, reg))
-	a.XDS = xds.NewServer(a.Graph, log.Named("xds"), xds.NewMetrics(reg))
+	a.Graph = graphs.Build(o.Config, collections.InformerInputs(o.Client, opts), opts, NewProblemReporter(log.Named("registry"), reg))
+	cfg := o.Config.WithDefaults()
+	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
+	reg.MustRegister(graphs.NewCollector(a.Graph.Graph))
 	a.XDS.Start(a.stop)
 	a.grpc = xds.NewGRPCServer(ctx, a.XDS, o.GRPCOptions...)
 	go func() {
@@ -79,8 +82,16 @@ func StartApp(o AppOptions) (*App, error) {
 		a.http = &http.Server{
 			ReadHeaderTimeout: 10 * time.Second,
 			Handler: NewDebugMux(DebugOptions{
-				Graph: a.Graph.EDSGraph, Debugger: a.Debugger, Gatherer: reg, ClusterID: o.Config.WithDefaults().ClusterID,
+				Graph: a.Graph.EDSGraph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
 				AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced,
+				Extra: map[string]DebugPage{
+					"/debug/syncz": {Help: "per proxy: sent and acknowledged nonces per type, last NACK; ?namespace=", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						writeJSON(w, r, a.XDS.Syncz(r.URL.Query().Get("namespace")))
+					})},
+					"/debug/adsz": {Help: "connected xDS clients, their class and what they watch", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						writeJSON(w, r, a.XDS.Adsz())
+					})},
+				},
 			}),
 		}
 		go func() {
@@ -92,6 +103,11 @@ func StartApp(o AppOptions) (*App, error) {
 	go o.Client.RunAndWait(a.stop)
 	return a, nil
 }
+
+// Client is the Kubernetes client the graph reads.
+func (a *App) Client() kube.Client { return a.client }
+
+func (a *App) debugHandler() http.Handler { return a.http.Handler }
 
 // WaitUntilSynced blocks until the graph has synced or stop is closed.
 func (a *App) WaitUntilSynced(stop <-chan struct{}) bool { return a.Graph.WaitUntilSynced(stop) }

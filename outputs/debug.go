@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"istio.io/istio/pkg/kube/krt"
 
+	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
 )
 
@@ -26,8 +27,14 @@ type DebugOptions struct {
 	AllowRemote bool
 	// Ready reports whether krteds may serve (graph synced).
 	Ready func() bool
-	// Extra adds more handlers (path → handler) under the same loopback rule.
-	Extra map[string]http.Handler
+	// Extra adds more pages (path → page) under the same loopback rule.
+	Extra map[string]DebugPage
+}
+
+// DebugPage is one extra debug handler with its help line.
+type DebugPage struct {
+	Help    string
+	Handler http.Handler
 }
 
 type debugPage struct {
@@ -64,8 +71,8 @@ func NewDebugMux(o DebugOptions) http.Handler {
 	handle("/debug/registryz", "services in the registry, istiod's shape", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, Registryz(o.Graph.ServiceInfos.List(), o.ClusterID))
 	}))
-	for path, h := range o.Extra {
-		handle(path, "", h)
+	for _, path := range collections.SortedKeys(o.Extra) {
+		handle(path, o.Extra[path].Help, o.Extra[path].Handler)
 	}
 	handle("/debug/pprof/", "Go profiles", http.HandlerFunc(pprof.Index))
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -149,6 +156,9 @@ func writeGraph(w http.ResponseWriter, r *http.Request, s graphs.Snapshot) {
 	case "dot":
 		w.Header().Set("Content-Type", "text/vnd.graphviz")
 		fmt.Fprint(w, graphs.Dot(s))
+	case "html":
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, graphs.Page)
 	default:
 		writeJSON(w, r, s)
 	}

@@ -53,32 +53,27 @@ cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-c
 	f.StringVar(&o.cfg.ClusterID, "cluster-id", o.cfg.ClusterID, "cluster ID of this registry")
 	f.StringVar(&o.cfg.TrustDomain, "trust-domain", o.cfg.TrustDomain, "SPIFFE trust domain of workload identities")
 	f.StringVar(&o.cfg.SystemNamespace, "system-namespace", o.cfg.SystemNamespace, "namespace whose topology.istio.io/network label is the default network")
-	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level (debug, info, warn, error), optionally per scope: info,xds=debug,kube=debug")
 	return cmd
 }
 
-func newLogger(level string) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
+func newLogger(spec string) (*zap.Logger, error) {
+	levels, err := outputs.ParseLogLevels(spec)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.Encoding = "console"
-	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	cfg.Sampling = nil
 	// The kube client and krt log through Istio's logger; keep them quiet unless debugging.
 	io := istiolog.DefaultOptions()
 	io.OutputPaths = []string{"stderr"}
 	istioLevel := istiolog.WarnLevel
-	if lvl == zapcore.DebugLevel {
+	if levels.Enabled("kube", zapcore.DebugLevel) {
 		istioLevel = istiolog.InfoLevel
 	}
 	io.SetDefaultOutputLevel(istiolog.OverrideScopeName, istioLevel)
 	if err := istiolog.Configure(io); err != nil {
 		return nil, fmt.Errorf("configuring logs: %w", err)
 	}
-	return cfg.Build()
+	return outputs.NewLogger(levels), nil
 }
 
 func runServe(ctx context.Context, o *serveOptions) error {
@@ -131,15 +126,27 @@ func runServe(ctx context.Context, o *serveOptions) error {
 // buildClient returns a kube client over the manifests, or over a real cluster.
 func buildClient(ctx context.Context, o *serveOptions, log *zap.Logger) (kube.Client, string, error) {
 	if o.manifests != "" {
-		objs, docErrs, err := collections.LoadManifests(o.manifests)
+		src, docErrs, err := collections.NewManifestSource(o.manifests)
 		if err != nil {
 			return nil, "", err
 		}
 		for _, e := range docErrs {
 			log.Warn("skipped manifest document", zap.Error(e))
 		}
-		log.Info("loaded manifests", zap.String("path", o.manifests), zap.Int("objects", len(objs)))
-		return collections.NewManifestClient(objs), "manifests " + o.manifests, nil
+		log.Info("loaded manifests", zap.String("path", o.manifests))
+		go src.Watch(ctx.Done(), 250*time.Millisecond, func(st collections.ReloadStats, errs []error, err error) {
+			if err != nil {
+				log.Error("reloading manifests", zap.Error(err))
+				return
+			}
+			for _, e := range errs {
+				log.Warn("skipped manifest document", zap.Error(e))
+			}
+			if st.Changed() {
+				log.Info("manifests reloaded", zap.Int("created", st.Created), zap.Int("updated", st.Updated), zap.Int("deleted", st.Deleted))
+			}
+		})
+		return src.Client(), "manifests " + o.manifests, nil
 	}
 	rc, err := kube.DefaultRestConfig(o.kubeconfig, "")
 	if err != nil {

@@ -11,6 +11,7 @@ type Metrics struct {
 	PushErrors    *prometheus.CounterVec
 	NACKs         *prometheus.CounterVec
 	ConfigSize    *prometheus.HistogramVec
+	Convergence   *prometheus.HistogramVec
 	RejectedNodes prometheus.Counter
 }
 
@@ -33,12 +34,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "krteds_xds_config_size_bytes", Help: "Size of the resources in one xDS response, by resource type.",
 			Buckets: prometheus.ExponentialBuckets(256, 4, 10),
 		}, []string{"type"}),
+		Convergence: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "krteds_xds_convergence_seconds", Help: "Time from an input change being observed to the xDS response that carries it, by resource type.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"type"}),
 		RejectedNodes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "krteds_xds_rejected_nodes_total", Help: "Streams refused because the node id or metadata was malformed.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Clients, m.Pushes, m.PushErrors, m.NACKs, m.ConfigSize, m.RejectedNodes)
+		reg.MustRegister(m.Clients, m.Pushes, m.PushErrors, m.NACKs, m.ConfigSize, m.Convergence, m.RejectedNodes)
 	}
 	return m
 }

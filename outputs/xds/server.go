@@ -34,12 +34,18 @@ import (
 // Server is the watch side of krteds' ADS server: it implements go-control-plane's cache.Cache
 // and its stream callbacks.
 type Server struct {
-	g       *graphs.Graph
-	log     *zap.Logger
-	metrics *Metrics
-	res     resolver
+	g         *graphs.Graph
+	clusterID string
+	log       *zap.Logger
+	metrics   *Metrics
+	res       resolver
 
 	synced atomic.Bool
+
+	// changedAt is when the input change behind each resource's latest version was observed,
+	// for the convergence-time metric.
+	changedMu sync.Mutex
+	changedAt map[string]time.Time
 
 	mu      sync.Mutex
 	conns   map[string]*conn
@@ -51,7 +57,7 @@ type Server struct {
 }
 
 // NewServer builds the server over the graph. Call Start before serving streams.
-func NewServer(g *graphs.Graph, log *zap.Logger, m *Metrics) *Server {
+func NewServer(g *graphs.Graph, clusterID string, log *zap.Logger, m *Metrics) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -59,14 +65,16 @@ func NewServer(g *graphs.Graph, log *zap.Logger, m *Metrics) *Server {
 		m = NewMetrics(nil)
 	}
 	return &Server{
-		g:       g,
-		log:     log,
-		metrics: m,
-		res:     resolver{g: g, empty: newEmptyCache()},
-		conns:   map[string]*conn{},
-		reqConn: map[any]*conn{},
-		byName:  map[string]map[string]map[*watch]struct{}{},
-		byType:  map[string]map[*watch]struct{}{},
+		g:         g,
+		clusterID: clusterID,
+		log:       log,
+		metrics:   m,
+		res:       resolver{g: g, empty: newEmptyCache()},
+		conns:     map[string]*conn{},
+		changedAt: map[string]time.Time{},
+		reqConn:   map[any]*conn{},
+		byName:    map[string]map[string]map[*watch]struct{}{},
+		byType:    map[string]map[*watch]struct{}{},
 	}
 }
 
@@ -78,6 +86,7 @@ func (s *Server) Start(stop <-chan struct{}) {
 		for _, e := range evs {
 			names[e.Latest().Name] = struct{}{}
 		}
+		s.markChanged(transforms.TypeCLA, names)
 		s.evaluateNames(transforms.TypeCLA, names)
 	}, false)
 	for typeURL, c := range map[string]krt.Collection[collections.Resource]{
@@ -85,7 +94,14 @@ func (s *Server) Start(stop <-chan struct{}) {
 		transforms.TypeListener: s.g.Listeners,
 		transforms.TypeRoute:    s.g.Routes,
 	} {
-		c.RegisterBatch(func([]krt.Event[collections.Resource]) { s.evaluateType(typeURL) }, false)
+		c.RegisterBatch(func(evs []krt.Event[collections.Resource]) {
+			names := map[string]struct{}{}
+			for _, e := range evs {
+				names[e.Latest().Name] = struct{}{}
+			}
+			s.markChanged(typeURL, names)
+			s.evaluateType(typeURL)
+		}, false)
 	}
 	s.g.Proxies.RegisterBatch(func(evs []krt.Event[collections.Proxy]) {
 		for _, e := range evs {
@@ -100,6 +116,39 @@ func (s *Server) Start(stop <-chan struct{}) {
 		s.log.Info("graph synced; answering xDS requests")
 		s.evaluateAll()
 	}()
+}
+
+// markChanged notes, for the convergence metric, that these resources changed because of the
+// latest input change.
+func (s *Server) markChanged(typeURL string, names map[string]struct{}) {
+	at := s.g.Graph.LastInputChange()
+	if at.IsZero() {
+		return
+	}
+	s.changedMu.Lock()
+	defer s.changedMu.Unlock()
+	if len(s.changedAt) > 100000 {
+		clear(s.changedAt)
+	}
+	for n := range names {
+		s.changedAt[typeURL+"/"+n] = at
+	}
+}
+
+// observeConvergence records, for each resource sent as an update of one the client had, the time
+// since the input change behind it.
+func (s *Server) observeConvergence(typeURL string, sent []string, returned map[string]string) {
+	now := time.Now()
+	s.changedMu.Lock()
+	defer s.changedMu.Unlock()
+	for _, n := range sent {
+		if _, had := returned[n]; !had {
+			continue
+		}
+		if at, ok := s.changedAt[typeURL+"/"+n]; ok {
+			s.metrics.Convergence.WithLabelValues(shortType(typeURL)).Observe(now.Sub(at).Seconds())
+		}
+	}
 }
 
 // Synced reports whether the server answers requests (the graph has synced).
@@ -544,6 +593,7 @@ func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collecti
 	st.SentTime = time.Now()
 	st.Responses++
 	s.metrics.pushed(w.typeURL, bytes)
+	s.observeConvergence(w.typeURL, send, returned)
 	r := &sotwResponse{req: w.sreq, resp: resp, returned: next, ctx: context.Background()}
 	select {
 	case w.sch <- r:
@@ -552,6 +602,7 @@ func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collecti
 			select {
 			case w.sch <- r:
 			case <-w.c.done:
+				s.metrics.PushErrors.WithLabelValues(shortType(w.typeURL)).Inc()
 			}
 		}()
 	}
@@ -582,6 +633,7 @@ func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collect
 	st.SentTime = time.Now()
 	st.Responses++
 	s.metrics.pushed(w.typeURL, bytes)
+	s.observeConvergence(w.typeURL, send, returned)
 	r := &deltaResponse{req: w.dreq, resp: resp, returned: next, ctx: context.Background()}
 	select {
 	case w.dch <- r:
@@ -590,6 +642,7 @@ func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collect
 			select {
 			case w.dch <- r:
 			case <-w.c.done:
+				s.metrics.PushErrors.WithLabelValues(shortType(w.typeURL)).Inc()
 			}
 		}()
 	}

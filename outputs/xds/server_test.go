@@ -50,7 +50,7 @@ func newRig(t *testing.T, objs ...any) *rig {
 
 func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in collections.StaticInputs) *rig {
 	t.Helper()
-	srv := NewServer(g, nil, nil)
+	srv := NewServer(g, "Kubernetes", nil, nil)
 	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

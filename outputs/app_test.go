@@ -1,0 +1,297 @@
+package outputs
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+const appManifests = `
+apiVersion: v1
+kind: Namespace
+metadata: {name: ns1}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {topology.kubernetes.io/region: r1, topology.kubernetes.io/zone: z1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: foo, namespace: ns1}
+spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, targetPort: 8080}], selector: {app: foo}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: foo-1, namespace: ns1, labels: {app: foo}}
+spec: {nodeName: n1, serviceAccountName: foo}
+status: {phase: Running, podIP: 10.0.0.1, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: foo-a, namespace: ns1, labels: {kubernetes.io/service-name: foo}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.0.0.1]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: foo-1, namespace: ns1}
+`
+
+type appRig struct {
+	t     *testing.T
+	app   *App
+	debug string
+	xds   string
+}
+
+func startAppRig(t *testing.T) *appRig {
+	t.Helper()
+	objs, errs := collections.DecodeManifests([]byte(appManifests), "m.yaml")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	client := collections.NewManifestClient(objs)
+	xl, _ := net.Listen("tcp", "127.0.0.1:0")
+	dl, _ := net.Listen("tcp", "127.0.0.1:0")
+	app, err := StartApp(AppOptions{Config: collections.DefaultConfig(), Client: client, XDSListener: xl, DebugListener: dl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.Stop)
+	r := &appRig{t: t, app: app, debug: "http://" + dl.Addr().String(), xds: xl.Addr().String()}
+	r.waitReady()
+	return r
+}
+
+func (r *appRig) waitReady() {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if code, _ := r.get("/ready"); code == http.StatusOK {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.t.Fatal("/ready never returned 200")
+}
+
+func (r *appRig) get(path string) (int, string) {
+	r.t.Helper()
+	resp, err := http.Get(r.debug + path)
+	if err != nil {
+		r.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (r *appRig) getJSON(path string, into any) {
+	r.t.Helper()
+	code, body := r.get(path)
+	if code != http.StatusOK {
+		r.t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), into); err != nil {
+		r.t.Fatalf("GET %s: %v\n%s", path, err, body)
+	}
+}
+
+func eventuallyTrue(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDebugEndpointsAndMetrics reads every debug endpoint and metric after known changes: a
+// client connects and NACKs, an endpoint flips, and a bad slice is created.
+func TestDebugEndpointsAndMetrics(t *testing.T) {
+	r := startAppRig(t)
+	client := r.app.Client()
+
+	cc, err := adsclient.Dial(r.xds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	s, err := adsclient.Open(context.Background(), cc, adsclient.Node{ID: "sidecar~10.0.0.9~client.ns1~ns1.svc.cluster.local", Namespace: "ns1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const cluster = "outbound|80||foo.ns1.svc.cluster.local"
+	_ = s.Request(adsclient.TypeCLA, cluster)
+	first, err := s.Recv(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Ack(first, cluster)
+
+	// Known change 1: the endpoint turns not ready; the push is NACKed.
+	slice := fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.NotReady})
+	if _, err := client.Kube().DiscoveryV1().EndpointSlices("ns1").Update(context.Background(), slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Recv(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Nack(second, first.VersionInfo, "test rejection", cluster)
+	// Known change 2: an invalid slice.
+	bad := fixtures.Slice("ns1", "bad", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "not-an-ip", Cond: fixtures.Ready})
+	if _, err := client.Kube().DiscoveryV1().EndpointSlices("ns1").Create(context.Background(), bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("ready", func(t *testing.T) {
+		if code, _ := r.get("/ready"); code != 200 {
+			t.Fatalf("/ready %d", code)
+		}
+	})
+	t.Run("index", func(t *testing.T) {
+		_, body := r.get("/debug")
+		for _, p := range []string{"/debug/krt", "/debug/krtz", "/debug/endpointShardz", "/debug/registryz", "/debug/syncz", "/debug/adsz", "/debug/pprof/", "/metrics"} {
+			if !strings.Contains(body, `href="`+p+`"`) {
+				t.Errorf("index lacks %s", p)
+			}
+		}
+	})
+	t.Run("krt", func(t *testing.T) {
+		var snap graphs.Snapshot
+		eventuallyTrue(t, "SliceEndpoints to hold both slices", func() bool {
+			r.getJSON("/debug/krt", &snap)
+			n, _ := snap.Node(graphs.NameSliceEndpoints)
+			return n.Size == 2 && n.Recomputes >= 2 && n.LastChange != nil
+		})
+		if _, body := r.get("/debug/krt?format=dot"); !strings.Contains(body, `"informer/EndpointSlices" -> "SliceEndpoints"`) {
+			t.Fatalf("dot:\n%s", body)
+		}
+		_, body := r.get("/debug/krt?format=html")
+		if !strings.Contains(body, "<svg") || strings.Contains(body, "src=") || strings.Contains(body, "<link") || strings.Contains(body, "@import") ||
+			!strings.Contains(body, `fetch("?format=json"`) {
+			t.Fatal("html page must draw with SVG, refresh from this server, and load nothing from elsewhere")
+		}
+	})
+	t.Run("krtz", func(t *testing.T) {
+		var dump []struct {
+			Name  string `json:"name"`
+			State struct {
+				Outputs map[string]json.RawMessage `json:"outputs"`
+			} `json:"state"`
+		}
+		r.getJSON("/debug/krtz?collection=ServiceInfos", &dump)
+		if len(dump) != 1 || dump[0].Name != "ServiceInfos" || dump[0].State.Outputs["ns1/foo"] == nil {
+			t.Fatalf("krtz %+v", dump)
+		}
+	})
+	t.Run("endpointShardz", func(t *testing.T) {
+		var shards map[string]map[string]struct {
+			Shards          map[string][]map[string]any
+			ServiceAccounts map[string]struct{}
+		}
+		eventuallyTrue(t, "the endpoint to be unhealthy in the shard", func() bool {
+			r.getJSON("/debug/endpointShardz", &shards)
+			eps := shards["foo.ns1.svc.cluster.local"]["ns1"].Shards["Kubernetes/Kubernetes"]
+			return len(eps) == 1 && eps[0]["HealthStatus"] == float64(2) && eps[0]["ServicePortName"] == "http"
+		})
+		if _, ok := shards["foo.ns1.svc.cluster.local"]["ns1"].ServiceAccounts["spiffe://cluster.local/ns/ns1/sa/foo"]; !ok {
+			t.Fatalf("service accounts %+v", shards)
+		}
+	})
+	t.Run("registryz", func(t *testing.T) {
+		var svcs []map[string]any
+		r.getJSON("/debug/registryz", &svcs)
+		if len(svcs) != 1 || svcs[0]["hostname"] != "foo.ns1.svc.cluster.local" {
+			t.Fatalf("registryz %+v", svcs)
+		}
+	})
+	t.Run("syncz", func(t *testing.T) {
+		var st []map[string]any
+		eventuallyTrue(t, "the NACK in syncz", func() bool {
+			r.getJSON("/debug/syncz", &st)
+			if len(st) != 1 {
+				return false
+			}
+			res, _ := st[0]["resources"].(map[string]any)
+			cla, _ := res[adsclient.TypeCLA].(map[string]any)
+			return cla["lastError"] == "test rejection" && st[0]["endpoint_sent"] == second.Nonce && st[0]["endpoint_acked"] == first.Nonce
+		})
+		r.getJSON("/debug/syncz?namespace=other", &st)
+		if len(st) != 0 {
+			t.Fatalf("namespace filter: %+v", st)
+		}
+	})
+	t.Run("adsz", func(t *testing.T) {
+		var a struct {
+			Total   int `json:"totalClients"`
+			Clients []struct {
+				Address string              `json:"address"`
+				Watches map[string][]string `json:"watches"`
+			} `json:"clients"`
+		}
+		r.getJSON("/debug/adsz", &a)
+		if a.Total != 1 || a.Clients[0].Address != "10.0.0.9" || a.Clients[0].Watches[adsclient.TypeCLA][0] != cluster {
+			t.Fatalf("adsz %+v", a)
+		}
+	})
+	t.Run("pprof", func(t *testing.T) {
+		if code, _ := r.get("/debug/pprof/"); code != 200 {
+			t.Fatalf("pprof %d", code)
+		}
+	})
+	t.Run("metrics", func(t *testing.T) {
+		want := []string{
+			`krteds_xds_clients{type="sidecar"} 1`,
+			`krteds_xds_pushes_total{type="ClusterLoadAssignment"} 2`,
+			`krteds_xds_rejects_total{type="ClusterLoadAssignment"} 1`,
+			`krteds_xds_convergence_seconds_count{type="ClusterLoadAssignment"} 1`,
+			`krteds_xds_config_size_bytes_count{type="ClusterLoadAssignment"} 2`,
+			`krteds_skipped_objects_total{kind="EndpointSlice",reason="invalid_address"} 1`,
+			`krteds_collection_size{collection="SliceEndpoints"} 2`,
+			`krteds_collection_recomputations_total{collection="SliceEndpoints"}`,
+			`krteds_collection_events_total{collection="informer/EndpointSlices"}`,
+		}
+		var body string
+		eventuallyTrue(t, "metrics", func() bool {
+			_, body = r.get("/metrics")
+			for _, w := range want {
+				if !strings.Contains(body, w) {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}
+
+func TestDebugIsLoopbackOnly(t *testing.T) {
+	r := startAppRig(t)
+	h := r.app.debugHandler()
+	for path, want := range map[string]int{"/debug/krt": http.StatusForbidden, "/ready": http.StatusOK, "/metrics": http.StatusOK} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.RemoteAddr = "192.0.2.7:4444"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != want {
+			t.Errorf("%s from a remote peer: %d, want %d", path, w.Code, want)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package xds
+
+import (
+	"maps"
+
+	"github.com/krteds/krteds/transforms"
+)
+
+// SyncStatus is one proxy's row of /debug/syncz, in istiod's shape: *_sent/*_acked are nonces.
+type SyncStatus struct {
+	ClusterID            string                    `json:"cluster_id,omitempty"`
+	ProxyID              string                    `json:"proxy,omitempty"`
+	ProxyType            string                    `json:"proxy_type,omitempty"`
+	ProxyVersion         string                    `json:"proxy_version,omitempty"`
+	IstioVersion         string                    `json:"istio_version,omitempty"`
+	ClusterSent          string                    `json:"cluster_sent,omitempty"`
+	ClusterAcked         string                    `json:"cluster_acked,omitempty"`
+	ListenerSent         string                    `json:"listener_sent,omitempty"`
+	ListenerAcked        string                    `json:"listener_acked,omitempty"`
+	RouteSent            string                    `json:"route_sent,omitempty"`
+	RouteAcked           string                    `json:"route_acked,omitempty"`
+	EndpointSent         string                    `json:"endpoint_sent,omitempty"`
+	EndpointAcked        string                    `json:"endpoint_acked,omitempty"`
+	ExtensionConfigSent  string                    `json:"extensionconfig_sent,omitempty"`
+	ExtensionConfigAcked string                    `json:"extensionconfig_acked,omitempty"`
+	Resources            map[string]ResourceStatus `json:"resources,omitempty"`
+}
+
+// ResourceStatus is the per-type detail of a SyncStatus.
+type ResourceStatus struct {
+	Sent      string `json:"sent,omitempty"`
+	Acked     string `json:"acked,omitempty"`
+	SentTime  string `json:"sentTime,omitempty"`
+	LastError string `json:"lastError,omitempty"`
+}
+
+// Syncz lists every connected proxy's sync state, optionally only those in namespace.
+func (s *Server) Syncz(namespace string) []SyncStatus {
+	out := []SyncStatus{}
+	for _, c := range s.Status() {
+		if c.Proxy == nil || (namespace != "" && c.Proxy.Namespace != namespace) {
+			continue
+		}
+		ss := SyncStatus{ClusterID: c.Proxy.ClusterID, ProxyID: c.Proxy.ID, ProxyType: c.Proxy.Type, IstioVersion: "krteds",
+			Resources: map[string]ResourceStatus{}}
+		if ss.ClusterID == "" {
+			ss.ClusterID = s.clusterID
+		}
+		for t, st := range c.Types {
+			rs := ResourceStatus{Sent: st.SentNonce, Acked: st.AckedNonce, LastError: st.LastError}
+			if !st.SentTime.IsZero() {
+				rs.SentTime = st.SentTime.UTC().Format("2006-01-02T15:04:05.000Z")
+			}
+			ss.Resources[t] = rs
+			switch t {
+			case transforms.TypeCluster:
+				ss.ClusterSent, ss.ClusterAcked = st.SentNonce, st.AckedNonce
+			case transforms.TypeListener:
+				ss.ListenerSent, ss.ListenerAcked = st.SentNonce, st.AckedNonce
+			case transforms.TypeRoute:
+				ss.RouteSent, ss.RouteAcked = st.SentNonce, st.AckedNonce
+			case transforms.TypeCLA:
+				ss.EndpointSent, ss.EndpointAcked = st.SentNonce, st.AckedNonce
+			}
+		}
+		out = append(out, ss)
+	}
+	return out
+}
+
+// AdsClient is one connection of /debug/adsz, in istiod's shape.
+type AdsClient struct {
+	ConnectionID string              `json:"connectionId"`
+	ConnectedAt  string              `json:"connectedAt"`
+	Address      string              `json:"address"`
+	Labels       map[string]string   `json:"labels,omitempty"`
+	Metadata     map[string]string   `json:"metadata,omitempty"`
+	Locality     string              `json:"locality,omitempty"`
+	Watches      map[string][]string `json:"watches,omitempty"`
+	// Class is the proxy class krteds computes for the connection.
+	Class string `json:"class,omitempty"`
+}
+
+// AdsClients is /debug/adsz.
+type AdsClients struct {
+	Total     int         `json:"totalClients"`
+	Connected []AdsClient `json:"clients,omitempty"`
+}
+
+// Adsz lists the connections and what each watches.
+func (s *Server) Adsz() AdsClients {
+	out := AdsClients{}
+	for _, c := range s.Status() {
+		if c.Proxy == nil {
+			continue
+		}
+		a := AdsClient{
+			ConnectionID: c.ConnID,
+			ConnectedAt:  c.ConnectedAt.UTC().Format("2006-01-02T15:04:05.000Z"),
+			Address:      c.Proxy.IP,
+			Metadata: map[string]string{"NAMESPACE": c.Proxy.Namespace, "CLUSTER_ID": c.Proxy.ClusterID, "NETWORK": c.Proxy.Network,
+				"NODE_NAME": c.Proxy.NodeName, "GENERATOR": c.Proxy.Generator},
+			Watches: c.Watches,
+		}
+		maps.DeleteFunc(a.Metadata, func(_, v string) bool { return v == "" })
+		if p := s.g.Proxies.GetKey(c.ConnID); p != nil {
+			a.Labels = p.EffectiveLabels
+			a.Locality = p.Class.Locality.String()
+			a.Class = p.Class.Key()
+		}
+		out.Connected = append(out.Connected, a)
+	}
+	out.Total = len(out.Connected)
+	return out
+}
