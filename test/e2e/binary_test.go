@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// repoRoot is the module root, two levels above this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+	binDir    string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildBinary builds cmd/krteds once per test binary run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "krteds-bin-")
+		if buildErr != nil {
+			return
+		}
+		builtBin = filepath.Join(binDir, "krteds")
+		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/krteds")
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building krteds: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(to, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + errOut.String(), err
+	}
+	return out.String(), nil
+}
+
+// TestBinaryServesExamplesAndFollowsEdits runs the real binary on a copy of the bundled
+// examples, edits the manifests, and reads the result with `krteds endpoints`.
+func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	copyDir(t, filepath.Join(repoRoot(t), "examples", "mesh"), dir)
+	xdsAddr, debugAddr := freePort(t), freePort(t)
+	var logs bytes.Buffer
+	serve := exec.Command(bin, "serve", "--manifests", dir, "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
+	serve.Stdout, serve.Stderr = &logs, &logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- serve.Wait() }()
+	t.Cleanup(func() {
+		_ = serve.Process.Kill()
+		if t.Failed() {
+			t.Logf("krteds serve output:\n%s", logs.String())
+		}
+	})
+
+	waitFor(t, "/ready", func() bool {
+		resp, err := http.Get("http://" + debugAddr + "/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	const reviews = "outbound|9080||reviews.shop.svc.cluster.local"
+	endpoints := func() string {
+		out, err := run(t, bin, "endpoints", "--xds", xdsAddr, "--cluster", reviews,
+			"--node-id", "sidecar~10.10.0.11~frontend-7d9f8-aaaaa.shop~shop.svc.cluster.local")
+		if err != nil {
+			t.Fatalf("krteds endpoints: %v\n%s", err, out)
+		}
+		return out
+	}
+	out := endpoints()
+	for _, want := range []string{"ENDPOINT", "STATUS", "LOCALITY", "PRIORITY", "WEIGHT", "CLUSTER",
+		"10.10.1.11:9080   HEALTHY", "10.10.1.13:9080   UNHEALTHY   eu-west/eu-west-1a"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("endpoints output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "10.10.1.14") || strings.Contains(out, "10.10.1.15") {
+		t.Fatalf("terminating endpoint and the one without a Pod must not be served:\n%s", out)
+	}
+
+	// The late Pod arrives as a new file.
+	late, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", "late", "reviews-late-pod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "20-late.yaml"), late, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the late pod's endpoint", func() bool { return strings.Contains(endpoints(), "10.10.1.15:9080   HEALTHY") })
+
+	// An edit: the not-ready endpoint becomes ready.
+	shop := filepath.Join(dir, "10-shop.yaml")
+	b, err := os.ReadFile(shop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(b), "conditions: {ready: false, serving: false, terminating: false}", "conditions: {ready: true, serving: true, terminating: false}", 1)
+	if edited == string(b) {
+		t.Fatal("the example no longer has a not-ready endpoint to edit")
+	}
+	if err := os.WriteFile(shop, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the edited endpoint to be healthy", func() bool { return strings.Contains(endpoints(), "10.10.1.13:9080   HEALTHY") })
+
+	// The graph command reads the live graph.
+	g, err := run(t, bin, "graph", "--debug", debugAddr)
+	if err != nil {
+		t.Fatalf("krteds graph: %v\n%s", err, g)
+	}
+	for _, c := range []string{"informer/EndpointSlices", "Workloads", "ServiceEndpoints", "ClusterLoadAssignments", "ProxyClasses"} {
+		if !strings.Contains(g, c) {
+			t.Fatalf("graph output lacks %s:\n%s", c, g)
+		}
+	}
+
+	// SIGTERM: a clean exit.
+	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("krteds serve exited with %v after SIGTERM", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("krteds serve did not exit after SIGTERM")
+	}
+}
+
+func TestBinaryWithoutClusterSaysHowToRunTheExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	home := t.TempDir()
+	cmd := exec.Command(bin, "serve", "--xds-addr", freePort(t), "--debug-addr", freePort(t))
+	cmd.Env = append(os.Environ(), "HOME="+home, "KUBECONFIG="+filepath.Join(home, "missing"), "KUBERNETES_SERVICE_HOST=")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("want a failing exit, got %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := lines[len(lines)-1]
+	if !strings.Contains(last, "no Kubernetes cluster reachable") || !strings.Contains(last, "krteds serve --manifests examples/mesh") {
+		t.Fatalf("unhelpful message:\n%s", out)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
