@@ -129,25 +129,33 @@ func ParseClusterName(name string) (port int32, subset, hostname string, ok bool
 	return int32(p), parts[2], parts[3], true
 }
 
-// BuildCLA builds the ClusterLoadAssignment of one service port for one (projected) proxy class,
-// following istiod's BuildClusterLoadAssignment:
+// CLAPlan is a ClusterLoadAssignment before encoding: which endpoints, grouped by locality and
+// priority, in order.
+type CLAPlan struct {
+	ClusterName string
+	Groups      []CLAGroup
+}
+
+// CLAGroup is one LocalityLbEndpoints.
+type CLAGroup struct {
+	Locality  collections.Locality
+	Priority  uint32
+	Endpoints []collections.Endpoint
+}
+
+// PlanCLA decides the content of the ClusterLoadAssignment of one service port for one (projected)
+// proxy class, following istiod's BuildClusterLoadAssignment:
 //   - endpoints of the port's name only; on a node-local service only those on the proxy's node;
 //   - Terminating endpoints dropped; UNHEALTHY sent when the policy supports it; DRAINING kept only
 //     for services with a persistent-session label (either one);
-//   - weight 1, tlsMode and istio.workload metadata;
-//   - one LocalityLbEndpoints per locality, sorted by locality, weight = sum of endpoint weights;
+//   - one LocalityLbEndpoints per locality, sorted by locality;
 //   - with failover priorities, each locality is split by priority and priorities are compacted
 //     to 0..N.
-func BuildCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []collections.Endpoint,
+func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []collections.Endpoint,
 	policy LBPolicy, class collections.ProxyClass,
-) *endpoint.ClusterLoadAssignment {
-	cla := &endpoint.ClusterLoadAssignment{ClusterName: clusterName}
-	type group struct {
-		locality collections.Locality
-		eps      []collections.Endpoint
-		lbs      []*endpoint.LbEndpoint
-	}
-	groups := map[string]*group{}
+) CLAPlan {
+	plan := CLAPlan{ClusterName: clusterName}
+	groups := map[collections.Locality]*CLAGroup{}
 	for _, e := range eps {
 		if e.PortName != port.Name {
 			continue
@@ -167,35 +175,35 @@ func BuildCLA(clusterName string, svc *collections.ServiceInfo, port collections
 				continue
 			}
 		}
-		k := e.Meta.Locality.String()
-		g := groups[k]
+		g := groups[e.Meta.Locality]
 		if g == nil {
-			g = &group{locality: e.Meta.Locality}
-			groups[k] = g
+			g = &CLAGroup{Locality: e.Meta.Locality}
+			groups[e.Meta.Locality] = g
 		}
-		g.eps = append(g.eps, e)
-		g.lbs = append(g.lbs, lbEndpoint(e))
+		g.Endpoints = append(g.Endpoints, e)
 	}
 	if len(groups) == 0 {
-		return cla
+		return plan
 	}
-	keys := collections.SortedKeys(groups)
-	var proxyLabels map[string]string
+	locs := make([]collections.Locality, 0, len(groups))
+	for l := range groups {
+		locs = append(locs, l)
+	}
+	slices.SortFunc(locs, func(a, b collections.Locality) int { return strings.Compare(a.String(), b.String()) })
 	failover := policy.Failover && len(policy.FailoverPriority) > 0
-	if failover {
-		proxyLabels = ClassLabels(class)
-	}
-	for _, k := range keys {
-		g := groups[k]
-		loc := &core.Locality{Region: g.locality.Region, Zone: g.locality.Zone, SubZone: g.locality.Subzone}
-		if !failover {
-			cla.Endpoints = append(cla.Endpoints, localityGroup(loc, 0, g.lbs))
-			continue
+	if !failover {
+		for _, l := range locs {
+			plan.Groups = append(plan.Groups, *groups[l])
 		}
-		byPriority := map[int][]*endpoint.LbEndpoint{}
-		for i, e := range g.eps {
+		return plan
+	}
+	proxyLabels := ClassLabels(class)
+	for _, l := range locs {
+		g := groups[l]
+		byPriority := map[int][]collections.Endpoint{}
+		for _, e := range g.Endpoints {
 			p := FailoverPriority(proxyLabels, e.Meta.Labels, policy.FailoverPriority)
-			byPriority[p] = append(byPriority[p], g.lbs[i])
+			byPriority[p] = append(byPriority[p], e)
 		}
 		prios := make([]int, 0, len(byPriority))
 		for p := range byPriority {
@@ -203,13 +211,43 @@ func BuildCLA(clusterName string, svc *collections.ServiceInfo, port collections
 		}
 		slices.Sort(prios)
 		for _, p := range prios {
-			cla.Endpoints = append(cla.Endpoints, localityGroup(loc, uint32(p), byPriority[p]))
+			plan.Groups = append(plan.Groups, CLAGroup{Locality: l, Priority: uint32(p), Endpoints: byPriority[p]})
 		}
 	}
-	if failover {
-		compactPriorities(cla.Endpoints)
+	// Compact priorities to 0..N, keeping their order.
+	var used []uint32
+	for _, g := range plan.Groups {
+		if !slices.Contains(used, g.Priority) {
+			used = append(used, g.Priority)
+		}
+	}
+	slices.Sort(used)
+	for i := range plan.Groups {
+		plan.Groups[i].Priority = uint32(slices.Index(used, plan.Groups[i].Priority))
+	}
+	return plan
+}
+
+// Proto renders the plan as a ClusterLoadAssignment message: endpoint weight 1, tlsMode and
+// istio.workload metadata, locality weight = sum of endpoint weights.
+func (p CLAPlan) Proto() *endpoint.ClusterLoadAssignment {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: p.ClusterName}
+	for _, g := range p.Groups {
+		lbs := make([]*endpoint.LbEndpoint, 0, len(g.Endpoints))
+		for _, e := range g.Endpoints {
+			lbs = append(lbs, lbEndpoint(e))
+		}
+		loc := &core.Locality{Region: g.Locality.Region, Zone: g.Locality.Zone, SubZone: g.Locality.Subzone}
+		cla.Endpoints = append(cla.Endpoints, localityGroup(loc, g.Priority, lbs))
 	}
 	return cla
+}
+
+// BuildCLA plans and renders the ClusterLoadAssignment of one service port for one class.
+func BuildCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []collections.Endpoint,
+	policy LBPolicy, class collections.ProxyClass,
+) *endpoint.ClusterLoadAssignment {
+	return PlanCLA(clusterName, svc, port, eps, policy, class).Proto()
 }
 
 // FailoverPriority is istiod's per-endpoint priority for failoverPriority labels: walking the
@@ -308,11 +346,16 @@ func Marshal(key, name, typeURL string, m proto.Message) (collections.Resource, 
 	if err != nil {
 		return collections.Resource{}, fmt.Errorf("marshalling %s %s: %w", typeURL, name, err)
 	}
+	return Versioned(key, name, typeURL, b), nil
+}
+
+// Versioned wraps an encoded resource, versioned by a hash of its bytes.
+func Versioned(key, name, typeURL string, body []byte) collections.Resource {
 	return collections.Resource{
 		Key:     key,
 		Name:    name,
 		TypeURL: typeURL,
-		Version: strconv.FormatUint(xxhash.Sum64(b), 16),
-		Body:    b,
-	}, nil
+		Version: strconv.FormatUint(xxhash.Sum64(body), 16),
+		Body:    body,
+	}
 }

@@ -38,11 +38,8 @@ func BenchmarkBuildAndMarshalCLA(b *testing.B) {
 			b.ReportAllocs()
 			var size int
 			for b.Loop() {
-				cla := BuildCLA(fooName, svc, port, eps, PolicyFor(svc), collections.ProxyClass{})
-				r, err := Marshal(fooName, fooName, TypeCLA, cla)
-				if err != nil {
-					b.Fatal(err)
-				}
+				plan := PlanCLA(fooName, svc, port, eps, PolicyFor(svc), collections.ProxyClass{})
+				r := Versioned(fooName, fooName, TypeCLA, plan.Encode())
 				size = len(r.Body)
 			}
 			b.ReportMetric(float64(size), "bytes/cla")

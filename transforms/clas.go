@@ -54,15 +54,11 @@ func ServiceCLAs(in CLAInputs, report collections.Reporter) krt.TransformationMu
 		for _, port := range ClusterPorts(svc) {
 			name := ClusterName(port.Port, "", svc.Hostname)
 			for _, p := range projections {
-				cla := BuildCLA(name, svc, port, se.Endpoints, policy, p)
-				r, err := Marshal(CLAKey(name, p), name, TypeCLA, cla)
-				if err != nil {
-					report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
-					continue
-				}
+				plan := PlanCLA(name, svc, port, se.Endpoints, policy, p)
+				r := Versioned(CLAKey(name, p), name, TypeCLA, plan.Encode())
 				r.Service = se.ResourceName()
-				for _, l := range cla.Endpoints {
-					r.Endpoints += len(l.LbEndpoints)
+				for _, g := range plan.Groups {
+					r.Endpoints += len(g.Endpoints)
 				}
 				if len(r.Body) > MaxResourceBytes {
 					report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,

@@ -1,0 +1,174 @@
+package transforms
+
+import (
+	"math"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// Field numbers of the messages krteds encodes by hand (envoy.config.endpoint.v3 and
+// envoy.config.core.v3). Encode writes them in the order the deterministic proto marshaller does
+// (TestEncodeEqualsProtoMarshal holds it to that), so the bytes equal proto.Marshal of Proto().
+const (
+	fClaClusterName   = 1
+	fClaEndpoints     = 2
+	fLocLocality      = 1
+	fLocLbEndpoints   = 2
+	fLocWeight        = 3
+	fLocPriority      = 5
+	fLocalityRegion   = 1
+	fLocalityZone     = 2
+	fLocalitySubZone  = 3
+	fLbEndpoint       = 1
+	fLbHealth         = 2
+	fLbMetadata       = 3
+	fLbWeight         = 4
+	fEndpointAddress  = 1
+	fAddressSocket    = 1
+	fSocketAddress    = 2
+	fSocketPortValue  = 3
+	fMetaFilter       = 1
+	fMapKey           = 1
+	fMapValue         = 2
+	fStructFields     = 1
+	fValueString      = 3
+	fUInt32ValueValue = 1
+)
+
+// encoder reuses its scratch buffers across the endpoints of one CLA.
+type encoder struct {
+	lb, ep, md []byte
+	// workload caches the encoded "istio" metadata entry per endpoint metadata.
+	workload map[*collections.EndpointMeta][]byte
+}
+
+// Encode renders the plan as the protobuf encoding of its ClusterLoadAssignment, without building
+// the message: the bytes are those of proto.Marshal(p.Proto()) with Deterministic set.
+func (p CLAPlan) Encode() []byte {
+	n := 0
+	for _, g := range p.Groups {
+		n += len(g.Endpoints)
+	}
+	out := make([]byte, 0, 32+len(p.ClusterName)+n*140)
+	out = protowire.AppendTag(out, fClaClusterName, protowire.BytesType)
+	out = protowire.AppendString(out, p.ClusterName)
+	enc := encoder{workload: map[*collections.EndpointMeta][]byte{}}
+	var group []byte
+	for _, g := range p.Groups {
+		group = enc.localityGroup(group[:0], g)
+		out = protowire.AppendTag(out, fClaEndpoints, protowire.BytesType)
+		out = protowire.AppendBytes(out, group)
+	}
+	return out
+}
+
+func (e *encoder) localityGroup(b []byte, g CLAGroup) []byte {
+	var loc []byte
+	if g.Locality.Region != "" {
+		loc = appendStringField(loc, fLocalityRegion, g.Locality.Region)
+	}
+	if g.Locality.Zone != "" {
+		loc = appendStringField(loc, fLocalityZone, g.Locality.Zone)
+	}
+	if g.Locality.Subzone != "" {
+		loc = appendStringField(loc, fLocalitySubZone, g.Locality.Subzone)
+	}
+	b = protowire.AppendTag(b, fLocLocality, protowire.BytesType)
+	b = protowire.AppendBytes(b, loc)
+	for _, ep := range g.Endpoints {
+		e.lb = e.lbEndpoint(e.lb[:0], ep)
+		b = protowire.AppendTag(b, fLocLbEndpoints, protowire.BytesType)
+		b = protowire.AppendBytes(b, e.lb)
+	}
+	// Every endpoint weighs 1: the locality weighs the number of endpoints.
+	weight := uint64(len(g.Endpoints))
+	if weight > math.MaxUint32 {
+		weight = math.MaxUint32
+	}
+	b = protowire.AppendTag(b, fLocWeight, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(weight)))
+	b = protowire.AppendTag(b, fUInt32ValueValue, protowire.VarintType)
+	b = protowire.AppendVarint(b, weight)
+	if g.Priority != 0 {
+		b = protowire.AppendTag(b, fLocPriority, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(g.Priority))
+	}
+	return b
+}
+
+func (e *encoder) lbEndpoint(b []byte, ep collections.Endpoint) []byte {
+	// The deterministic marshaller writes the plain fields in number order (health_status,
+	// metadata, load_balancing_weight) and the host_identifier oneof (endpoint) after them.
+	if h := healthOf[ep.Health]; h != 0 {
+		b = protowire.AppendTag(b, fLbHealth, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(h))
+	}
+	// metadata { filter_metadata: {envoy.transport_socket_match: {tlsMode}, istio: {workload}} }
+	md := e.md[:0]
+	if ep.Meta.TLSMode == collections.TLSModeIstio {
+		md = append(md, tlsModeEntry...)
+	}
+	md = append(md, e.workloadEntry(ep.Meta)...)
+	e.md = md
+	b = protowire.AppendTag(b, fLbMetadata, protowire.BytesType)
+	b = protowire.AppendBytes(b, md)
+	b = protowire.AppendTag(b, fLbWeight, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(1)))
+	b = protowire.AppendTag(b, fUInt32ValueValue, protowire.VarintType)
+	b = protowire.AppendVarint(b, 1)
+	// endpoint { address { socket_address { address, port_value } } }
+	sock := e.ep[:0]
+	sock = appendStringField(sock, fSocketAddress, ep.Address)
+	if ep.Port != 0 {
+		sock = protowire.AppendTag(sock, fSocketPortValue, protowire.VarintType)
+		sock = protowire.AppendVarint(sock, uint64(ep.Port))
+	}
+	e.ep = sock
+	addrLen := protowire.SizeTag(fAddressSocket) + protowire.SizeBytes(len(sock))
+	endpointLen := protowire.SizeTag(fEndpointAddress) + protowire.SizeBytes(addrLen)
+	b = protowire.AppendTag(b, fLbEndpoint, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(endpointLen))
+	b = protowire.AppendTag(b, fEndpointAddress, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(addrLen))
+	b = protowire.AppendTag(b, fAddressSocket, protowire.BytesType)
+	return protowire.AppendBytes(b, sock)
+}
+
+// workloadEntry is the filter_metadata entry "istio": {"workload": "<name>;<ns>;<canonical>;<rev>;<cluster>"}.
+func (e *encoder) workloadEntry(m *collections.EndpointMeta) []byte {
+	if b, ok := e.workload[m]; ok {
+		return b
+	}
+	b := metadataEntry("istio", "workload", m.WorkloadName+";"+m.Namespace+";"+m.CanonicalName+";"+m.CanonicalRevision+";"+m.ClusterID)
+	e.workload[m] = b
+	return b
+}
+
+var tlsModeEntry = metadataEntry("envoy.transport_socket_match", "tlsMode", collections.TLSModeIstio)
+
+// metadataEntry encodes one filter_metadata map entry {filter: Struct{fields: {key: string value}}}.
+func metadataEntry(filter, key, value string) []byte {
+	var val []byte // google.protobuf.Value{string_value}
+	val = appendStringField(val, fValueString, value)
+	var field []byte // Struct.fields map entry
+	field = appendStringField(field, fMapKey, key)
+	field = protowire.AppendTag(field, fMapValue, protowire.BytesType)
+	field = protowire.AppendBytes(field, val)
+	var st []byte // google.protobuf.Struct
+	st = protowire.AppendTag(st, fStructFields, protowire.BytesType)
+	st = protowire.AppendBytes(st, field)
+	var entry []byte // filter_metadata map entry
+	entry = appendStringField(entry, fMapKey, filter)
+	entry = protowire.AppendTag(entry, fMapValue, protowire.BytesType)
+	entry = protowire.AppendBytes(entry, st)
+	var out []byte
+	out = protowire.AppendTag(out, fMetaFilter, protowire.BytesType)
+	return protowire.AppendBytes(out, entry)
+}
+
+func appendStringField(b []byte, num protowire.Number, s string) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}

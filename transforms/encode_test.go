@@ -1,0 +1,42 @@
+package transforms
+
+import (
+	"bytes"
+	"testing"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// TestEncodeEqualsProtoMarshal requires the hand encoder to produce exactly the bytes of the
+// deterministic proto marshaller, for plans with every feature the encoder writes.
+func TestEncodeEqualsProtoMarshal(t *testing.T) {
+	port := collections.ServicePort{Name: "http", Port: 80}
+	zone := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", TrafficDistribution: collections.TrafficDistributionPreferSameZone, PersistentSession: true}
+	plain := &collections.ServiceInfo{Name: "foo", Namespace: "ns1"}
+	eps := syntheticEndpoints(300)
+	eps[1].Health = collections.UnHealthy
+	eps[2].Health = collections.Draining
+	eps[3].Meta = RegistryOnlyMeta(collections.DefaultConfig(), "")
+	eps[4].Address = "fd00::4"
+	eps[5].Meta = &collections.EndpointMeta{TLSMode: "disabled", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
+	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
+	for name, svc := range map[string]*collections.ServiceInfo{"plain": plain, "failover": zone} {
+		for _, n := range []int{0, 1, len(eps)} {
+			plan := PlanCLA(fooName, svc, port, eps[:n], PolicyFor(svc), Project(svc, PolicyFor(svc), class))
+			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(plan.Proto())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := plan.Encode()
+			if !bytes.Equal(got, want) {
+				var g endpoint.ClusterLoadAssignment
+				err := proto.Unmarshal(got, &g)
+				t.Fatalf("%s/%d: encoded bytes differ from proto.Marshal (%d vs %d bytes; decodes: %v, equal: %v)",
+					name, n, len(got), len(want), err, proto.Equal(&g, plan.Proto()))
+			}
+		}
+	}
+}
