@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/krteds/krteds/outputs/xds/adsclient"
+)
+
+// Fleet is a set of real ADS clients (SotW, over gRPC) that subscribe to EDS and ACK every
+// response, recording per cluster the version (hash of the bytes) and arrival time of the last
+// CLA they received.
+type Fleet struct {
+	Size    Size
+	streams []*adsclient.Stream
+	conns   []*grpc.ClientConn
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	latest []map[string]arrival
+	subs   [][]string
+	errs   []error
+	cancel context.CancelFunc
+}
+
+type arrival struct {
+	version string
+	at      time.Time
+}
+
+// ProxyLocality is the locality of proxy p: proxies are spread evenly over Size.Classes zones.
+func (s Size) ProxyLocality(p int) *core.Locality {
+	region, zone := s.ZoneOf(p % s.Classes)
+	return &core.Locality{Region: region, Zone: zone}
+}
+
+// Connect starts every proxy: one gRPC connection per proxy, one ADS stream each, one EDS request
+// for its subscriptions.
+func Connect(addr string, s Size) (*Fleet, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Fleet{Size: s, cancel: cancel}
+	f.cond = sync.NewCond(&f.mu)
+	for p := 0; p < s.Proxies; p++ {
+		cc, err := adsclient.Dial(addr)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.conns = append(f.conns, cc)
+		node := adsclient.Node{ID: fmt.Sprintf("sidecar~10.250.%d.%d~proxy-%d.bench~bench.svc.cluster.local", p>>8, p&255, p),
+			Namespace: meshNamespace, Locality: s.ProxyLocality(p)}
+		st, err := adsclient.Open(ctx, cc, node)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.streams = append(f.streams, st)
+		f.latest = append(f.latest, map[string]arrival{})
+		subs := s.Subscriptions(p)
+		f.subs = append(f.subs, subs)
+		if err := st.Request(adsclient.TypeCLA, subs...); err != nil {
+			f.Close()
+			return nil, err
+		}
+		go f.read(p)
+	}
+	return f, nil
+}
+
+func (f *Fleet) read(p int) {
+	st := f.streams[p]
+	for {
+		resp, err := st.Recv(time.Hour)
+		if err != nil {
+			f.mu.Lock()
+			f.errs = append(f.errs, err)
+			f.cond.Broadcast()
+			f.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		f.mu.Lock()
+		for _, a := range resp.Resources {
+			f.latest[p][claName(a.Value)] = arrival{version: strconv.FormatUint(xxhash.Sum64(a.Value), 16), at: now}
+		}
+		f.cond.Broadcast()
+		f.mu.Unlock()
+		_ = st.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: f.subs[p]})
+	}
+}
+
+// claName reads field 1 (cluster_name) of an encoded ClusterLoadAssignment.
+func claName(b []byte) string {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return ""
+			}
+			return string(v)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return ""
+		}
+		b = b[m:]
+	}
+	return ""
+}
+
+// Subscribers lists the proxies subscribed to cluster.
+func (f *Fleet) Subscribers(cluster string) []int {
+	var out []int
+	for p, subs := range f.subs {
+		for _, s := range subs {
+			if s == cluster {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Versions returns what each of the proxies last received for cluster.
+func (f *Fleet) Versions(cluster string, proxies []int) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, len(proxies))
+	for i, p := range proxies {
+		out[i] = f.latest[p][cluster].version
+	}
+	return out
+}
+
+// WaitAll blocks until every proxy has a CLA for each of its subscriptions, returning when the
+// last one arrived.
+func (f *Fleet) WaitAll(timeout time.Duration) (time.Time, error) {
+	return f.wait(timeout, func() (bool, time.Time) {
+		var last time.Time
+		for p, subs := range f.subs {
+			if len(f.latest[p]) < len(subs) {
+				return false, last
+			}
+			for _, a := range f.latest[p] {
+				if a.at.After(last) {
+					last = a.at
+				}
+			}
+		}
+		return true, last
+	})
+}
+
+// WaitChanged blocks until each proxy has received a version of cluster other than old[i],
+// returning when the last one arrived.
+func (f *Fleet) WaitChanged(cluster string, proxies []int, old []string, timeout time.Duration) (time.Time, error) {
+	return f.wait(timeout, func() (bool, time.Time) {
+		var last time.Time
+		for i, p := range proxies {
+			a := f.latest[p][cluster]
+			if a.version == old[i] {
+				return false, last
+			}
+			if a.at.After(last) {
+				last = a.at
+			}
+		}
+		return true, last
+	})
+}
+
+// WaitVersion blocks until each proxy's last CLA of cluster has the version want(p).
+func (f *Fleet) WaitVersion(cluster string, proxies []int, want func(p int) string, timeout time.Duration) (time.Time, error) {
+	return f.wait(timeout, func() (bool, time.Time) {
+		var last time.Time
+		for _, p := range proxies {
+			a := f.latest[p][cluster]
+			if a.version != want(p) {
+				return false, last
+			}
+			if a.at.After(last) {
+				last = a.at
+			}
+		}
+		return true, last
+	})
+}
+
+func (f *Fleet) wait(timeout time.Duration, cond func() (bool, time.Time)) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
+		f.mu.Lock()
+		f.cond.Broadcast()
+		f.mu.Unlock()
+	})
+	defer timer.Stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for {
+		if len(f.errs) > 0 {
+			return time.Time{}, fmt.Errorf("an ADS stream failed: %w", f.errs[0])
+		}
+		if ok, at := cond(); ok {
+			return at, nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("timed out after %s", timeout)
+		}
+		f.cond.Wait()
+	}
+}
+
+// Close ends every stream.
+func (f *Fleet) Close() {
+	f.cancel()
+	for _, cc := range f.conns {
+		_ = cc.Close()
+	}
+}

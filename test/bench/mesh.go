@@ -1,0 +1,176 @@
+// Package bench generates synthetic meshes and measures krteds on them with real ADS clients.
+package bench
+
+import (
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Size describes a synthetic mesh.
+type Size struct {
+	Name string
+	// Services × EndpointsPerService endpoints, spread over Nodes in Zones zones of Regions regions.
+	Services, EndpointsPerService int
+	Nodes, Zones, Regions         int
+	// Proxies connect as sidecars, spread over Classes localities; each subscribes to
+	// SubscribedServices clusters (0 = all).
+	Proxies, Classes   int
+	SubscribedServices int
+	// PreferCloseEvery makes every n-th service use trafficDistribution: PreferClose (0 = none),
+	// so its CLAs depend on the proxy class.
+	PreferCloseEvery int
+}
+
+// Sizes are the documented benchmark sizes.
+var Sizes = map[string]Size{
+	"small":  {Name: "small", Services: 100, EndpointsPerService: 10, Nodes: 20, Zones: 4, Regions: 2, Proxies: 10, Classes: 4, PreferCloseEvery: 10},
+	"medium": {Name: "medium", Services: 1000, EndpointsPerService: 10, Nodes: 100, Zones: 6, Regions: 3, Proxies: 100, Classes: 6, PreferCloseEvery: 10},
+	"large": {Name: "large", Services: 10000, EndpointsPerService: 10, Nodes: 1000, Zones: 6, Regions: 3, Proxies: 1000, Classes: 6,
+		SubscribedServices: 200, PreferCloseEvery: 10},
+}
+
+// CurrentSize is chosen by KRTEDS_BENCH_SIZE (small, medium, large); default small.
+func CurrentSize() Size {
+	if s, ok := Sizes[os.Getenv("KRTEDS_BENCH_SIZE")]; ok {
+		return s
+	}
+	return Sizes["small"]
+}
+
+// Endpoints is the number of endpoints of the mesh.
+func (s Size) Endpoints() int { return s.Services * s.EndpointsPerService }
+
+// Mesh is the generated objects.
+type Mesh struct {
+	Size       Size
+	Namespaces []*corev1.Namespace
+	Nodes      []*corev1.Node
+	Services   []*corev1.Service
+	Pods       []*corev1.Pod
+	Slices     []*discovery.EndpointSlice
+}
+
+const (
+	meshNamespace = "bench"
+	targetPort    = 8080
+	sliceSize     = 100
+)
+
+// ServiceName of the i-th service.
+func ServiceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+// ClusterName of the i-th service.
+func ClusterName(i int) string {
+	return fmt.Sprintf("outbound|80||%s.%s.svc.cluster.local", ServiceName(i), meshNamespace)
+}
+
+// ZoneOf returns the region and zone of the z-th zone.
+func (s Size) ZoneOf(z int) (string, string) {
+	r := z % s.Regions
+	return fmt.Sprintf("region-%d", r), fmt.Sprintf("region-%d-zone-%d", r, z)
+}
+
+// PodIP of endpoint j of service i.
+func PodIP(i, j int) string {
+	n := i*64 + j // up to 64 endpoints per service keep IPs unique
+	return fmt.Sprintf("10.%d.%d.%d", 1+n>>16&255, n>>8&255, n&255)
+}
+
+// Generate builds the mesh's objects as Kubernetes would have them.
+func Generate(s Size) *Mesh {
+	m := &Mesh{Size: s}
+	m.Namespaces = []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: meshNamespace}}}
+	for n := 0; n < s.Nodes; n++ {
+		region, zone := s.ZoneOf(n % s.Zones)
+		m.Nodes = append(m.Nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%04d", n),
+			Labels: map[string]string{"topology.kubernetes.io/region": region, "topology.kubernetes.io/zone": zone}}})
+	}
+	ready := true
+	for i := 0; i < s.Services; i++ {
+		name := ServiceName(i)
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: meshNamespace},
+			Spec: corev1.ServiceSpec{ClusterIP: fmt.Sprintf("10.96.%d.%d", i>>8&255, i&255), Selector: map[string]string{"app": name},
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(targetPort)}}},
+		}
+		if s.PreferCloseEvery > 0 && i%s.PreferCloseEvery == 0 {
+			pc := corev1.ServiceTrafficDistributionPreferClose
+			svc.Spec.TrafficDistribution = &pc
+		}
+		m.Services = append(m.Services, svc)
+		var slice *discovery.EndpointSlice
+		for j := 0; j < s.EndpointsPerService; j++ {
+			pod := Pod(i, j, m.Nodes[(i+j)%len(m.Nodes)].Name)
+			m.Pods = append(m.Pods, pod)
+			if j%sliceSize == 0 {
+				slice = &discovery.EndpointSlice{
+					ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, j/sliceSize), Namespace: meshNamespace, Labels: map[string]string{"kubernetes.io/service-name": name}},
+					AddressType: discovery.AddressTypeIPv4,
+					Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr(int32(targetPort)), Protocol: ptr(corev1.ProtocolTCP)}},
+				}
+				m.Slices = append(m.Slices, slice)
+			}
+			slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{
+				Addresses:  []string{pod.Status.PodIP},
+				Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ptr(false)},
+				NodeName:   &pod.Spec.NodeName,
+				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: meshNamespace, Name: pod.Name},
+			})
+		}
+	}
+	return m
+}
+
+// Pod is endpoint j of service i, running on node.
+func Pod(i, j int, node string) *corev1.Pod {
+	name := ServiceName(i)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, j), Namespace: meshNamespace, GenerateName: name + "-5d9f7-",
+			Labels:          map[string]string{"app": name, "version": "v1", "pod-template-hash": "5d9f7", "security.istio.io/tlsMode": "istio"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-5d9f7", Controller: ptr(true)}}},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: name},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: PodIP(i, j), PodIPs: []corev1.PodIP{{IP: PodIP(i, j)}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+// Objects lists every object.
+func (m *Mesh) Objects() []any {
+	var out []any
+	for _, o := range m.Namespaces {
+		out = append(out, o)
+	}
+	for _, o := range m.Nodes {
+		out = append(out, o)
+	}
+	for _, o := range m.Services {
+		out = append(out, o)
+	}
+	for _, o := range m.Pods {
+		out = append(out, o)
+	}
+	for _, o := range m.Slices {
+		out = append(out, o)
+	}
+	return out
+}
+
+// Subscriptions is the cluster list proxy p subscribes to.
+func (s Size) Subscriptions(p int) []string {
+	n := s.SubscribedServices
+	if n == 0 || n > s.Services {
+		n = s.Services
+	}
+	out := make([]string, 0, n)
+	for k := 0; k < n; k++ {
+		out = append(out, ClusterName((p*n+k)%s.Services))
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
