@@ -51,7 +51,9 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs, report collections
 		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(slice.Namespace+"/"+svcName))
 
 		ports := slicePorts(slice, svc, object, report)
-		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName}
+		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName,
+			Endpoints: make([]collections.Endpoint, 0, len(slice.Endpoints)*len(ports))}
+		workloads := targetWorkloads(ctx, in, slice)
 		var registryMeta *collections.EndpointMeta
 		for i := range slice.Endpoints {
 			e := &slice.Endpoints[i]
@@ -71,7 +73,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs, report collections
 					if ns == "" {
 						ns = slice.Namespace
 					}
-					w := krt.FetchOne(ctx, in.Workloads, krt.FilterKey(ns+"/"+ref.Name))
+					w := workloads[ns+"/"+ref.Name]
 					if w == nil {
 						// The Pod has not arrived yet: leave the endpoint out; this transform is
 						// recomputed when it does.
@@ -107,6 +109,30 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs, report collections
 		}
 		return out
 	}
+}
+
+// targetWorkloads Fetches, in one go, the Workloads of every Pod the slice's endpoints name: one
+// dependency for the whole slice, which krt re-evaluates when any of those Pods changes.
+func targetWorkloads(ctx krt.HandlerContext, in SliceInputs, slice *discovery.EndpointSlice) map[string]*collections.Workload {
+	keys := make([]string, 0, len(slice.Endpoints))
+	for i := range slice.Endpoints {
+		if ref := slice.Endpoints[i].TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") {
+			ns := ref.Namespace
+			if ns == "" {
+				ns = slice.Namespace
+			}
+			keys = append(keys, ns+"/"+ref.Name)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	out := make(map[string]*collections.Workload, len(keys))
+	for _, w := range krt.Fetch(ctx, in.Workloads, krt.FilterKeys(keys...)) {
+		w := w
+		out[w.ResourceName()] = &w
+	}
+	return out
 }
 
 type slicePort struct {

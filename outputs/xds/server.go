@@ -50,10 +50,12 @@ type Server struct {
 	mu      sync.Mutex
 	conns   map[string]*conn
 	reqConn map[any]*conn
-	// byName indexes open watches by type and subscribed name; byType lists every open watch of
-	// a type (for wildcard subscriptions and full-state types).
-	byName map[string]map[string]map[*watch]struct{}
-	byType map[string]map[*watch]struct{}
+	// byName indexes connections by type and subscribed name, whether or not a watch is open
+	// right now (a change between a response and the next request must not be lost); byType
+	// lists every connection subscribed to a type, and wild those subscribed to all of it.
+	byName map[string]map[string]map[*conn]struct{}
+	byType map[string]map[*conn]struct{}
+	wild   map[string]map[*conn]struct{}
 }
 
 // NewServer builds the server over the graph. Call Start before serving streams.
@@ -73,8 +75,9 @@ func NewServer(g *graphs.Graph, clusterID string, log *zap.Logger, m *Metrics) *
 		conns:     map[string]*conn{},
 		changedAt: map[string]time.Time{},
 		reqConn:   map[any]*conn{},
-		byName:    map[string]map[string]map[*watch]struct{}{},
-		byType:    map[string]map[*watch]struct{}{},
+		byName:    map[string]map[string]map[*conn]struct{}{},
+		byType:    map[string]map[*conn]struct{}{},
+		wild:      map[string]map[*conn]struct{}{},
 	}
 }
 
@@ -100,7 +103,7 @@ func (s *Server) Start(stop <-chan struct{}) {
 				names[e.Latest().Name] = struct{}{}
 			}
 			s.markChanged(typeURL, names)
-			s.evaluateType(typeURL)
+			s.evaluateType(typeURL, names)
 		}, false)
 	}
 	s.g.Proxies.RegisterBatch(func(evs []krt.Event[collections.Proxy]) {
@@ -180,6 +183,14 @@ type conn struct {
 	watches  map[string]*watch
 	status   map[string]*typeStatus
 	forceEDS bool
+	// dirty holds, per type, names that changed while no watch could answer (the last response
+	// was not ACKed yet); dirtyAll says everything must be looked at again.
+	dirty    map[string]map[string]struct{}
+	dirtyAll map[string]bool
+	// prevNames is the subscription of the previous watch of each type.
+	prevNames map[string]map[string]struct{}
+	// indexed is what the server's indexes hold for this connection (guarded by Server.mu).
+	indexed map[string]map[string]struct{}
 }
 
 func (c *conn) statusOf(typeURL string) *typeStatus {
@@ -204,6 +215,8 @@ type watch struct {
 	wildcard bool
 	fired    bool
 	closed   bool
+	// initial is true until the watch is first evaluated.
+	initial bool
 }
 
 func connKey(delta bool, id int64) string {
@@ -217,6 +230,8 @@ func (s *Server) openConn(delta bool, id int64) {
 	c := &conn{
 		id: connKey(delta, id), delta: delta, connectedAt: time.Now(), done: make(chan struct{}),
 		watches: map[string]*watch{}, status: map[string]*typeStatus{},
+		dirty: map[string]map[string]struct{}{}, dirtyAll: map[string]bool{}, prevNames: map[string]map[string]struct{}{},
+		indexed: map[string]map[string]struct{}{},
 	}
 	s.mu.Lock()
 	s.conns[c.id] = c
@@ -228,8 +243,13 @@ func (s *Server) closeConn(delta bool, id int64) {
 	s.mu.Lock()
 	c := s.conns[key]
 	delete(s.conns, key)
-	if c != nil && c.lastReq != nil {
-		delete(s.reqConn, c.lastReq)
+	if c != nil {
+		if c.lastReq != nil {
+			delete(s.reqConn, c.lastReq)
+		}
+		for t := range c.indexed {
+			s.index(c, t, nil, false)
+		}
 	}
 	s.mu.Unlock()
 	if c == nil {
@@ -319,7 +339,7 @@ func (s *Server) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan
 	if c == nil {
 		return nil, status.Error(codes.Internal, "request from an unknown stream")
 	}
-	w := &watch{c: c, typeURL: req.GetTypeUrl(), sreq: req, sub: sub, sch: ch,
+	w := &watch{c: c, typeURL: req.GetTypeUrl(), sreq: req, sub: sub, sch: ch, initial: true,
 		names: collections.SortedKeys(sub.SubscribedResources()), wildcard: sub.IsWildcard()}
 	return s.addWatch(w), nil
 }
@@ -330,7 +350,7 @@ func (s *Server) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscriptio
 	if c == nil {
 		return nil, status.Error(codes.Internal, "request from an unknown stream")
 	}
-	w := &watch{c: c, typeURL: req.GetTypeUrl(), dreq: req, sub: sub, dch: ch,
+	w := &watch{c: c, typeURL: req.GetTypeUrl(), dreq: req, sub: sub, dch: ch, initial: true,
 		names: collections.SortedKeys(sub.SubscribedResources()), wildcard: sub.IsWildcard()}
 	return s.addWatch(w), nil
 }
@@ -340,44 +360,73 @@ func (s *Server) Fetch(context.Context, *cache.Request) (cache.Response, error) 
 	return nil, errors.New("krteds does not serve REST xDS")
 }
 
+// index records (with s.mu held) that c subscribes to names (and to everything, if wildcard) of
+// typeURL; nil names removes the connection from the type's indexes.
+func (s *Server) index(c *conn, typeURL string, names []string, wildcard bool) {
+	byName := s.byName[typeURL]
+	if byName == nil {
+		byName = map[string]map[*conn]struct{}{}
+		s.byName[typeURL] = byName
+	}
+	next := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		next[n] = struct{}{}
+	}
+	for n := range c.indexed[typeURL] {
+		if _, keep := next[n]; !keep {
+			delete(byName[n], c)
+			if len(byName[n]) == 0 {
+				delete(byName, n)
+			}
+		}
+	}
+	for n := range next {
+		if _, had := c.indexed[typeURL][n]; !had {
+			if byName[n] == nil {
+				byName[n] = map[*conn]struct{}{}
+			}
+			byName[n][c] = struct{}{}
+		}
+	}
+	for _, m := range []map[string]map[*conn]struct{}{s.byType, s.wild} {
+		if m[typeURL] == nil {
+			m[typeURL] = map[*conn]struct{}{}
+		}
+	}
+	if names == nil && !wildcard {
+		delete(c.indexed, typeURL)
+		delete(s.byType[typeURL], c)
+		delete(s.wild[typeURL], c)
+		return
+	}
+	c.indexed[typeURL] = next
+	s.byType[typeURL][c] = struct{}{}
+	if wildcard {
+		s.wild[typeURL][c] = struct{}{}
+	} else {
+		delete(s.wild[typeURL], c)
+	}
+}
+
 func (s *Server) addWatch(w *watch) func() {
 	s.mu.Lock()
-	if s.byType[w.typeURL] == nil {
-		s.byType[w.typeURL] = map[*watch]struct{}{}
-	}
-	s.byType[w.typeURL][w] = struct{}{}
-	names := s.byName[w.typeURL]
-	if names == nil {
-		names = map[string]map[*watch]struct{}{}
-		s.byName[w.typeURL] = names
-	}
-	for _, n := range w.names {
-		if names[n] == nil {
-			names[n] = map[*watch]struct{}{}
+	if _, open := s.conns[w.c.id]; open {
+		names := w.names
+		if names == nil {
+			names = []string{}
 		}
-		names[n][w] = struct{}{}
+		s.index(w.c, w.typeURL, names, w.wildcard)
 	}
 	s.mu.Unlock()
 	w.c.mu.Lock()
 	w.c.watches[w.typeURL] = w
+	s.evaluateLocked(w, map[string]struct{}{})
 	w.c.mu.Unlock()
-	s.evaluate(w)
 	var once sync.Once
 	return func() { once.Do(func() { s.removeWatch(w) }) }
 }
 
 func (s *Server) removeWatch(w *watch) {
-	s.mu.Lock()
-	delete(s.byType[w.typeURL], w)
-	for _, n := range w.names {
-		if set := s.byName[w.typeURL][n]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(s.byName[w.typeURL], n)
-			}
-		}
-	}
-	s.mu.Unlock()
 	w.c.mu.Lock()
 	w.closed = true
 	if w.c.watches[w.typeURL] == w {
@@ -386,34 +435,69 @@ func (s *Server) removeWatch(w *watch) {
 	w.c.mu.Unlock()
 }
 
+// evaluateNames looks at names on every connection subscribed to them (or to everything): an
+// open watch answers, otherwise the names are kept for the connection's next request.
 func (s *Server) evaluateNames(typeURL string, names map[string]struct{}) {
 	s.mu.Lock()
-	ws := map[*watch]struct{}{}
+	cs := map[*conn]map[string]struct{}{}
 	for n := range names {
-		for w := range s.byName[typeURL][n] {
-			ws[w] = struct{}{}
+		for c := range s.byName[typeURL][n] {
+			if cs[c] == nil {
+				cs[c] = map[string]struct{}{}
+			}
+			cs[c][n] = struct{}{}
 		}
 	}
-	for w := range s.byType[typeURL] {
-		if w.wildcard {
-			ws[w] = struct{}{}
-		}
+	for c := range s.wild[typeURL] {
+		cs[c] = names
 	}
 	s.mu.Unlock()
-	for w := range ws {
-		s.evaluate(w)
+	for c, only := range cs {
+		s.touch(c, typeURL, only)
 	}
 }
 
-func (s *Server) evaluateType(typeURL string) {
+// evaluateType looks at changed names of a type: every subscriber of a full-state type looks at
+// everything.
+func (s *Server) evaluateType(typeURL string, names map[string]struct{}) {
+	if !fullState(typeURL) {
+		s.evaluateNames(typeURL, names)
+		return
+	}
 	s.mu.Lock()
-	ws := make([]*watch, 0, len(s.byType[typeURL]))
-	for w := range s.byType[typeURL] {
-		ws = append(ws, w)
+	cs := make([]*conn, 0, len(s.byType[typeURL]))
+	for c := range s.byType[typeURL] {
+		cs = append(cs, c)
 	}
 	s.mu.Unlock()
-	for _, w := range ws {
-		s.evaluate(w)
+	for _, c := range cs {
+		s.touch(c, typeURL, nil)
+	}
+}
+
+// touch evaluates c's open watch of typeURL for only (nil: everything), or remembers them.
+func (s *Server) touch(c *conn, typeURL string, only map[string]struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w := c.watches[typeURL]; w != nil {
+		s.evaluateLocked(w, only)
+		return
+	}
+	c.markDirty(typeURL, only)
+}
+
+func (c *conn) markDirty(typeURL string, only map[string]struct{}) {
+	if only == nil {
+		c.dirtyAll[typeURL] = true
+		return
+	}
+	d := c.dirty[typeURL]
+	if d == nil {
+		d = map[string]struct{}{}
+		c.dirty[typeURL] = d
+	}
+	for n := range only {
+		d[n] = struct{}{}
 	}
 }
 
@@ -425,75 +509,131 @@ func (s *Server) evaluateConn(id string) {
 		return
 	}
 	c.mu.Lock()
-	ws := make([]*watch, 0, len(c.watches))
-	for _, w := range c.watches {
-		ws = append(ws, w)
-	}
-	c.mu.Unlock()
-	for _, w := range ws {
-		s.evaluate(w)
+	defer c.mu.Unlock()
+	for t := range c.status {
+		if w := c.watches[t]; w != nil {
+			s.evaluateLocked(w, nil)
+		} else {
+			c.dirtyAll[t] = true
+		}
 	}
 }
 
 func (s *Server) evaluateAll() {
 	s.mu.Lock()
-	var ws []*watch
-	for _, set := range s.byType {
-		for w := range set {
-			ws = append(ws, w)
-		}
+	cs := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		cs = append(cs, c)
 	}
 	s.mu.Unlock()
-	for _, w := range ws {
-		s.evaluate(w)
+	for _, c := range cs {
+		c.mu.Lock()
+		for _, w := range c.watches {
+			s.evaluateLocked(w, nil)
+		}
+		c.mu.Unlock()
 	}
 }
 
-// desired resolves what the watch's subscription asks for. pending names will exist later.
-func (s *Server) desired(w *watch, p *collections.Proxy, cp collections.ConnectedProxy) (map[string]*collections.Resource, bool) {
+// desired resolves names (nil: everything the watch asks for). pending names will exist later.
+func (s *Server) desired(w *watch, p *collections.Proxy, cp collections.ConnectedProxy, only map[string]struct{}) (map[string]*collections.Resource, bool) {
 	out := map[string]*collections.Resource{}
 	pending := false
-	if w.wildcard {
-		for _, r := range s.res.wildcard(cp, w.typeURL) {
-			r := r
-			out[r.Name] = &r
-		}
-	}
-	for _, n := range w.names {
-		if n == "*" {
-			continue
-		}
+	resolve := func(n string) {
 		if w.typeURL == transforms.TypeCLA {
 			r := s.res.cla(p, n)
 			if r.pending {
 				pending = true
-				continue
+				return
 			}
 			out[n] = r.res
-			continue
+			return
 		}
 		if r := s.res.named(p, cp, w.typeURL, n); r != nil {
 			out[n] = r
 		}
 	}
+	if only != nil {
+		subscribed := w.sub.SubscribedResources()
+		for n := range only {
+			if _, ok := subscribed[n]; ok {
+				resolve(n)
+			}
+		}
+		if !w.wildcard {
+			return out, pending
+		}
+	}
+	if w.wildcard {
+		for _, r := range s.res.wildcard(cp, w.typeURL) {
+			if only != nil {
+				if _, ok := only[r.Name]; !ok {
+					continue
+				}
+			}
+			r := r
+			out[r.Name] = &r
+		}
+	}
+	if only == nil {
+		for _, n := range w.names {
+			if n != "*" {
+				resolve(n)
+			}
+		}
+	}
 	return out, pending
 }
 
-// evaluate answers the watch if what the proxy should have differs from what it was sent.
-func (s *Server) evaluate(w *watch) {
-	if !s.synced.Load() {
-		return
-	}
+// evaluateLocked (c.mu held) answers the watch if what the proxy should have differs from what
+// it was sent. It looks only at the names in only (nil: everything); a watch that already
+// answered keeps them as dirty for its successor. Before the graph has synced nothing is sent.
+func (s *Server) evaluateLocked(w *watch, only map[string]struct{}) {
 	c := w.c
-	p := s.g.Proxies.GetKey(c.id)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if w.fired || w.closed || c.proxy == nil {
+	if w.closed || c.proxy == nil {
 		return
 	}
-	want, pending := s.desired(w, p, *c.proxy)
+	if w.fired || !s.synced.Load() {
+		c.markDirty(w.typeURL, only)
+		return
+	}
+	p := s.g.Proxies.GetKey(c.id)
 	st := c.statusOf(w.typeURL)
 	force := !st.responded || (w.typeURL == transforms.TypeCLA && c.forceEDS)
+	if w.initial {
+		w.initial = false
+		prev := c.prevNames[w.typeURL]
+		cur := make(map[string]struct{}, len(w.names))
+		for _, n := range w.names {
+			cur[n] = struct{}{}
+		}
+		c.prevNames[w.typeURL] = cur
+		if !force && !c.dirtyAll[w.typeURL] && !w.wildcard {
+			// Only what changed since the last answer, and names new to the subscription.
+			merged := map[string]struct{}{}
+			for n := range only {
+				merged[n] = struct{}{}
+			}
+			for n := range c.dirty[w.typeURL] {
+				merged[n] = struct{}{}
+			}
+			for n := range cur {
+				if _, ok := prev[n]; !ok {
+					merged[n] = struct{}{}
+				}
+			}
+			only = merged
+		} else {
+			only = nil
+		}
+		delete(c.dirty, w.typeURL)
+		delete(c.dirtyAll, w.typeURL)
+	}
+	full := fullState(w.typeURL)
+	if force || full {
+		only = nil
+	}
+	want, pending := s.desired(w, p, *c.proxy, only)
 	returned := w.sub.ReturnedResources()
 
 	var changed []string
@@ -504,27 +644,28 @@ func (s *Server) evaluate(w *watch) {
 	}
 	slices.Sort(changed)
 	var removed []string
-	for n := range returned {
-		if _, ok := want[n]; ok {
-			continue
+	if only == nil {
+		subscribed := w.sub.SubscribedResources()
+		for n := range returned {
+			if _, ok := want[n]; ok {
+				continue
+			}
+			_, sub := subscribed[n]
+			if w.typeURL == transforms.TypeCLA && sub {
+				continue // pending: keep what the client has
+			}
+			if w.wildcard || sub || !w.delta() {
+				removed = append(removed, n)
+			}
 		}
-		_, subscribed := w.sub.SubscribedResources()[n]
-		if w.typeURL == transforms.TypeCLA && subscribed {
-			continue // pending: keep what the client has
-		}
-		if w.wildcard || subscribed || !w.delta() {
-			removed = append(removed, n)
-		}
+		slices.Sort(removed)
 	}
-	slices.Sort(removed)
-	full := fullState(w.typeURL)
 	if len(changed) == 0 && len(removed) == 0 && !force {
 		return
 	}
 	if len(want) == 0 && pending && !st.responded {
 		return // wait for the first real answer rather than send nothing
 	}
-	version := stateVersion(want)
 	var send []string
 	if full || (force && !w.delta()) {
 		send = collections.SortedKeys(want)
@@ -532,15 +673,9 @@ func (s *Server) evaluate(w *watch) {
 		send = changed
 	}
 	if w.delta() {
-		if len(send) == 0 && len(removed) == 0 && st.responded && !force {
-			return
-		}
-		s.respondDelta(w, st, want, send, removed, returned, version)
+		s.respondDelta(w, st, want, send, removed, returned)
 	} else {
-		if !full && len(send) == 0 && st.responded && !force {
-			return
-		}
-		s.respondSotw(w, st, want, send, returned, version)
+		s.respondSotw(w, st, want, send, removed, returned)
 	}
 	if w.typeURL == transforms.TypeCLA {
 		c.forceEDS = false
@@ -554,30 +689,37 @@ func (s *Server) evaluate(w *watch) {
 
 func (w *watch) delta() bool { return w.dch != nil }
 
-// stateVersion is a content hash of a resource set: same resources, same version, whichever
-// krteds instance computes it.
-func stateVersion(rs map[string]*collections.Resource) string {
+// responseVersion is a content hash of the resources of a response: the same resources give the
+// same version, whichever krteds instance computes it.
+func responseVersion(want map[string]*collections.Resource, send, removed []string) string {
 	h := xxhash.New()
-	for _, n := range collections.SortedKeys(rs) {
+	for _, n := range send {
 		_, _ = h.WriteString(n)
 		_, _ = h.WriteString("\x00")
-		_, _ = h.WriteString(rs[n].Version)
+		_, _ = h.WriteString(want[n].Version)
+		_, _ = h.WriteString("\x00")
+	}
+	for _, n := range removed {
+		_, _ = h.WriteString("-")
+		_, _ = h.WriteString(n)
 		_, _ = h.WriteString("\x00")
 	}
 	return strconv.FormatUint(h.Sum64(), 16)
 }
 
-func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collections.Resource, send []string, returned map[string]string, version string) {
+func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collections.Resource, send, removed []string, returned map[string]string) {
+	version := responseVersion(want, send, removed)
 	resp := &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: w.typeURL}
 	next := map[string]string{}
 	if !fullState(w.typeURL) {
 		subscribed := w.sub.SubscribedResources()
 		for n, v := range returned {
 			if _, ok := subscribed[n]; ok {
-				if _, still := want[n]; still {
-					next[n] = v
-				}
+				next[n] = v
 			}
+		}
+		for _, n := range removed {
+			delete(next, n)
 		}
 	}
 	bytes := 0
@@ -587,13 +729,7 @@ func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collecti
 		next[n] = r.Version
 		bytes += len(r.Body)
 	}
-	w.fired = true
-	st.responded = true
-	st.SentVersion = version
-	st.SentTime = time.Now()
-	st.Responses++
-	s.metrics.pushed(w.typeURL, bytes)
-	s.observeConvergence(w.typeURL, send, returned)
+	s.sent(w, st, version, send, returned, bytes)
 	r := &sotwResponse{req: w.sreq, resp: resp, returned: next, ctx: context.Background()}
 	select {
 	case w.sch <- r:
@@ -608,15 +744,18 @@ func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collecti
 	}
 }
 
-func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collections.Resource, send, removed []string, returned map[string]string, version string) {
+func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collections.Resource, send, removed []string, returned map[string]string) {
+	version := responseVersion(want, send, removed)
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: w.typeURL, RemovedResources: removed}
 	next := map[string]string{}
 	subscribed := w.sub.SubscribedResources()
 	for n, v := range returned {
-		_, sub := subscribed[n]
-		if _, still := want[n]; still && (sub || w.wildcard) {
+		if _, sub := subscribed[n]; sub || w.wildcard {
 			next[n] = v
 		}
+	}
+	for _, n := range removed {
+		delete(next, n)
 	}
 	bytes := 0
 	for _, n := range send {
@@ -627,13 +766,7 @@ func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collect
 		next[n] = r.Version
 		bytes += len(r.Body)
 	}
-	w.fired = true
-	st.responded = true
-	st.SentVersion = version
-	st.SentTime = time.Now()
-	st.Responses++
-	s.metrics.pushed(w.typeURL, bytes)
-	s.observeConvergence(w.typeURL, send, returned)
+	s.sent(w, st, version, send, returned, bytes)
 	r := &deltaResponse{req: w.dreq, resp: resp, returned: next, ctx: context.Background()}
 	select {
 	case w.dch <- r:
@@ -646,6 +779,17 @@ func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collect
 			}
 		}()
 	}
+}
+
+// sent records a response on the watch and the connection.
+func (s *Server) sent(w *watch, st *typeStatus, version string, send []string, returned map[string]string, bytes int) {
+	w.fired = true
+	st.responded = true
+	st.SentVersion = version
+	st.SentTime = time.Now()
+	st.Responses++
+	s.metrics.pushed(w.typeURL, bytes)
+	s.observeConvergence(w.typeURL, send, returned)
 }
 
 // onResponse records the nonce a response went out with.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/krt"
 	istiolog "istio.io/istio/pkg/log"
@@ -18,11 +19,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
-	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/transforms"
 )
@@ -35,40 +34,46 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// running is krteds over a fake API server seeded with a mesh, with a fleet of proxies.
+// running is krteds' graph and xDS server over static input collections seeded with a mesh (the
+// objects as informers would hold them, without the cost of an API server), with a fleet of
+// proxies connected over gRPC on loopback.
 type running struct {
-	mesh   *Mesh
-	client kube.CLIClient
-	app    *outputs.App
-	fleet  *Fleet
+	mesh  *Mesh
+	in    collections.StaticInputs
+	g     *graphs.Graph
+	grpc  *grpc.Server
+	stopc chan struct{}
+	fleet *Fleet
 }
 
-func start(b *testing.B, m *Mesh, extra ...k8sruntime.Object) *running {
+func start(b *testing.B, m *Mesh, extra ...any) *running {
 	b.Helper()
-	var objs []k8sruntime.Object
-	for _, o := range m.Objects() {
-		objs = append(objs, o.(k8sruntime.Object))
+	stop := make(chan struct{})
+	opts := krt.NewOptionsBuilder(stop, "", nil)
+	for _, p := range m.Pods {
+		_, _ = kube.StripPodUnusedFields(p)
 	}
-	objs = append(objs, extra...)
-	client := kube.NewFakeClient(objs...)
+	in := collections.NewStaticInputs(opts, append(m.Objects(), extra...)...)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
+	srv := xds.NewServer(g, "Kubernetes", nil, nil)
+	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	app, err := outputs.StartApp(outputs.AppOptions{Config: collections.DefaultConfig(), Client: client, XDSListener: lis})
-	if err != nil {
-		b.Fatal(err)
-	}
+	gs := xds.NewGRPCServer(context.Background(), srv)
+	go func() { _ = gs.Serve(lis) }()
 	fleet, err := Connect(lis.Addr().String(), m.Size)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &running{mesh: m, client: client, app: app, fleet: fleet}
+	return &running{mesh: m, in: in, g: g, grpc: gs, stopc: stop, fleet: fleet}
 }
 
 func (r *running) stop() {
 	r.fleet.Close()
-	r.app.Stop()
+	r.grpc.Stop()
+	close(r.stopc)
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -142,9 +147,7 @@ func BenchmarkEndpointFlip(b *testing.B) {
 		runtime.ReadMemStats(&ms0)
 		c0 := cpuTime()
 		t0 := time.Now()
-		if _, err := r.client.Kube().DiscoveryV1().EndpointSlices(meshNamespace).Update(context.Background(), slice, metav1.UpdateOptions{}); err != nil {
-			b.Fatal(err)
-		}
+		r.in.Apply(slice, false)
 		last, err := r.fleet.WaitChanged(cluster, subs, old, time.Minute)
 		if err != nil {
 			b.Fatalf("flip %d of %s: %v", i, cluster, err)
@@ -163,6 +166,67 @@ func BenchmarkEndpointFlip(b *testing.B) {
 	b.ReportMetric(float64(allocs)/float64(endpointsTouched), "B-alloc/endpoint")
 }
 
+// BenchmarkGraphUpdate: the graph's own cost of one endpoint flip, without any client: the time
+// and bytes allocated until the service's CLA has its new version, per endpoint of the service
+// and per CLA (proxy class projection) it has.
+func BenchmarkGraphUpdate(b *testing.B) {
+	size := CurrentSize()
+	size.Proxies = 0
+	m := Generate(size)
+	r := start(b, m)
+	defer r.stop()
+	slicesBySvc := map[string][]*discovery.EndpointSlice{}
+	for _, s := range m.Slices {
+		slicesBySvc[s.Labels["kubernetes.io/service-name"]] = append(slicesBySvc[s.Labels["kubernetes.io/service-name"]], s)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for len(r.g.ServiceEndpoints.List()) < size.Services {
+		if time.Now().After(deadline) {
+			b.Fatal("graph never computed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	changed := make(chan string, 1024)
+	r.g.CLAs.RegisterBatch(func(evs []krt.Event[collections.Resource]) {
+		for _, e := range evs {
+			changed <- e.Latest().Name
+		}
+	}, false)
+	var ms0, ms1 runtime.MemStats
+	var allocs uint64
+	var clas int
+	c0 := cpuTime()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		svc := 1 + (i*7919)%(size.Services-1)
+		if size.PreferCloseEvery > 0 && svc%size.PreferCloseEvery == 0 {
+			svc++ // a plain service: its CLA exists without proxies
+		}
+		svc %= size.Services
+		cluster := ClusterName(svc)
+		slice := slicesBySvc[ServiceName(svc)][0].DeepCopy()
+		ready := !*slice.Endpoints[0].Conditions.Ready
+		slice.Endpoints[0].Conditions = discovery.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ptr(false)}
+		slicesBySvc[ServiceName(svc)][0] = slice
+		runtime.ReadMemStats(&ms0)
+		r.in.Apply(slice, false)
+		for name := range changed {
+			if name == cluster {
+				break
+			}
+		}
+		runtime.ReadMemStats(&ms1)
+		allocs += ms1.TotalAlloc - ms0.TotalAlloc
+		clas++
+	}
+	b.StopTimer()
+	cpu := cpuTime() - c0
+	per := float64(b.N * size.EndpointsPerService)
+	b.ReportMetric(float64(cpu.Nanoseconds())/1000/per, "cpu-µs/endpoint")
+	b.ReportMetric(float64(allocs)/per, "B-alloc/endpoint")
+	b.ReportMetric(float64(allocs)/float64(b.N), "B-alloc/update")
+}
+
 // BenchmarkRollout500: a 500-pod Deployment restarts pod by pod (new pod not ready → ready, old
 // pod terminating → gone), every proxy subscribed to it; the time from the last write to every
 // proxy holding the final CLA.
@@ -176,7 +240,7 @@ func BenchmarkRollout500(b *testing.B) {
 		m := Generate(size)
 		svc := m.Services[1].DeepCopy()
 		svc.Name, svc.Spec.TrafficDistribution, svc.Spec.Selector = name, nil, map[string]string{"app": name}
-		var extra []k8sruntime.Object
+		var extra []any
 		extra = append(extra, svc)
 		slicesOf := make([]*discovery.EndpointSlice, n/sliceSize)
 		podIP := func(gen, k int) string { return fmt.Sprintf("10.200.%d.%d", gen*2+k/256, k%256) }
@@ -207,8 +271,6 @@ func BenchmarkRollout500(b *testing.B) {
 			}
 			extra = append(extra, slicesOf[s])
 		}
-		sz := size
-		m.Size = sz
 		r := start(b, m, extra...)
 		// Every proxy also watches the rollout service.
 		for p := range r.fleet.subs {
@@ -224,13 +286,6 @@ func BenchmarkRollout500(b *testing.B) {
 		if _, err := r.fleet.WaitAll(10 * time.Minute); err != nil {
 			b.Fatal(err)
 		}
-		kc := r.client.Kube()
-		ctx := context.Background()
-		must := func(_ any, err error) {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
 		b.StartTimer()
 		var lastWrite time.Time
 		for k := 0; k < n; k++ {
@@ -238,29 +293,34 @@ func BenchmarkRollout500(b *testing.B) {
 			sl := slicesOf[s]
 			idx := k % sliceSize
 			// New pod, not ready yet.
-			must(kc.CoreV1().Pods(meshNamespace).Create(ctx, mkPod(1, k, false), metav1.CreateOptions{}))
+			write := func() {
+				sl = sl.DeepCopy()
+				slicesOf[s] = sl
+				r.in.Apply(sl, false)
+			}
+			r.in.Apply(mkPod(1, k, false), false)
 			sl.Endpoints = append(sl.Endpoints, epOf(1, k, false, false, false))
-			must(kc.DiscoveryV1().EndpointSlices(meshNamespace).Update(ctx, sl, metav1.UpdateOptions{}))
+			write()
 			// New pod ready.
-			must(kc.CoreV1().Pods(meshNamespace).UpdateStatus(ctx, mkPod(1, k, true), metav1.UpdateOptions{}))
+			r.in.Apply(mkPod(1, k, true), false)
 			sl.Endpoints[len(sl.Endpoints)-1] = epOf(1, k, true, true, false)
-			must(kc.DiscoveryV1().EndpointSlices(meshNamespace).Update(ctx, sl, metav1.UpdateOptions{}))
+			write()
 			// Old pod terminating, then gone.
 			sl.Endpoints[idx] = epOf(0, k, false, true, true)
-			must(kc.DiscoveryV1().EndpointSlices(meshNamespace).Update(ctx, sl, metav1.UpdateOptions{}))
+			write()
 			sl.Endpoints[idx] = sl.Endpoints[len(sl.Endpoints)-1]
 			sl.Endpoints = sl.Endpoints[:len(sl.Endpoints)-1]
-			must(kc.DiscoveryV1().EndpointSlices(meshNamespace).Update(ctx, sl, metav1.UpdateOptions{}))
-			must(nil, kc.CoreV1().Pods(meshNamespace).Delete(ctx, podName(0, k), metav1.DeleteOptions{}))
+			write()
+			r.in.Apply(mkPod(0, k, true), true)
 			lastWrite = time.Now()
 		}
 		// The final state: 500 new, healthy endpoints.
 		final := func() *collections.Resource {
-			res := r.app.Graph.CLAs.GetKey(cluster)
+			res := r.g.CLAs.GetKey(cluster)
 			if res == nil || res.Endpoints != n {
 				return nil
 			}
-			se := r.app.Graph.ServiceEndpoints.GetKey(meshNamespace + "/" + name)
+			se := r.g.ServiceEndpoints.GetKey(meshNamespace + "/" + name)
 			if se == nil || len(se.Endpoints) != n {
 				return nil
 			}
@@ -351,10 +411,10 @@ func BenchmarkMemory(b *testing.B) {
 		// subtracting a client-only estimate is not possible, so the figure is an upper bound.
 		withProxies := heap()
 		eps := float64(size.Endpoints())
-		b.ReportMetric(float64(withGraph-base)/eps, "heap-B/endpoint")
-		b.ReportMetric(float64(withObjects-base)/eps, "objects-B/endpoint")
-		b.ReportMetric(float64(withGraph-withObjects)/eps, "graph-B/endpoint")
-		b.ReportMetric(float64(withProxies-beforeProxies)/float64(size.Proxies), "proxy-B/proxy(incl-client)")
+		b.ReportMetric((float64(withGraph)-float64(base))/eps, "heap-B/endpoint")
+		b.ReportMetric((float64(withObjects)-float64(base))/eps, "objects-B/endpoint")
+		b.ReportMetric((float64(withGraph)-float64(withObjects))/eps, "graph-B/endpoint")
+		b.ReportMetric((float64(withProxies)-float64(beforeProxies))/float64(size.Proxies), "proxy-B/proxy(incl-client)")
 		fleet.Close()
 		gs.Stop()
 	}

@@ -4,6 +4,7 @@ package bench
 import (
 	"fmt"
 	"os"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -34,12 +35,17 @@ var Sizes = map[string]Size{
 		SubscribedServices: 200, PreferCloseEvery: 10},
 }
 
-// CurrentSize is chosen by KRTEDS_BENCH_SIZE (small, medium, large); default small.
+// CurrentSize is chosen by KRTEDS_BENCH_SIZE (small, medium, large; default small);
+// KRTEDS_BENCH_ENDPOINTS overrides the endpoints per service (at most 64).
 func CurrentSize() Size {
-	if s, ok := Sizes[os.Getenv("KRTEDS_BENCH_SIZE")]; ok {
-		return s
+	s, ok := Sizes[os.Getenv("KRTEDS_BENCH_SIZE")]
+	if !ok {
+		s = Sizes["small"]
 	}
-	return Sizes["small"]
+	if n, err := strconv.Atoi(os.Getenv("KRTEDS_BENCH_ENDPOINTS")); err == nil && n > 0 && n <= 64 {
+		s.EndpointsPerService = n
+	}
+	return s
 }
 
 // Endpoints is the number of endpoints of the mesh.
