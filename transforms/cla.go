@@ -259,10 +259,12 @@ func FailoverPriority(proxyLabels, epLabels map[string]string, priorities []stri
 	includesNetwork := n > 0 && priorities[0] == collections.LabelTopologyNetwork
 	priority, adjust := 0, 0
 	for j, entry := range priorities {
-		name, override, hasOverride := strings.Cut(entry, "=")
+		// As istiod: "label=value" overrides the proxy's value; any other number of "=" does not.
+		parts := strings.Split(entry, "=")
+		name := parts[0]
 		want := proxyLabels[name]
-		if hasOverride {
-			want = override
+		if len(parts) == 2 {
+			want = parts[1]
 		}
 		if want != epLabels[name] {
 			if j == 0 && includesNetwork {

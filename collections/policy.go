@@ -1,0 +1,206 @@
+package collections
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// Reasons for skipping or partly ignoring Istio configuration.
+const (
+	// ReasonInvalidDestinationRule: istiod's validation would reject the DestinationRule at
+	// admission, so krteds ignores all of it.
+	ReasonInvalidDestinationRule = "invalid_destination_rule"
+	// ReasonUnsupportedDestinationRule: the DestinationRule uses a field that changes EDS in istiod
+	// but that krteds does not honour.
+	ReasonUnsupportedDestinationRule = "unsupported_destination_rule_field"
+	// ReasonInvalidSidecar: istiod's validation would reject the Sidecar at admission, so krteds
+	// ignores all of it.
+	ReasonInvalidSidecar = "invalid_sidecar"
+)
+
+// Client TLS modes of a DestinationRule traffic policy (ClientTLSSettings.mode).
+const (
+	ClientTLSDisable     = "DISABLE"
+	ClientTLSSimple      = "SIMPLE"
+	ClientTLSMutual      = "MUTUAL"
+	ClientTLSIstioMutual = "ISTIO_MUTUAL"
+)
+
+// DestinationRule is the part of an Istio DestinationRule that krteds honours, copied out of the
+// proto so that comparing two versions is cheap.
+type DestinationRule struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// CreationTime orders rules the way istiod does when several rules for one host are merged:
+	// oldest first, then by name.
+	CreationTime time.Time `json:"creationTime"`
+	// Host is spec.host as written. A short name ("reviews") is relative to the rule's
+	// namespace; it is resolved against the cluster domain at lookup time.
+	Host string `json:"host"`
+	// ExportTo is spec.exportTo, sorted: "." (own namespace), "*" (everywhere), "~" (nowhere) or
+	// namespaces. Empty means everywhere.
+	ExportTo []string `json:"exportTo,omitempty"`
+	// WorkloadSelector is spec.workloadSelector.matchLabels; non-nil (possibly empty) exactly when
+	// the rule has a workload selector.
+	WorkloadSelector map[string]string `json:"workloadSelector,omitempty"`
+	Subsets          []Subset          `json:"subsets,omitempty"`
+	// Policy is spec.trafficPolicy; nil when the rule has none. A rule whose traffic policy sets
+	// only fields krteds does not model still has a non-nil (zero) Policy.
+	Policy *TrafficPolicy `json:"policy,omitempty"`
+	// PortPolicies are spec.trafficPolicy.portLevelSettings by port number (the first entry of a
+	// port wins). A port-level policy replaces the top-level one as a whole for that port.
+	PortPolicies map[uint32]*TrafficPolicy `json:"portPolicies,omitempty"`
+}
+
+// ResourceName is "<namespace>/<name>".
+func (d DestinationRule) ResourceName() string { return d.Namespace + "/" + d.Name }
+
+// Equals compares every field.
+func (d DestinationRule) Equals(o DestinationRule) bool {
+	return d.Name == o.Name &&
+		d.Namespace == o.Namespace &&
+		d.CreationTime.Equal(o.CreationTime) &&
+		d.Host == o.Host &&
+		slices.Equal(d.ExportTo, o.ExportTo) &&
+		(d.WorkloadSelector == nil) == (o.WorkloadSelector == nil) &&
+		maps.Equal(d.WorkloadSelector, o.WorkloadSelector) &&
+		slices.EqualFunc(d.Subsets, o.Subsets, Subset.Equals) &&
+		d.Policy.Equals(o.Policy) &&
+		portPoliciesEqual(d.PortPolicies, o.PortPolicies)
+}
+
+// Subset is one named subset of a DestinationRule.
+type Subset struct {
+	Name string `json:"name"`
+	// Labels select the endpoints of the subset: they must all be present on an endpoint.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Policy is the subset's trafficPolicy; its fields override the rule's.
+	Policy *TrafficPolicy `json:"policy,omitempty"`
+	// PortPolicies are the subset's portLevelSettings by port number.
+	PortPolicies map[uint32]*TrafficPolicy `json:"portPolicies,omitempty"`
+}
+
+// Equals compares every field.
+func (s Subset) Equals(o Subset) bool {
+	return s.Name == o.Name &&
+		maps.Equal(s.Labels, o.Labels) &&
+		s.Policy.Equals(o.Policy) &&
+		portPoliciesEqual(s.PortPolicies, o.PortPolicies)
+}
+
+func portPoliciesEqual(a, b map[uint32]*TrafficPolicy) bool {
+	return maps.EqualFunc(a, b, (*TrafficPolicy).Equals)
+}
+
+// TrafficPolicy is the part of a DestinationRule traffic policy that changes EDS output. Each
+// field mirrors one proto field being set, so that policies merge the way istiod merges them
+// (a subset policy overrides the fields it sets).
+type TrafficPolicy struct {
+	// OutlierDetection is set when outlierDetection is: it turns locality failover on.
+	OutlierDetection bool `json:"outlierDetection,omitempty"`
+	// MinHealthPercent is outlierDetection.minHealthPercent; > 0 stops UNHEALTHY endpoints
+	// from being sent.
+	MinHealthPercent int32 `json:"minHealthPercent,omitempty"`
+	// LoadBalancer is set when loadBalancer is, even without a locality setting: a subset's
+	// loadBalancer replaces the rule's, locality setting included.
+	LoadBalancer bool `json:"loadBalancer,omitempty"`
+	// Locality is loadBalancer.localityLbSetting or loadBalancer.zoneAwareLbSetting.
+	Locality *LocalitySetting `json:"locality,omitempty"`
+	// TLSMode is tls.mode ("" = tls unset, else one of the ClientTLS* constants).
+	TLSMode string `json:"tlsMode,omitempty"`
+}
+
+// Equals compares every field; nil equals only nil.
+func (t *TrafficPolicy) Equals(o *TrafficPolicy) bool {
+	if t == o {
+		return true
+	}
+	if t == nil || o == nil {
+		return false
+	}
+	return t.OutlierDetection == o.OutlierDetection &&
+		t.MinHealthPercent == o.MinHealthPercent &&
+		t.LoadBalancer == o.LoadBalancer &&
+		t.TLSMode == o.TLSMode &&
+		t.Locality.Equals(o.Locality)
+}
+
+// LocalitySetting is a locality load-balancing setting (istio LocalityLoadBalancerSetting), or,
+// with ZoneAware, a zone-aware one (ZoneAwareLoadBalancerSetting, which has no distribute).
+type LocalitySetting struct {
+	// Enabled is nil when unset (which means enabled).
+	Enabled          *bool        `json:"enabled,omitempty"`
+	Distribute       []Distribute `json:"distribute,omitempty"`
+	Failover         []Failover   `json:"failover,omitempty"`
+	FailoverPriority []string     `json:"failoverPriority,omitempty"`
+	// ZoneAware marks a zoneAwareLbSetting: endpoints are bucketed by region only, and failover
+	// is always on while enabled.
+	ZoneAware bool `json:"zoneAware,omitempty"`
+}
+
+// IsEnabled reports whether the setting is enabled (unset means enabled).
+func (l *LocalitySetting) IsEnabled() bool {
+	return l != nil && (l.Enabled == nil || *l.Enabled)
+}
+
+// Equals compares every field; nil equals only nil.
+func (l *LocalitySetting) Equals(o *LocalitySetting) bool {
+	if l == o {
+		return true
+	}
+	if l == nil || o == nil {
+		return false
+	}
+	return (l.Enabled == nil) == (o.Enabled == nil) &&
+		(l.Enabled == nil || *l.Enabled == *o.Enabled) &&
+		l.ZoneAware == o.ZoneAware &&
+		slices.EqualFunc(l.Distribute, o.Distribute, Distribute.Equals) &&
+		slices.Equal(l.Failover, o.Failover) &&
+		slices.Equal(l.FailoverPriority, o.FailoverPriority)
+}
+
+// Distribute is one localityLbSetting.distribute rule: proxies in From send traffic to the
+// localities matching the keys of To, with the given weights (percent).
+type Distribute struct {
+	From string            `json:"from"`
+	To   map[string]uint32 `json:"to"`
+}
+
+// Equals compares both fields.
+func (d Distribute) Equals(o Distribute) bool { return d.From == o.From && maps.Equal(d.To, o.To) }
+
+// Failover is one localityLbSetting.failover rule: proxies in region From fail over to region To
+// before any other region.
+type Failover struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Sidecar is the part of an Istio Sidecar that decides which services a proxy can see.
+type Sidecar struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// CreationTime orders several Sidecars of one namespace the way istiod does: oldest first,
+	// then by name.
+	CreationTime time.Time `json:"creationTime"`
+	// WorkloadSelector is spec.workloadSelector.labels; non-nil (possibly empty, which selects
+	// every workload) exactly when the Sidecar has a workload selector.
+	WorkloadSelector map[string]string `json:"workloadSelector,omitempty"`
+	// EgressHosts are the hosts of all egress listeners, "<namespace>/<host>". Empty means
+	// "*/*" (a Sidecar without egress listeners imports everything).
+	EgressHosts []string `json:"egressHosts,omitempty"`
+}
+
+// ResourceName is "<namespace>/<name>".
+func (s Sidecar) ResourceName() string { return s.Namespace + "/" + s.Name }
+
+// Equals compares every field.
+func (s Sidecar) Equals(o Sidecar) bool {
+	return s.Name == o.Name &&
+		s.Namespace == o.Namespace &&
+		s.CreationTime.Equal(o.CreationTime) &&
+		(s.WorkloadSelector == nil) == (o.WorkloadSelector == nil) &&
+		maps.Equal(s.WorkloadSelector, o.WorkloadSelector) &&
+		slices.Equal(s.EgressHosts, o.EgressHosts)
+}

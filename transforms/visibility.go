@@ -1,0 +1,228 @@
+package transforms
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// KindSidecar is the Problem kind of Sidecars.
+const KindSidecar = "Sidecar"
+
+// ServiceVisible reports whether a proxy in proxyNamespace, scoped by the egress hosts of its
+// Sidecar (SidecarFor; nil for none), has svc in its sidecar scope, so that istiod would serve
+// the service's endpoints to it. Both ServiceExportedTo and SidecarImports must hold.
+func ServiceVisible(svc *collections.ServiceInfo, proxyNamespace string, sidecarEgressHosts []string) bool {
+	return svc != nil && ServiceExportedTo(svc, proxyNamespace) && SidecarImports(sidecarEgressHosts, proxyNamespace, svc)
+}
+
+// ServiceExportedTo applies the Service's networking.istio.io/exportTo annotation as istiod's
+// service index does: no annotation → everywhere (the mesh default, "*"); "*" anywhere in the
+// list → everywhere; otherwise "~" anywhere → nowhere, not even its own namespace; otherwise "."
+// is the Service's namespace and the other entries are namespaces.
+func ServiceExportedTo(svc *collections.ServiceInfo, namespace string) bool {
+	if svc == nil {
+		return false
+	}
+	if len(svc.ExportTo) == 0 || slices.Contains(svc.ExportTo, "*") {
+		return true
+	}
+	if slices.Contains(svc.ExportTo, "~") {
+		return false
+	}
+	for _, e := range svc.ExportTo {
+		if e == "." {
+			e = svc.Namespace
+		}
+		if e == namespace {
+			return true
+		}
+	}
+	return false
+}
+
+// SidecarImports applies Sidecar egress hosts "<namespace>/<host>" to a service, as istiod's
+// egress listeners select services:
+//   - namespace: a name, "." (the proxy's namespace) or "*" (any); "~<namespace>", "~." or
+//     "~*" exclude the host from that namespace, and a bare "~" excludes it from every namespace;
+//   - host: "*", "*.<suffix>" or an exact hostname.
+//
+// A service is imported when no exclusion in its namespace or in "*" covers its hostname and an
+// entry of its namespace or of "*" does. No hosts (no Sidecar, or a Sidecar without egress
+// listeners, which istiod reads as "*/*") import everything. Entries not of the form ns/host
+// are ignored, as istiod ignores them.
+//
+// The hosts of all listeners of a Sidecar are taken together: istiod applies exclusions per
+// listener, and imports a service on a port-specific listener only if the service has that
+// port; here an exclusion applies to the hosts of every listener and ports are not compared.
+func SidecarImports(egressHosts []string, proxyNamespace string, svc *collections.ServiceInfo) bool {
+	if svc == nil {
+		return false
+	}
+	if len(egressHosts) == 0 {
+		return true
+	}
+	imported := false
+	for _, h := range egressHosts {
+		if strings.Count(h, "/") != 1 {
+			continue
+		}
+		ns, host, _ := strings.Cut(h, "/")
+		excluded := strings.HasPrefix(ns, "~")
+		if excluded {
+			ns = ns[1:]
+			if ns == "" {
+				ns = "*"
+			}
+		}
+		if ns == "." {
+			ns = proxyNamespace
+		}
+		if (ns != "*" && ns != svc.Namespace) || !egressHostCovers(host, svc.Hostname) {
+			continue
+		}
+		if excluded {
+			return false
+		}
+		imported = true
+	}
+	return imported
+}
+
+// egressHostCovers reports whether an egress host ("*", "*.suffix" or exact) covers a hostname.
+func egressHostCovers(host, hostname string) bool {
+	if strings.HasPrefix(host, "*") {
+		return strings.HasSuffix(hostname, host[1:])
+	}
+	return host == hostname
+}
+
+// SidecarFor picks the Sidecar of a proxy as istiod does: in the proxy's namespace, the oldest
+// Sidecar whose workloadSelector matches the proxy's labels (an empty selector matches every
+// workload), else the oldest one without a selector; otherwise the oldest Sidecar without a
+// selector in the root namespace; otherwise nil. Oldest means by CreationTime, then name.
+func SidecarFor(sidecars []collections.Sidecar, proxyNamespace string, proxyLabels map[string]string, rootNamespace string) *collections.Sidecar {
+	var bySelector, plain, root *collections.Sidecar
+	older := func(a, b *collections.Sidecar) bool {
+		return b == nil || compareCreation(a.CreationTime, b.CreationTime, a.Name, b.Name, a.Namespace, b.Namespace) < 0
+	}
+	for i := range sidecars {
+		s := &sidecars[i]
+		switch {
+		case s.Namespace == proxyNamespace && s.WorkloadSelector != nil:
+			if labelsSubset(s.WorkloadSelector, proxyLabels) && older(s, bySelector) {
+				bySelector = s
+			}
+		case s.Namespace == proxyNamespace:
+			if older(s, plain) {
+				plain = s
+			}
+		case s.Namespace == rootNamespace && s.WorkloadSelector == nil:
+			if older(s, root) {
+				root = s
+			}
+		}
+	}
+	switch {
+	case bySelector != nil:
+		return bySelector
+	case plain != nil:
+		return plain
+	}
+	return root
+}
+
+func labelsSubset(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// ConvertSidecar copies the workload selector and the egress hosts of a Sidecar (see
+// collections.Sidecar). A Sidecar istiod's validation rejects for a reason that concerns these
+// (an empty configuration, a selector with an empty key or a wildcard, an egress listener without
+// hosts, a host not of the form namespace/dnsName with a valid namespace and a fully qualified or
+// wildcard host) is reported as ReasonInvalidSidecar and ignored (nil); rules on ports, binds,
+// capture modes, ingress listeners and outbound traffic policy are not checked.
+func ConvertSidecar(sc *networkingclient.Sidecar, report collections.Reporter) *collections.Sidecar {
+	if sc == nil {
+		return nil
+	}
+	spec := &sc.Spec
+	var errs []string
+	if sel := spec.GetWorkloadSelector(); sel != nil {
+		errs = append(errs, validateSelectorLabels(sel.GetLabels())...)
+	}
+	if len(spec.Egress) == 0 && len(spec.Ingress) == 0 && spec.OutboundTrafficPolicy == nil && spec.InboundConnectionPool == nil {
+		errs = append(errs, "sidecar: empty configuration provided")
+	}
+	var hosts []string
+	for _, e := range spec.Egress {
+		if e == nil {
+			errs = append(errs, "egress listener may not be null")
+			continue
+		}
+		if len(e.Hosts) == 0 {
+			errs = append(errs, "sidecar: egress listener must contain at least one host")
+		}
+		for _, h := range e.Hosts {
+			if err := validateEgressHost(h); err != "" {
+				errs = append(errs, err)
+			}
+			if !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		reportProblem(report, collections.Problem{Kind: KindSidecar, Object: sc.Namespace + "/" + sc.Name,
+			Reason: collections.ReasonInvalidSidecar, Detail: strings.Join(errs, "; ")})
+		return nil
+	}
+	out := &collections.Sidecar{
+		Name:         sc.Name,
+		Namespace:    sc.Namespace,
+		CreationTime: sc.CreationTimestamp.Time,
+		EgressHosts:  hosts,
+	}
+	if sel := spec.GetWorkloadSelector(); sel != nil {
+		out.WorkloadSelector = maps.Clone(sel.GetLabels())
+		if out.WorkloadSelector == nil {
+			out.WorkloadSelector = map[string]string{}
+		}
+	}
+	return out
+}
+
+// validateEgressHost is istiod's ValidateNamespaceSlashWildcardHostname for Sidecars.
+func validateEgressHost(h string) string {
+	ns, host, ok := strings.Cut(h, "/")
+	if !ok {
+		return "host must be of form namespace/dnsName"
+	}
+	var errs []string
+	if ns == "" || host == "" {
+		errs = append(errs, "config namespace and dnsName in host entry cannot be empty")
+	}
+	if n := strings.TrimPrefix(ns, "~"); n != "" && n != "*" && n != "." && !isDNS1123Label(n) {
+		errs = append(errs, fmt.Sprintf("invalid namespace value %q in sidecar", ns))
+	}
+	if host != "*" && !strings.Contains(host, ".") {
+		errs = append(errs, "short names (non FQDN) are not allowed")
+	}
+	if err := validateWildcardDomain(host); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if strings.Contains(host, "*") && len(host) != 1 && !strings.HasPrefix(host, "*.") {
+		errs = append(errs, fmt.Sprintf("partial wildcard %q not allowed", host))
+	}
+	return strings.Join(errs, "; ")
+}
