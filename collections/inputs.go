@@ -1,11 +1,14 @@
 package collections
 
 import (
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/kclient"
 	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/kube/kubetypes"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Inputs are the Kubernetes collections the EDS graph reads. They come from informers over a
@@ -17,7 +20,17 @@ type Inputs struct {
 	Pods           krt.Collection[*corev1.Pod]
 	Services       krt.Collection[*corev1.Service]
 	EndpointSlices krt.Collection[*discovery.EndpointSlice]
+	// DestinationRules and Sidecars (networking.istio.io) stay empty where their CRDs are not
+	// installed.
+	DestinationRules krt.Collection[*networkingclient.DestinationRule]
+	Sidecars         krt.Collection[*networkingclient.Sidecar]
 }
+
+// Istio resources krteds reads.
+var (
+	GVRDestinationRule = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}
+	GVRSidecar         = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "sidecars"}
+)
 
 // Input collection names, as they appear in /debug/krt and /debug/krtz.
 const (
@@ -26,6 +39,8 @@ const (
 	NamePods           = "informer/Pods"
 	NameServices       = "informer/Services"
 	NameEndpointSlices = "informer/EndpointSlices"
+	NameDestRules      = "informer/DestinationRules"
+	NameSidecars       = "informer/Sidecars"
 )
 
 // InformerInputs builds the input collections as krt informers over the client, with the same
@@ -44,7 +59,22 @@ func InformerInputs(client kube.Client, opts krt.OptionsBuilder) Inputs {
 		}, opts.WithName(NamePods)...),
 		Services:       krt.NewInformer[*corev1.Service](client, opts.WithName(NameServices)...),
 		EndpointSlices: krt.NewInformer[*discovery.EndpointSlice](client, opts.WithName(NameEndpointSlices)...),
+		// Delayed informers start when the CRD appears; until then they are empty and synced.
+		DestinationRules: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.DestinationRule](client, GVRDestinationRule,
+			kubetypes.StandardInformer, kclient.Filter{}), opts.WithName(NameDestRules)...),
+		Sidecars: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.Sidecar](client, GVRSidecar,
+			kubetypes.StandardInformer, kclient.Filter{}), opts.WithName(NameSidecars)...),
 	}
+}
+
+// CRDInstalled reports whether the client knows the resource's CRD now, and calls onInstalled
+// once it appears if not.
+func CRDInstalled(client kube.Client, gvr schema.GroupVersionResource, onInstalled func()) bool {
+	w := client.CrdWatcher()
+	if w == nil {
+		return false
+	}
+	return w.KnownOrCallback(gvr, func(stop <-chan struct{}) { onInstalled() })
 }
 
 // StaticInputs builds empty, synced, mutable input collections (for tests and for feeding the
@@ -55,6 +85,8 @@ type StaticInputs struct {
 	Pods           krt.StaticCollection[*corev1.Pod]
 	Services       krt.StaticCollection[*corev1.Service]
 	EndpointSlices krt.StaticCollection[*discovery.EndpointSlice]
+	DestRules      krt.StaticCollection[*networkingclient.DestinationRule]
+	Sidecars       krt.StaticCollection[*networkingclient.Sidecar]
 }
 
 // NewStaticInputs makes StaticInputs seeded with objs (Namespaces, Nodes, Pods, Services and
@@ -66,6 +98,8 @@ func NewStaticInputs(opts krt.OptionsBuilder, objs ...any) StaticInputs {
 		pods  []*corev1.Pod
 		svcs  []*corev1.Service
 		eps   []*discovery.EndpointSlice
+		drs   []*networkingclient.DestinationRule
+		scs   []*networkingclient.Sidecar
 	)
 	for _, o := range objs {
 		switch o := o.(type) {
@@ -79,6 +113,10 @@ func NewStaticInputs(opts krt.OptionsBuilder, objs ...any) StaticInputs {
 			svcs = append(svcs, o)
 		case *discovery.EndpointSlice:
 			eps = append(eps, o)
+		case *networkingclient.DestinationRule:
+			drs = append(drs, o)
+		case *networkingclient.Sidecar:
+			scs = append(scs, o)
 		}
 	}
 	return StaticInputs{
@@ -87,17 +125,21 @@ func NewStaticInputs(opts krt.OptionsBuilder, objs ...any) StaticInputs {
 		Pods:           krt.NewStaticCollection(nil, pods, opts.WithName(NamePods)...),
 		Services:       krt.NewStaticCollection(nil, svcs, opts.WithName(NameServices)...),
 		EndpointSlices: krt.NewStaticCollection(nil, eps, opts.WithName(NameEndpointSlices)...),
+		DestRules:      krt.NewStaticCollection(nil, drs, opts.WithName(NameDestRules)...),
+		Sidecars:       krt.NewStaticCollection(nil, scs, opts.WithName(NameSidecars)...),
 	}
 }
 
 // Inputs returns the collections as graph Inputs.
 func (s StaticInputs) Inputs() Inputs {
 	return Inputs{
-		Namespaces:     s.Namespaces,
-		Nodes:          s.Nodes,
-		Pods:           s.Pods,
-		Services:       s.Services,
-		EndpointSlices: s.EndpointSlices,
+		Namespaces:       s.Namespaces,
+		Nodes:            s.Nodes,
+		Pods:             s.Pods,
+		Services:         s.Services,
+		EndpointSlices:   s.EndpointSlices,
+		DestinationRules: s.DestRules,
+		Sidecars:         s.Sidecars,
 	}
 }
 
@@ -114,6 +156,10 @@ func (s StaticInputs) Apply(obj any, del bool) {
 		applyStatic(s.Services, o, del)
 	case *discovery.EndpointSlice:
 		applyStatic(s.EndpointSlices, o, del)
+	case *networkingclient.DestinationRule:
+		applyStatic(s.DestRules, o, del)
+	case *networkingclient.Sidecar:
+		applyStatic(s.Sidecars, o, del)
 	}
 }
 

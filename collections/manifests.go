@@ -15,7 +15,9 @@ import (
 	"istio.io/istio/pkg/kube"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	metadatafake "k8s.io/client-go/metadata/fake"
 )
 
 // Manifest is one decoded object and where it came from.
@@ -169,7 +171,28 @@ func stripComments(doc []byte) []byte {
 // define the same object, the later one wins). Informers built on it behave as on a real cluster,
 // so every feature works on manifests too.
 func NewManifestClient(objs []Manifest) kube.CLIClient {
-	return kube.NewFakeClient(UniqueObjects(objs)...)
+	c := kube.NewFakeClient(UniqueObjects(objs)...)
+	InstallIstioCRDs(c)
+	return c
+}
+
+// InstallIstioCRDs tells a fake client's CRD watcher that the DestinationRule and Sidecar CRDs
+// exist, as they would in a cluster with Istio, so their informers run.
+func InstallIstioCRDs(c kube.CLIClient) {
+	fmc, ok := c.Metadata().(*metadatafake.FakeMetadataClient)
+	if !ok {
+		return
+	}
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, g := range []schema.GroupVersionResource{GVRDestinationRule, GVRSidecar} {
+		obj := &metav1.PartialObjectMetadata{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
+			ObjectMeta: metav1.ObjectMeta{Name: g.Resource + "." + g.Group},
+		}
+		if md, ok := fmc.Resource(crds).(metadatafake.MetadataClient); ok {
+			_, _ = md.CreateFake(obj, metav1.CreateOptions{})
+		}
+	}
 }
 
 // UniqueObjects returns the objects with later duplicates (same kind, namespace, name)

@@ -204,3 +204,34 @@ func (s Sidecar) Equals(o Sidecar) bool {
 		maps.Equal(s.WorkloadSelector, o.WorkloadSelector) &&
 		slices.Equal(s.EgressHosts, o.EgressHosts)
 }
+
+// ServicePolicy lists the DestinationRules whose host matches one service, in every namespace:
+// which of them applies depends on the proxy's namespace.
+type ServicePolicy struct {
+	// Service is "<namespace>/<name>".
+	Service string            `json:"service"`
+	Rules   []DestinationRule `json:"rules,omitempty"`
+}
+
+// ResourceName is the service key.
+func (p ServicePolicy) ResourceName() string { return p.Service }
+
+// Equals compares the service and every rule.
+func (p ServicePolicy) Equals(o ServicePolicy) bool {
+	return p.Service == o.Service && slices.EqualFunc(p.Rules, o.Rules, DestinationRule.Equals)
+}
+
+// Subsets lists the subset names the rules define, sorted, without duplicates.
+func (p *ServicePolicy) Subsets() []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range p.Rules {
+		for _, s := range r.Subsets {
+			out = append(out, s.Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

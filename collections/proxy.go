@@ -115,6 +115,10 @@ type Proxy struct {
 	// Labels are the effective labels, augmented with the topology labels.
 	EffectiveLabels map[string]string `json:"effectiveLabels,omitempty"`
 	Class           ProxyClass        `json:"class"`
+	// Sidecar is "<ns>/<name>" of the Sidecar that scopes the proxy, "" for none; SidecarEgress
+	// are its egress hosts (nil: everything is imported).
+	Sidecar       string   `json:"sidecar,omitempty"`
+	SidecarEgress []string `json:"sidecarEgress,omitempty"`
 }
 
 // ResourceName is the connection id.
@@ -123,6 +127,7 @@ func (p Proxy) ResourceName() string { return p.ConnID }
 // Equals compares every field.
 func (p Proxy) Equals(o Proxy) bool {
 	return p.ConnectedProxy.Equals(o.ConnectedProxy) && p.Pod == o.Pod && p.Class == o.Class &&
+		p.Sidecar == o.Sidecar && slices.Equal(p.SidecarEgress, o.SidecarEgress) &&
 		maps.Equal(p.EffectiveLabels, o.EffectiveLabels)
 }
 

@@ -64,6 +64,7 @@ func NewManifestSource(path string) (*ManifestSource, []error, error) {
 		seen:    map[string]fileStamp{},
 		applied: map[string]runtime.Object{},
 	}
+	InstallIstioCRDs(m.client)
 	_, errs, err := m.reload(false)
 	if err != nil {
 		return nil, nil, err

@@ -1,6 +1,7 @@
 package graphs
 
 import (
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
@@ -16,12 +17,20 @@ const (
 	NameClusters         = "Clusters"
 	NameListeners        = "Listeners"
 	NameRoutes           = "Routes"
+	NameDestRules        = "DestinationRules"
+	NameSidecars         = "Sidecars"
+	NamePolicies         = "ServicePolicies"
 )
 
 // Graph is krteds' whole dataflow: the EDS graph, the connected proxies and their classes, and
 // the marshalled xDS resources.
 type Graph struct {
 	*EDSGraph
+
+	DestinationRules krt.Collection[collections.DestinationRule]
+	Sidecars         krt.Collection[collections.Sidecar]
+	// ServicePolicies lists per service the DestinationRules that may apply to it.
+	ServicePolicies krt.Collection[collections.ServicePolicy]
 
 	// ConnectedProxies is written by the xDS server as clients connect and leave.
 	ConnectedProxies krt.StaticCollection[collections.ConnectedProxy]
@@ -49,18 +58,33 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g := &Graph{EDSGraph: BuildEDS(cfg, in, opts, report)}
 	d := g.Graph
 
+	if in.DestinationRules == nil {
+		in.DestinationRules = krt.NewStaticCollection[*networkingclient.DestinationRule](nil, nil, opts.WithName(collections.NameDestRules)...)
+	}
+	if in.Sidecars == nil {
+		in.Sidecars = krt.NewStaticCollection[*networkingclient.Sidecar](nil, nil, opts.WithName(collections.NameSidecars)...)
+	}
+	AddInput(d, collections.NameDestRules, in.DestinationRules)
+	AddInput(d, collections.NameSidecars, in.Sidecars)
+	g.DestinationRules = Derive(d, opts, NameDestRules, collections.NameDestRules, in.DestinationRules, nil,
+		transforms.DestinationRules(report))
+	g.Sidecars = Derive(d, opts, NameSidecars, collections.NameSidecars, in.Sidecars, nil, transforms.Sidecars(report))
+	g.ServicePolicies = Derive(d, opts, NamePolicies, NameServiceInfos, g.ServiceInfos, []string{NameDestRules},
+		transforms.ServicePolicies(g.DestinationRules))
+
 	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)
 	AddInput(d, NameConnectedProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies))
 	g.Proxies = Derive(d, opts, NameProxies, NameConnectedProxies, g.ConnectedProxies,
-		[]string{NameWorkloads},
-		transforms.Proxies(cfg, transforms.ProxyInputs{Workloads: g.Workloads, ReadyWorkloadsByIP: g.readyByIP}))
+		[]string{NameWorkloads, NameSidecars},
+		transforms.Proxies(cfg, transforms.ProxyInputs{Workloads: g.Workloads, ReadyWorkloadsByIP: g.readyByIP, Sidecars: g.Sidecars}))
 	g.ProxyClasses = DeriveFromNothing(d, opts, NameProxyClasses, []string{NameProxies},
 		transforms.ProxyClasses(g.Proxies))
 
 	g.CLAs = DeriveMany(d, opts, NameCLAs, NameServiceEndpoints, g.ServiceEndpoints,
-		[]string{NameServiceInfos, NameProxyClasses},
-		transforms.ServiceCLAs(transforms.CLAInputs{Services: g.ServiceInfos, Classes: g.ProxyClasses}, report))
-	g.Clusters = DeriveMany(d, opts, NameClusters, NameServiceInfos, g.ServiceInfos, nil, transforms.Clusters(report))
+		[]string{NameServiceInfos, NamePolicies, NameProxyClasses},
+		transforms.ServiceCLAs(transforms.CLAInputs{Services: g.ServiceInfos, Policies: g.ServicePolicies, Classes: g.ProxyClasses}, report))
+	g.Clusters = DeriveMany(d, opts, NameClusters, NameServiceInfos, g.ServiceInfos, []string{NamePolicies},
+		transforms.Clusters(g.ServicePolicies, report))
 	g.Listeners = DeriveMany(d, opts, NameListeners, NameServiceInfos, g.ServiceInfos, nil, transforms.Listeners(report))
 	g.Routes = DeriveMany(d, opts, NameRoutes, NameServiceInfos, g.ServiceInfos, nil, transforms.Routes(report))
 

@@ -34,13 +34,18 @@ func ClusterPorts(svc *collections.ServiceInfo) []collections.ServicePort {
 }
 
 // Clusters builds the CDS resources of a service: one EDS cluster per cluster port, named
-// outbound|<port>||<hostname>, whose endpoints come over ADS.
-func Clusters(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.Resource] {
-	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.Resource {
+// outbound|<port>||<hostname>, and one per port and subset of the DestinationRules that may
+// apply (outbound|<port>|<subset>|<hostname>), whose endpoints come over ADS.
+func Clusters(policies krt.Collection[collections.ServicePolicy], report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.Resource] {
+	return func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.Resource {
+		sp := krt.FetchOne(ctx, policies, krt.FilterKey(svc.ResourceName()))
+		subsets := append([]string{""}, sp.Subsets()...)
 		var out []collections.Resource
 		for _, p := range ClusterPorts(&svc) {
-			name := ClusterName(p.Port, "", svc.Hostname)
-			out = appendResource(out, report, svc.ResourceName(), name, name, TypeCluster, EDSCluster(name))
+			for _, subset := range subsets {
+				name := ClusterName(p.Port, subset, svc.Hostname)
+				out = appendResource(out, report, svc.ResourceName(), name, name, TypeCluster, EDSCluster(name))
+			}
 		}
 		return out
 	}

@@ -134,6 +134,8 @@ func ParseClusterName(name string) (port int32, subset, hostname string, ok bool
 type CLAPlan struct {
 	ClusterName string
 	Groups      []CLAGroup
+	// NoTLSMetadata leaves out the tlsMode metadata (a DestinationRule sets another TLS mode).
+	NoTLSMetadata bool
 }
 
 // CLAGroup is one LocalityLbEndpoints.
@@ -235,12 +237,46 @@ func (p CLAPlan) Proto() *endpoint.ClusterLoadAssignment {
 	for _, g := range p.Groups {
 		lbs := make([]*endpoint.LbEndpoint, 0, len(g.Endpoints))
 		for _, e := range g.Endpoints {
-			lbs = append(lbs, lbEndpoint(e))
+			lbs = append(lbs, lbEndpoint(e, !p.NoTLSMetadata))
 		}
 		loc := &core.Locality{Region: g.Locality.Region, Zone: g.Locality.Zone, SubZone: g.Locality.Subzone}
 		cla.Endpoints = append(cla.Endpoints, localityGroup(loc, g.Priority, lbs))
 	}
 	return cla
+}
+
+// PlanClusterCLA plans the CLA of one cluster (a port, maybe a subset) under its policy: only
+// endpoints carrying the subset's labels, with the policy's priorities and TLS metadata.
+func PlanClusterCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []collections.Endpoint,
+	cp ClusterPolicy, class collections.ProxyClass,
+) CLAPlan {
+	if len(cp.SubsetLabels) > 0 {
+		sel := make([]collections.Endpoint, 0, len(eps))
+		for _, e := range eps {
+			if subsetMatch(e.Meta.Labels, cp.SubsetLabels) {
+				sel = append(sel, e)
+			}
+		}
+		eps = sel
+	}
+	plan := PlanCLA(clusterName, svc, port, eps, cp.LB, class)
+	plan.NoTLSMetadata = cp.NoTLSMetadata
+	return plan
+}
+
+// EncodeClusterCLA renders a planned CLA, applying the policy's message-level locality load
+// balancing (distribute weights, region failover, zone-aware buckets) when it has any.
+func EncodeClusterCLA(plan CLAPlan, cp ClusterPolicy, class collections.ProxyClass) ([]byte, error) {
+	if !cp.PostProcess() {
+		return plan.Encode(), nil
+	}
+	cla := plan.Proto()
+	ApplyLocalityLoadBalancer(cla, cp.Setting, cp.EnableFailover, class.Locality, nil, nil)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
+	if err != nil {
+		return nil, fmt.Errorf("marshalling ClusterLoadAssignment %s: %w", plan.ClusterName, err)
+	}
+	return b, nil
 }
 
 // BuildCLA plans and renders the ClusterLoadAssignment of one service port for one class.
@@ -314,14 +350,14 @@ var healthOf = map[collections.HealthStatus]core.HealthStatus{
 	collections.Draining:  core.HealthStatus_DRAINING,
 }
 
-func lbEndpoint(e collections.Endpoint) *endpoint.LbEndpoint {
+func lbEndpoint(e collections.Endpoint, tls bool) *endpoint.LbEndpoint {
 	m := e.Meta
 	fm := map[string]*structpb.Struct{
 		"istio": {Fields: map[string]*structpb.Value{
 			"workload": structpb.NewStringValue(m.WorkloadName + ";" + m.Namespace + ";" + m.CanonicalName + ";" + m.CanonicalRevision + ";" + m.ClusterID),
 		}},
 	}
-	if m.TLSMode == collections.TLSModeIstio {
+	if tls && m.TLSMode == collections.TLSModeIstio {
 		fm["envoy.transport_socket_match"] = &structpb.Struct{Fields: map[string]*structpb.Value{
 			"tlsMode": structpb.NewStringValue(collections.TLSModeIstio),
 		}}

@@ -11,6 +11,7 @@ import (
 // CLAInputs are what the per-service CLA transform reads.
 type CLAInputs struct {
 	Services krt.Collection[collections.ServiceInfo]
+	Policies krt.Collection[collections.ServicePolicy]
 	Classes  krt.Collection[collections.ProxyClass]
 }
 
@@ -27,44 +28,59 @@ func CLAKey(clusterName string, projected collections.ProxyClass) string {
 	return clusterName
 }
 
-// ServiceCLAs builds every ClusterLoadAssignment of one service, marshalled once: one per
-// non-UDP port and per distinct projection of the connected proxy classes. A service whose CLAs
-// do not depend on the proxy gets one CLA per port and does not read the classes at all, so
-// proxies connecting and leaving never recompute it.
+// NeedsClasses reports whether a service's CLAs may differ between proxies: a DestinationRule
+// may apply (which one depends on the proxy's namespace), or its own settings read the proxy.
+func NeedsClasses(svc *collections.ServiceInfo, sp *collections.ServicePolicy) bool {
+	return DependsOnNamespace(sp) || DependsOnProxy(svc, PolicyFor(svc))
+}
+
+// ServiceCLAs builds every ClusterLoadAssignment of one service, marshalled once: one per cluster
+// (non-UDP port, and each subset of the DestinationRules that may apply) and per distinct
+// projection of the connected proxy classes. A service whose CLAs do not depend on the proxy gets
+// one CLA per cluster and does not read the classes at all, so proxies connecting and leaving
+// never recompute it.
 func ServiceCLAs(in CLAInputs, report collections.Reporter) krt.TransformationMulti[collections.ServiceEndpoints, collections.Resource] {
 	return func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.Resource {
 		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName()))
 		if svc == nil {
 			return nil
 		}
-		policy := PolicyFor(svc)
-		projections := []collections.ProxyClass{{}}
-		if DependsOnProxy(svc, policy) {
-			seen := map[string]bool{}
-			projections = projections[:0]
-			for _, c := range krt.Fetch(ctx, in.Classes) {
-				p := Project(svc, policy, c)
-				if k := p.Key(); !seen[k] {
-					seen[k] = true
-					projections = append(projections, p)
-				}
-			}
+		sp := krt.FetchOne(ctx, in.Policies, krt.FilterKey(se.ResourceName()))
+		classes := []collections.ProxyClass{{}}
+		if NeedsClasses(svc, sp) {
+			classes = krt.Fetch(ctx, in.Classes)
 		}
+		subsets := append([]string{""}, sp.Subsets()...)
 		var out []collections.Resource
+		seen := map[string]bool{}
 		for _, port := range ClusterPorts(svc) {
-			name := ClusterName(port.Port, "", svc.Hostname)
-			for _, p := range projections {
-				plan := PlanCLA(name, svc, port, se.Endpoints, policy, p)
-				r := Versioned(CLAKey(name, p), name, TypeCLA, plan.Encode())
-				r.Service = se.ResourceName()
-				for _, g := range plan.Groups {
-					r.Endpoints += len(g.Endpoints)
+			for _, subset := range subsets {
+				name := ClusterName(port.Port, subset, svc.Hostname)
+				for _, c := range classes {
+					cp := ClusterPolicyFor(svc, sp, c.Namespace, port.Port, subset)
+					projected := ProjectFor(svc, cp, c)
+					key := CLAKeyFor(name, cp, projected)
+					if seen[key] {
+						continue
+					}
+					seen[key] = true
+					plan := PlanClusterCLA(name, svc, port, se.Endpoints, cp, projected)
+					body, err := EncodeClusterCLA(plan, cp, projected)
+					if err != nil {
+						report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
+						continue
+					}
+					r := Versioned(key, name, TypeCLA, body)
+					r.Service = se.ResourceName()
+					for _, g := range plan.Groups {
+						r.Endpoints += len(g.Endpoints)
+					}
+					if len(r.Body) > MaxResourceBytes {
+						report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,
+							Detail: fmt.Sprintf("ClusterLoadAssignment %s is %d bytes, over the 4 MiB default gRPC message limit of xDS clients", name, len(r.Body))})
+					}
+					out = append(out, r)
 				}
-				if len(r.Body) > MaxResourceBytes {
-					report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,
-						Detail: fmt.Sprintf("ClusterLoadAssignment %s is %d bytes, over the 4 MiB default gRPC message limit of xDS clients", name, len(r.Body))})
-				}
-				out = append(out, r)
 			}
 		}
 		return out

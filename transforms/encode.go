@@ -42,6 +42,7 @@ type encoder struct {
 	lb, ep, md []byte
 	// workload caches the encoded "istio" metadata entry per endpoint metadata.
 	workload map[*collections.EndpointMeta][]byte
+	noTLS    bool
 }
 
 // Encode renders the plan as the protobuf encoding of its ClusterLoadAssignment, without building
@@ -54,7 +55,7 @@ func (p CLAPlan) Encode() []byte {
 	out := make([]byte, 0, 32+len(p.ClusterName)+n*140)
 	out = protowire.AppendTag(out, fClaClusterName, protowire.BytesType)
 	out = protowire.AppendString(out, p.ClusterName)
-	enc := encoder{workload: map[*collections.EndpointMeta][]byte{}}
+	enc := encoder{workload: map[*collections.EndpointMeta][]byte{}, noTLS: p.NoTLSMetadata}
 	var group []byte
 	for _, g := range p.Groups {
 		group = enc.localityGroup(group[:0], g)
@@ -107,7 +108,7 @@ func (e *encoder) lbEndpoint(b []byte, ep collections.Endpoint) []byte {
 	}
 	// metadata { filter_metadata: {envoy.transport_socket_match: {tlsMode}, istio: {workload}} }
 	md := e.md[:0]
-	if ep.Meta.TLSMode == collections.TLSModeIstio {
+	if !e.noTLS && ep.Meta.TLSMode == collections.TLSModeIstio {
 		md = append(md, tlsModeEntry...)
 	}
 	md = append(md, e.workloadEntry(ep.Meta)...)

@@ -12,6 +12,8 @@ import (
 type ProxyInputs struct {
 	Workloads          krt.Collection[collections.Workload]
 	ReadyWorkloadsByIP krt.Index[string, collections.Workload]
+	// Sidecars scope what each proxy sees.
+	Sidecars krt.Collection[collections.Sidecar]
 }
 
 // Proxies enriches a connected proxy from the registry, as istiod's SetWorkloadLabels and
@@ -60,6 +62,15 @@ func Proxies(cfg collections.Config, in ProxyInputs) krt.TransformationSingle[co
 				locality = cp.Locality
 			}
 			p.EffectiveLabels = AugmentLabels(cp.Labels, clusterID, locality, nodeName, network)
+		}
+		if in.Sidecars != nil {
+			if sc := SidecarFor(krt.Fetch(ctx, in.Sidecars), cp.Namespace, p.EffectiveLabels, RootNamespace); sc != nil {
+				p.Sidecar = sc.ResourceName()
+				p.SidecarEgress = sc.EgressHosts
+				if len(p.SidecarEgress) == 0 {
+					p.SidecarEgress = []string{"*/*"}
+				}
+			}
 		}
 		p.Class = collections.ProxyClass{
 			Namespace: cp.Namespace,

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"slices"
 	"sync"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -25,8 +26,9 @@ type resolver struct {
 	empty *emptyCache
 }
 
-// cla resolves an EDS name, as istiod: an unknown service, port or subset gives an empty CLA.
-func (r *resolver) cla(p *collections.Proxy, name string) resolution {
+// cla resolves an EDS name, as istiod: an unknown service, port or subset, or a service the
+// proxy cannot see, gives an empty CLA.
+func (r *resolver) cla(p *collections.Proxy, cp collections.ConnectedProxy, name string) resolution {
 	port, subset, host, ok := transforms.ParseClusterName(name)
 	if !ok {
 		return resolution{res: r.empty.get(name)}
@@ -36,30 +38,72 @@ func (r *resolver) cla(p *collections.Proxy, name string) resolution {
 		s := s
 		svc = &s
 	}
-	if svc == nil || subset != "" {
+	if svc == nil {
+		return resolution{res: r.empty.get(name)}
+	}
+	if vis, known := r.visible(p, cp, svc); !known {
+		return resolution{pending: true}
+	} else if !vis {
 		return resolution{res: r.empty.get(name)}
 	}
 	sp, ok := svc.PortByNumber(port)
 	if !ok || !sp.HasCluster() || svc.Resolution == collections.Alias {
 		return resolution{res: r.empty.get(name)}
 	}
-	policy := transforms.PolicyFor(svc)
-	var projected collections.ProxyClass
-	if transforms.DependsOnProxy(svc, policy) {
+	pol := r.g.ServicePolicies.GetKey(svc.ResourceName())
+	if subset != "" && !slices.Contains(pol.Subsets(), subset) {
+		return resolution{res: r.empty.get(name)}
+	}
+	var class collections.ProxyClass
+	if transforms.NeedsClasses(svc, pol) {
 		if p == nil {
 			return resolution{pending: true}
 		}
-		projected = transforms.Project(svc, policy, p.Class)
+		class = p.Class
 	}
-	res := r.g.CLAs.GetKey(transforms.CLAKey(name, projected))
+	policy := transforms.ClusterPolicyFor(svc, pol, class.Namespace, port, subset)
+	res := r.g.CLAs.GetKey(transforms.CLAKeyFor(name, policy, transforms.ProjectFor(svc, policy, class)))
 	if res == nil {
 		return resolution{pending: true}
 	}
 	return resolution{res: res}
 }
 
+// visible reports whether the proxy sees the service (its exportTo and the proxy's Sidecar);
+// known is false while the proxy's Sidecar is not resolved yet.
+func (r *resolver) visible(p *collections.Proxy, cp collections.ConnectedProxy, svc *collections.ServiceInfo) (vis, known bool) {
+	if p != nil {
+		return transforms.ServiceVisible(svc, cp.Namespace, p.SidecarEgress), true
+	}
+	if len(r.g.Sidecars.List()) > 0 {
+		return false, false
+	}
+	return transforms.ServiceVisible(svc, cp.Namespace, nil), true
+}
+
+// visibleKey reports whether the proxy sees the service with that key ("" is always visible).
+func (r *resolver) visibleKey(p *collections.Proxy, cp collections.ConnectedProxy, key string) bool {
+	if key == "" {
+		return true
+	}
+	svc := r.g.ServiceInfos.GetKey(key)
+	if svc == nil {
+		return false
+	}
+	vis, _ := r.visible(p, cp, svc)
+	return vis
+}
+
 // named resolves a CDS, LDS or RDS name.
 func (r *resolver) named(p *collections.Proxy, cp collections.ConnectedProxy, typeURL, name string) *collections.Resource {
+	res := r.namedAll(cp, typeURL, name)
+	if res == nil || !r.visibleKey(p, cp, res.Service) {
+		return nil
+	}
+	return res
+}
+
+func (r *resolver) namedAll(cp collections.ConnectedProxy, typeURL, name string) *collections.Resource {
 	switch typeURL {
 	case transforms.TypeCluster:
 		return r.g.Clusters.GetKey(name)
@@ -78,7 +122,17 @@ func (r *resolver) named(p *collections.Proxy, cp collections.ConnectedProxy, ty
 }
 
 // wildcard lists every resource of a type a proxy sees when it subscribes to all.
-func (r *resolver) wildcard(cp collections.ConnectedProxy, typeURL string) []collections.Resource {
+func (r *resolver) wildcard(p *collections.Proxy, cp collections.ConnectedProxy, typeURL string) []collections.Resource {
+	var out []collections.Resource
+	for _, res := range r.wildcardAll(cp, typeURL) {
+		if r.visibleKey(p, cp, res.Service) {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+func (r *resolver) wildcardAll(cp collections.ConnectedProxy, typeURL string) []collections.Resource {
 	switch typeURL {
 	case transforms.TypeCluster:
 		return r.g.Clusters.List()

@@ -106,6 +106,22 @@ func (s *Server) Start(stop <-chan struct{}) {
 			s.evaluateType(typeURL, names)
 		}, false)
 	}
+	// Visibility (exportTo) lives on the Service, not in the CLA bytes: a Service change looks
+	// at its clusters again.
+	s.g.ServiceInfos.RegisterBatch(func(evs []krt.Event[collections.ServiceInfo]) {
+		names := map[string]struct{}{}
+		for _, e := range evs {
+			for _, svc := range e.Items() {
+				pol := s.g.ServicePolicies.GetKey(svc.ResourceName())
+				for _, p := range svc.Ports {
+					for _, subset := range append([]string{""}, pol.Subsets()...) {
+						names[transforms.ClusterName(p.Port, subset, svc.Hostname)] = struct{}{}
+					}
+				}
+			}
+		}
+		s.evaluateNames(transforms.TypeCLA, names)
+	}, false)
 	s.g.Proxies.RegisterBatch(func(evs []krt.Event[collections.Proxy]) {
 		for _, e := range evs {
 			s.evaluateConn(e.Latest().ConnID)
@@ -541,7 +557,7 @@ func (s *Server) desired(w *watch, p *collections.Proxy, cp collections.Connecte
 	pending := false
 	resolve := func(n string) {
 		if w.typeURL == transforms.TypeCLA {
-			r := s.res.cla(p, n)
+			r := s.res.cla(p, cp, n)
 			if r.pending {
 				pending = true
 				return
@@ -565,7 +581,7 @@ func (s *Server) desired(w *watch, p *collections.Proxy, cp collections.Connecte
 		}
 	}
 	if w.wildcard {
-		for _, r := range s.res.wildcard(cp, w.typeURL) {
+		for _, r := range s.res.wildcard(p, cp, w.typeURL) {
 			if only != nil {
 				if _, ok := only[r.Name]; !ok {
 					continue

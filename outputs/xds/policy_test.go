@@ -1,0 +1,308 @@
+package xds
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+func decode(t *testing.T, yaml string) []any {
+	t.Helper()
+	ms, errs := collections.DecodeManifests([]byte(yaml), "test")
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var out []any
+	for _, m := range ms {
+		out = append(out, m.Object)
+	}
+	return out
+}
+
+func newRigReporting(t *testing.T, rep collections.Reporter, objs ...any) *rig {
+	t.Helper()
+	stop := test.NewStop(t)
+	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
+	in := collections.NewStaticInputs(opts, objs...)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, rep)
+	return startRig(t, stop, g, in)
+}
+
+// versioned mesh: foo-1 is v1, foo-2 and foo-3 are v2.
+func versionedMesh() []any {
+	objs := mesh()
+	for _, o := range objs {
+		if p, ok := o.(interface{ GetLabels() map[string]string }); ok {
+			if l := p.GetLabels(); l != nil && l["app"] == "foo" {
+				l["version"] = "v2"
+			}
+		}
+	}
+	objs[4].(interface{ GetLabels() map[string]string }).GetLabels()["version"] = "v1"
+	return objs
+}
+
+const drSubsets = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: foo, namespace: ns1}
+spec:
+  host: foo
+  trafficPolicy:
+    outlierDetection: {consecutive5xxErrors: 5}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+  - name: v2
+    labels: {version: v2}
+    trafficPolicy:
+      tls: {mode: DISABLE}
+`
+
+func TestDestinationRuleSubsetsAndLocalityFailover(t *testing.T) {
+	r := newRig(t, append(versionedMesh(), decode(t, drSubsets)...)...)
+	n := sidecar("10.9.0.1", "ns1")
+	n.Locality = &core.Locality{Region: "r1", Zone: "z1"}
+	s := r.open(n)
+
+	// CDS lists the subset clusters.
+	_ = s.Request(adsclient.TypeCluster)
+	resp := recv(t, s)
+	cls, err := adsclient.Decode(resp, func() *cluster.Cluster { return &cluster.Cluster{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range cls {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	want := []string{"outbound|80|v1|foo.ns1.svc.cluster.local", "outbound|80|v2|foo.ns1.svc.cluster.local", fooCluster}
+	if !slices.Equal(names, want) {
+		t.Fatalf("clusters %v, want %v", names, want)
+	}
+	_ = s.Ack(resp)
+
+	get := func(name string) []string {
+		t.Helper()
+		if err := s.Request(adsclient.TypeCLA, name); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			resp := recv(t, s)
+			if resp.TypeUrl != adsclient.TypeCLA {
+				continue
+			}
+			cla := onlyCLA(t, resp)
+			_ = s.Ack(resp, name)
+			return endpointsOf(cla)
+		}
+	}
+	// outlierDetection turns on failover: same zone 0, same region 1, other region 2.
+	if got := get(fooCluster); !slices.Equal(got, []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p1 r1/z2", "10.0.0.3:8080 HEALTHY p2 r2/z3"}) {
+		t.Fatalf("failover priorities: %v", got)
+	}
+	if got := get("outbound|80|v1|foo.ns1.svc.cluster.local"); !slices.Equal(got, []string{"10.0.0.1:8080 HEALTHY p0 r1/z1"}) {
+		t.Fatalf("subset v1: %v", got)
+	}
+	v2, err := adsclient.CLAs(func() *discovery.DiscoveryResponse {
+		_ = s.Request(adsclient.TypeCLA, "outbound|80|v2|foo.ns1.svc.cluster.local")
+		return recv(t, s)
+	}())
+	if err != nil || len(v2) != 1 {
+		t.Fatal(err)
+	}
+	if got := endpointsOf(v2[0]); !slices.Equal(got, []string{"10.0.0.2:8080 HEALTHY p0 r1/z2", "10.0.0.3:8080 HEALTHY p1 r2/z3"}) {
+		t.Fatalf("subset v2: %v", got)
+	}
+	for _, l := range v2[0].Endpoints {
+		for _, e := range l.LbEndpoints {
+			if _, ok := e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"]; ok {
+				t.Fatal("tls.mode DISABLE must drop the tlsMode metadata")
+			}
+		}
+	}
+}
+
+const drMinHealth = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: foo, namespace: ns1}
+spec:
+  host: foo.ns1.svc.cluster.local
+  trafficPolicy:
+    loadBalancer:
+      localityLbSetting: {enabled: false}
+    outlierDetection: {consecutive5xxErrors: 5, minHealthPercent: 50}
+`
+
+func TestMinHealthPercentStopsUnhealthyEndpoints(t *testing.T) {
+	objs := mesh()
+	objs[7] = fooSlice(fixtures.Ready, fixtures.NotReady, fixtures.Ready)
+	r := newRig(t, append(objs, decode(t, drMinHealth)...)...)
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	_ = s.Request(adsclient.TypeCLA, fooCluster)
+	if got := endpointsOf(onlyCLA(t, recv(t, s))); !slices.Equal(got, []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.3:8080 HEALTHY p0 r2/z3"}) {
+		t.Fatalf("with minHealthPercent > 0 and locality LB disabled: %v", got)
+	}
+}
+
+const exportedOnlyHere = `
+apiVersion: v1
+kind: Service
+metadata:
+  name: private
+  namespace: ns1
+  annotations: {networking.istio.io/exportTo: "."}
+spec: {clusterIP: 10.96.0.20, selector: {app: private}, ports: [{name: http, port: 80, targetPort: 8080}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: private-a, namespace: ns1, labels: {kubernetes.io/service-name: private}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.0.7.1]
+  conditions: {ready: true}
+`
+
+func TestVisibility(t *testing.T) {
+	sidecarYAML := `
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: ns3}
+spec:
+  egress:
+  - hosts: ["./*"]
+`
+	r := newRig(t, append(append(mesh(), decode(t, exportedOnlyHere)...), decode(t, sidecarYAML)...)...)
+	private := "outbound|80||private.ns1.svc.cluster.local"
+
+	inside := r.open(sidecar("10.9.0.1", "ns1"))
+	outside := r.open(sidecar("10.9.0.2", "ns2"))
+	scoped := r.open(sidecar("10.9.0.3", "ns3"))
+	for _, c := range []struct {
+		name string
+		s    *adsclient.Stream
+		want int
+	}{{"same namespace", inside, 1}, {"other namespace", outside, 0}, {"Sidecar ./*", scoped, 0}} {
+		_ = c.s.Request(adsclient.TypeCLA, private)
+		resp := recv(t, c.s)
+		if n := len(endpointsOf(onlyCLA(t, resp))); n != c.want {
+			t.Fatalf("%s: %d endpoints, want %d", c.name, n, c.want)
+		}
+		_ = c.s.Ack(resp, private)
+	}
+	// CDS: the private service only where it is visible; the Sidecar hides foo from ns3 too.
+	for _, c := range []struct {
+		name string
+		s    *adsclient.Stream
+		want []string
+	}{{"same namespace", inside, []string{fooCluster, private}}, {"other namespace", outside, []string{fooCluster}}, {"Sidecar ./*", scoped, nil}} {
+		_ = c.s.Request(adsclient.TypeCluster)
+		resp := recv(t, c.s)
+		cls, _ := adsclient.Decode(resp, func() *cluster.Cluster { return &cluster.Cluster{} })
+		var got []string
+		for _, cl := range cls {
+			got = append(got, cl.Name)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) {
+			t.Fatalf("%s: clusters %v, want %v", c.name, got, c.want)
+		}
+		_ = c.s.Ack(resp)
+		// The next EDS request after CDS is answered (Envoy warming).
+		_ = c.s.Request(adsclient.TypeCLA, private)
+		_ = c.s.Ack(recv(t, c.s), private)
+	}
+	// A change to the private service pushes to the proxy that sees it, and to no other.
+	before := map[string]int{}
+	for _, st := range r.srv.Status() {
+		before[st.Proxy.IP] = st.Types[adsclient.TypeCLA].Responses
+	}
+	r.in.Apply(decode(t, strings.Replace(exportedOnlyHere[strings.Index(exportedOnlyHere, "apiVersion: discovery"):], "10.0.7.1", "10.0.7.2", 1))[0], false)
+	resp := recv(t, inside)
+	if got := endpointsOf(onlyCLA(t, resp)); len(got) != 1 || !strings.HasPrefix(got[0], "10.0.7.2") {
+		t.Fatalf("visible proxy: %v", got)
+	}
+	expectNone(t, outside)
+	expectNone(t, scoped)
+	for _, st := range r.srv.Status() {
+		if st.Proxy.IP != "10.9.0.1" && st.Types[adsclient.TypeCLA].Responses != before[st.Proxy.IP] {
+			t.Fatalf("proxy %s cannot see the service but got a push", st.Proxy.IP)
+		}
+	}
+}
+
+func TestDestinationRuleEditRecomputesOnlyItsHosts(t *testing.T) {
+	objs := mesh()
+	for i := 0; i < 20; i++ {
+		name := "other-" + string(rune('a'+i))
+		objs = append(objs, fixtures.Service("ns1", name, fixtures.HTTP...))
+	}
+	r := newRig(t, objs...)
+	n := sidecar("10.9.0.1", "ns1")
+	n.Locality = &core.Locality{Region: "r1", Zone: "z1"}
+	s := r.open(n)
+	_ = s.Request(adsclient.TypeCLA, fooCluster)
+	_ = s.Ack(recv(t, s), fooCluster)
+	time.Sleep(100 * time.Millisecond)
+	count := func() uint64 {
+		n, _ := r.g.Graph.Snapshot().Node(graphs.NameCLAs)
+		return n.Recomputes
+	}
+	before := count()
+	r.in.Apply(decode(t, drSubsets)[0], false)
+	resp := recv(t, s) // the new policy (failover priorities) reaches the proxy
+	if got := endpointsOf(onlyCLA(t, resp)); !slices.Contains(got, "10.0.0.3:8080 HEALTHY p2 r2/z3") {
+		t.Fatalf("after the DestinationRule: %v", got)
+	}
+	_ = s.Ack(resp, fooCluster)
+	time.Sleep(100 * time.Millisecond)
+	if d := count() - before; d != 1 {
+		t.Fatalf("a DestinationRule for foo recomputed %d services' CLAs, want 1", d)
+	}
+}
+
+func TestInvalidDestinationRuleIsReportedAndIgnored(t *testing.T) {
+	bad := `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: bad, namespace: ns1}
+spec:
+  host: foo
+  subsets:
+  - name: v1
+    labels: {"not a label": x}
+`
+	rep := &collections.RecordingReporter{}
+	r := newRigReporting(t, rep, append(mesh(), decode(t, bad)...)...)
+	s := r.open(sidecar("10.9.0.1", "ns1"))
+	_ = s.Request(adsclient.TypeCLA, fooCluster)
+	if n := len(endpointsOf(onlyCLA(t, recv(t, s)))); n != 3 {
+		t.Fatalf("the mesh must be unaffected: %d endpoints", n)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		ps := rep.Problems()
+		if len(ps) == 1 && ps[0].Kind == "DestinationRule" && ps[0].Object == "ns1/bad" && ps[0].Reason == collections.ReasonInvalidDestinationRule {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("problems %+v", ps)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,144 @@
+package transforms
+
+import (
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// RootNamespace is where mesh-wide DestinationRules and Sidecars live (istiod's root namespace).
+const RootNamespace = "istio-system"
+
+// DestinationRules converts Kubernetes DestinationRules; invalid ones are reported and ignored.
+func DestinationRules(report collections.Reporter) krt.TransformationSingle[*networkingclient.DestinationRule, collections.DestinationRule] {
+	return func(_ krt.HandlerContext, dr *networkingclient.DestinationRule) *collections.DestinationRule {
+		return ConvertDestinationRule(dr, report)
+	}
+}
+
+// Sidecars converts Kubernetes Sidecars; invalid ones are reported and ignored.
+func Sidecars(report collections.Reporter) krt.TransformationSingle[*networkingclient.Sidecar, collections.Sidecar] {
+	return func(_ krt.HandlerContext, sc *networkingclient.Sidecar) *collections.Sidecar {
+		return ConvertSidecar(sc, report)
+	}
+}
+
+// DestinationRuleMatches reports whether a rule's host (relative to its namespace) matches the
+// service's hostname, exactly or as a wildcard.
+func DestinationRuleMatches(dr *collections.DestinationRule, svc *collections.ServiceInfo) bool {
+	return dr.WorkloadSelector == nil && ruleHostMatches(svc.Hostname, resolveRuleHost(dr.Host, dr.Namespace, serviceDomain(svc)))
+}
+
+// ServicePolicies gathers, per service, the DestinationRules that may apply to it. A rule change
+// only changes the policies (and so the CLAs) of the services its host matches.
+func ServicePolicies(rules krt.Collection[collections.DestinationRule]) krt.TransformationSingle[collections.ServiceInfo, collections.ServicePolicy] {
+	return func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServicePolicy {
+		sp := &collections.ServicePolicy{Service: svc.ResourceName()}
+		for _, r := range krt.Fetch(ctx, rules) {
+			if DestinationRuleMatches(&r, &svc) {
+				sp.Rules = append(sp.Rules, r)
+			}
+		}
+		sortRules(sp.Rules)
+		return sp
+	}
+}
+
+func sortRules(rs []collections.DestinationRule) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].ResourceName() < rs[j-1].ResourceName(); j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}
+
+// ClusterPolicy is everything that decides one cluster's CLA beyond the endpoints: the
+// effective DestinationRule for the proxy's namespace and what it sets for the port and subset.
+type ClusterPolicy struct {
+	LB LBPolicy
+	// Setting and EnableFailover drive the locality load balancing applied after the priorities
+	// of LB (distribute weights, region failover, zone-aware buckets).
+	Setting        *collections.LocalitySetting
+	EnableFailover bool
+	// SubsetLabels select the endpoints of a subset cluster (nil: all endpoints, which is what
+	// istiod sends for a subset it does not know).
+	SubsetLabels map[string]string
+	// NoTLSMetadata drops the tlsMode metadata: the rule sets a TLS mode other than ISTIO_MUTUAL.
+	NoTLSMetadata bool
+	// Rule is "<ns>/<name>" of the effective rule, "" without one.
+	Rule string
+}
+
+// PostProcess reports whether the CLA needs the message-level locality functions (anything
+// beyond failover priorities).
+func (cp ClusterPolicy) PostProcess() bool {
+	s := cp.Setting
+	if s == nil || !s.IsEnabled() {
+		return false
+	}
+	return s.ZoneAware || len(s.Distribute) > 0 || (cp.EnableFailover && len(s.Failover) > 0) ||
+		(cp.EnableFailover && len(s.FailoverPriority) == 0)
+}
+
+// ClusterPolicyFor resolves the policy of one cluster for proxies of a namespace.
+func ClusterPolicyFor(svc *collections.ServiceInfo, sp *collections.ServicePolicy, proxyNamespace string, port int32, subset string) ClusterPolicy {
+	var dr *collections.DestinationRule
+	if sp != nil && len(sp.Rules) > 0 {
+		dr = ResolveDestinationRule(sp.Rules, proxyNamespace, svc, RootNamespace)
+	}
+	if dr == nil {
+		cp := ClusterPolicy{LB: PolicyFor(svc)}
+		cp.Setting, cp.EnableFailover = LBSettingFor(DefaultMeshLocalitySetting(), nil, svc)
+		return cp
+	}
+	tp, labels, _ := EffectiveTrafficPolicy(dr, port, subset)
+	cp := ClusterPolicy{Rule: dr.ResourceName(), SubsetLabels: labels}
+	cp.Setting, cp.EnableFailover = LBSettingFor(DefaultMeshLocalitySetting(), tp, svc)
+	cp.LB = LocalityLBPolicy(cp.Setting, cp.EnableFailover, tp, svc)
+	if tp != nil && tp.TLSMode != "" && tp.TLSMode != collections.ClientTLSIstioMutual {
+		cp.NoTLSMetadata = true
+	}
+	return cp
+}
+
+// ProjectFor keeps the class dimensions the cluster's CLA depends on.
+func ProjectFor(svc *collections.ServiceInfo, cp ClusterPolicy, c collections.ProxyClass) collections.ProxyClass {
+	p := Project(svc, cp.LB, c)
+	if cp.PostProcess() {
+		loc := ProxyLocalityDependence(cp.Setting, cp.EnableFailover, c.Locality)
+		if loc.Region != "" {
+			p.Locality.Region = loc.Region
+		}
+		if loc.Zone != "" {
+			p.Locality.Zone = loc.Zone
+		}
+		if loc.Subzone != "" {
+			p.Locality.Subzone = loc.Subzone
+		}
+	}
+	return p
+}
+
+// DependsOnNamespace reports whether the CLA may differ between proxy namespaces: some
+// DestinationRule may apply to the service.
+func DependsOnNamespace(sp *collections.ServicePolicy) bool { return sp != nil && len(sp.Rules) > 0 }
+
+// CLAKeyFor is the key of one CLA: the cluster name, the effective rule, the projected class.
+func CLAKeyFor(clusterName string, cp ClusterPolicy, projected collections.ProxyClass) string {
+	k := CLAKey(clusterName, projected)
+	if cp.Rule != "" {
+		k += "~dr:" + cp.Rule
+	}
+	return k
+}
+
+// subsetMatch reports whether the endpoint's labels contain every subset label.
+func subsetMatch(labels, subset map[string]string) bool {
+	for k, v := range subset {
+		if lv, ok := labels[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return true
+}
