@@ -203,10 +203,15 @@ type conn struct {
 	// was not ACKed yet); dirtyAll says everything must be looked at again.
 	dirty    map[string]map[string]struct{}
 	dirtyAll map[string]bool
-	// prevNames is the subscription of the previous watch of each type.
-	prevNames map[string]map[string]struct{}
-	// indexed is what the server's indexes hold for this connection (guarded by Server.mu).
-	indexed map[string]map[string]struct{}
+	// prevList is the subscription of the previous watch of each type; subsChanged says whether
+	// the current watch's subscription differs from it.
+	prevList    map[string][]string
+	subsChanged map[string]bool
+	// indexed is what the server's indexes hold for this connection (guarded by Server.mu), and
+	// indexedList the request's name list it was built from.
+	indexed     map[string]map[string]struct{}
+	indexedList map[string][]string
+	indexedWild map[string]bool
 }
 
 func (c *conn) statusOf(typeURL string) *typeStatus {
@@ -246,8 +251,8 @@ func (s *Server) openConn(delta bool, id int64) {
 	c := &conn{
 		id: connKey(delta, id), delta: delta, connectedAt: time.Now(), done: make(chan struct{}),
 		watches: map[string]*watch{}, status: map[string]*typeStatus{},
-		dirty: map[string]map[string]struct{}{}, dirtyAll: map[string]bool{}, prevNames: map[string]map[string]struct{}{},
-		indexed: map[string]map[string]struct{}{},
+		dirty: map[string]map[string]struct{}{}, dirtyAll: map[string]bool{}, prevList: map[string][]string{}, subsChanged: map[string]bool{},
+		indexed: map[string]map[string]struct{}{}, indexedList: map[string][]string{}, indexedWild: map[string]bool{},
 	}
 	s.mu.Lock()
 	s.conns[c.id] = c
@@ -356,7 +361,7 @@ func (s *Server) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan
 		return nil, status.Error(codes.Internal, "request from an unknown stream")
 	}
 	w := &watch{c: c, typeURL: req.GetTypeUrl(), sreq: req, sub: sub, sch: ch, initial: true,
-		names: collections.SortedKeys(sub.SubscribedResources()), wildcard: sub.IsWildcard()}
+		names: req.GetResourceNames(), wildcard: sub.IsWildcard()}
 	return s.addWatch(w), nil
 }
 
@@ -366,8 +371,18 @@ func (s *Server) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscriptio
 	if c == nil {
 		return nil, status.Error(codes.Internal, "request from an unknown stream")
 	}
+	// An ACK changes no subscription: keep the previous name list rather than sort it again.
+	var names []string
+	c.mu.Lock()
+	if len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 {
+		names = c.prevList[req.GetTypeUrl()]
+	}
+	c.mu.Unlock()
+	if names == nil {
+		names = collections.SortedKeys(sub.SubscribedResources())
+	}
 	w := &watch{c: c, typeURL: req.GetTypeUrl(), dreq: req, sub: sub, dch: ch, initial: true,
-		names: collections.SortedKeys(sub.SubscribedResources()), wildcard: sub.IsWildcard()}
+		names: names, wildcard: sub.IsWildcard()}
 	return s.addWatch(w), nil
 }
 
@@ -379,6 +394,16 @@ func (s *Server) Fetch(context.Context, *cache.Request) (cache.Response, error) 
 // index records (with s.mu held) that c subscribes to names (and to everything, if wildcard) of
 // typeURL; nil names removes the connection from the type's indexes.
 func (s *Server) index(c *conn, typeURL string, names []string, wildcard bool) {
+	if names != nil && c.indexedList[typeURL] != nil && slices.Equal(c.indexedList[typeURL], names) && c.indexedWild[typeURL] == wildcard {
+		return // the usual ACK: same names as before
+	}
+	if names != nil {
+		c.indexedList[typeURL] = names
+		c.indexedWild[typeURL] = wildcard
+	} else {
+		delete(c.indexedList, typeURL)
+		delete(c.indexedWild, typeURL)
+	}
 	byName := s.byName[typeURL]
 	if byName == nil {
 		byName = map[string]map[*conn]struct{}{}
@@ -618,24 +643,28 @@ func (s *Server) evaluateLocked(w *watch, only map[string]struct{}) {
 	force := !st.responded || (w.typeURL == transforms.TypeCLA && c.forceEDS)
 	if w.initial {
 		w.initial = false
-		prev := c.prevNames[w.typeURL]
-		cur := make(map[string]struct{}, len(w.names))
-		for _, n := range w.names {
-			cur[n] = struct{}{}
-		}
-		c.prevNames[w.typeURL] = cur
+		prev := c.prevList[w.typeURL]
+		same := prev != nil && slices.Equal(prev, w.names)
+		c.prevList[w.typeURL] = w.names
+		c.subsChanged[w.typeURL] = !same
 		if !force && !c.dirtyAll[w.typeURL] && !w.wildcard {
 			// Only what changed since the last answer, and names new to the subscription.
-			merged := map[string]struct{}{}
+			merged := make(map[string]struct{}, len(only)+len(c.dirty[w.typeURL]))
 			for n := range only {
 				merged[n] = struct{}{}
 			}
 			for n := range c.dirty[w.typeURL] {
 				merged[n] = struct{}{}
 			}
-			for n := range cur {
-				if _, ok := prev[n]; !ok {
-					merged[n] = struct{}{}
+			if !same {
+				old := make(map[string]struct{}, len(prev))
+				for _, n := range prev {
+					old[n] = struct{}{}
+				}
+				for _, n := range w.names {
+					if _, ok := old[n]; !ok {
+						merged[n] = struct{}{}
+					}
 				}
 			}
 			only = merged
@@ -726,8 +755,17 @@ func responseVersion(want map[string]*collections.Resource, send, removed []stri
 func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collections.Resource, send, removed []string, returned map[string]string) {
 	version := responseVersion(want, send, removed)
 	resp := &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: w.typeURL}
-	next := map[string]string{}
-	if !fullState(w.typeURL) {
+	var next map[string]string
+	switch {
+	case fullState(w.typeURL):
+		next = make(map[string]string, len(send))
+	case returned != nil && !w.c.subsChanged[w.typeURL] && len(removed) == 0:
+		// The map is the one this server returned with the previous response of this stream and
+		// type; nobody else writes it. Updating it in place keeps an ACK cheap for clients that
+		// subscribe to thousands of clusters.
+		next = returned
+	default:
+		next = make(map[string]string, len(returned)+len(send))
 		subscribed := w.sub.SubscribedResources()
 		for n, v := range returned {
 			if _, ok := subscribed[n]; ok {
@@ -763,15 +801,22 @@ func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collecti
 func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collections.Resource, send, removed []string, returned map[string]string) {
 	version := responseVersion(want, send, removed)
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: w.typeURL, RemovedResources: removed}
-	next := map[string]string{}
-	subscribed := w.sub.SubscribedResources()
-	for n, v := range returned {
-		if _, sub := subscribed[n]; sub || w.wildcard {
-			next[n] = v
+	var next map[string]string
+	if returned != nil && !w.c.subsChanged[w.typeURL] && len(removed) == 0 {
+		// This server's own map from the previous response of this stream and type (see
+		// respondSotw): updated in place.
+		next = returned
+	} else {
+		next = make(map[string]string, len(returned)+len(send))
+		subscribed := w.sub.SubscribedResources()
+		for n, v := range returned {
+			if _, sub := subscribed[n]; sub || w.wildcard {
+				next[n] = v
+			}
 		}
-	}
-	for _, n := range removed {
-		delete(next, n)
+		for _, n := range removed {
+			delete(next, n)
+		}
 	}
 	bytes := 0
 	for _, n := range send {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -20,8 +21,12 @@ import (
 // response, recording per cluster the version (hash of the bytes) and arrival time of the last
 // CLA they received.
 type Fleet struct {
-	Size    Size
+	Size Size
+	// Delta: the proxies speak incremental ADS (as Istio's sidecars do by default); else state
+	// of the world, where every ACK repeats the whole subscription.
+	Delta   bool
 	streams []*adsclient.Stream
+	deltas  []*adsclient.DeltaStream
 	conns   []*grpc.ClientConn
 
 	mu     sync.Mutex
@@ -43,11 +48,19 @@ func (s Size) ProxyLocality(p int) *core.Locality {
 	return &core.Locality{Region: region, Zone: zone}
 }
 
+// Protocol is chosen by KRTEDS_BENCH_PROTOCOL: "sotw", or "delta" (the default).
+func Protocol() string {
+	if os.Getenv("KRTEDS_BENCH_PROTOCOL") == "sotw" {
+		return "sotw"
+	}
+	return "delta"
+}
+
 // Connect starts every proxy: one gRPC connection per proxy, one ADS stream each, one EDS request
 // for its subscriptions.
 func Connect(addr string, s Size) (*Fleet, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Fleet{Size: s, cancel: cancel}
+	f := &Fleet{Size: s, cancel: cancel, Delta: Protocol() == "delta"}
 	f.cond = sync.NewCond(&f.mu)
 	for p := 0; p < s.Proxies; p++ {
 		cc, err := adsclient.Dial(addr)
@@ -58,15 +71,29 @@ func Connect(addr string, s Size) (*Fleet, error) {
 		f.conns = append(f.conns, cc)
 		node := adsclient.Node{ID: fmt.Sprintf("sidecar~10.250.%d.%d~proxy-%d.bench~bench.svc.cluster.local", p>>8, p&255, p),
 			Namespace: meshNamespace, Locality: s.ProxyLocality(p)}
+		f.latest = append(f.latest, map[string]arrival{})
+		subs := s.Subscriptions(p)
+		f.subs = append(f.subs, subs)
+		if f.Delta {
+			ds, err := adsclient.OpenDelta(ctx, cc, node)
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			f.deltas = append(f.deltas, ds)
+			if err := ds.Subscribe(adsclient.TypeCLA, subs, nil); err != nil {
+				f.Close()
+				return nil, err
+			}
+			go f.readDelta(p)
+			continue
+		}
 		st, err := adsclient.Open(ctx, cc, node)
 		if err != nil {
 			f.Close()
 			return nil, err
 		}
 		f.streams = append(f.streams, st)
-		f.latest = append(f.latest, map[string]arrival{})
-		subs := s.Subscriptions(p)
-		f.subs = append(f.subs, subs)
 		if err := st.Request(adsclient.TypeCLA, subs...); err != nil {
 			f.Close()
 			return nil, err
@@ -96,6 +123,45 @@ func (f *Fleet) read(p int) {
 		f.mu.Unlock()
 		_ = st.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: f.subs[p]})
 	}
+}
+
+func (f *Fleet) readDelta(p int) {
+	st := f.deltas[p]
+	for {
+		resp, err := st.Recv(time.Hour)
+		if err != nil {
+			f.mu.Lock()
+			f.errs = append(f.errs, err)
+			f.cond.Broadcast()
+			f.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		f.mu.Lock()
+		for _, r := range resp.Resources {
+			f.latest[p][r.Name] = arrival{version: r.Version, at: now}
+		}
+		f.cond.Broadcast()
+		f.mu.Unlock()
+		_ = st.Ack(resp)
+	}
+}
+
+// Subscribe adds a cluster to every proxy's subscription.
+func (f *Fleet) Subscribe(cluster string) error {
+	for p := range f.subs {
+		f.subs[p] = append(f.subs[p], cluster)
+		var err error
+		if f.Delta {
+			err = f.deltas[p].Subscribe(adsclient.TypeCLA, []string{cluster}, nil)
+		} else {
+			err = f.streams[p].Request(adsclient.TypeCLA, f.subs[p]...)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // claName reads field 1 (cluster_name) of an encoded ClusterLoadAssignment.
