@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/krt"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
@@ -99,6 +100,11 @@ func StartApp(o AppOptions) (*App, error) {
 				log.Error("debug server stopped", zap.Error(err))
 			}
 		}()
+	}
+	for kind, gvr := range map[string]schema.GroupVersionResource{"DestinationRule": collections.GVRDestinationRule, "Sidecar": collections.GVRSidecar} {
+		if !collections.CRDInstalled(o.Client, gvr, func() { log.Info("CRD installed; reading it", zap.String("kind", kind)) }) {
+			log.Info("CRD not installed; the collection stays empty until it is", zap.String("kind", kind), zap.String("resource", gvr.String()))
+		}
 	}
 	go o.Client.RunAndWait(a.stop)
 	return a, nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"istio.io/istio/pkg/kube"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
@@ -294,4 +295,24 @@ func TestDebugIsLoopbackOnly(t *testing.T) {
 			t.Errorf("%s from a remote peer: %d, want %d", path, w.Code, want)
 		}
 	}
+}
+
+// TestMissingIstioCRDsDoNotStopKrteds runs over a client without the DestinationRule and Sidecar
+// CRDs: the graph still syncs and serves, with those collections empty.
+func TestMissingIstioCRDsDoNotStopKrteds(t *testing.T) {
+	objs, _ := collections.DecodeManifests([]byte(appManifests), "m.yaml")
+	client := kube.NewFakeClient(collections.UniqueObjects(objs)...)
+	xl, _ := net.Listen("tcp", "127.0.0.1:0")
+	dl, _ := net.Listen("tcp", "127.0.0.1:0")
+	app, err := StartApp(AppOptions{Config: collections.DefaultConfig(), Client: client, XDSListener: xl, DebugListener: dl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.Stop)
+	r := &appRig{t: t, app: app, debug: "http://" + dl.Addr().String(), xds: xl.Addr().String()}
+	r.waitReady()
+	if n := len(app.Graph.DestinationRules.List()); n != 0 {
+		t.Fatalf("%d DestinationRules without the CRD", n)
+	}
+	eventuallyTrue(t, "the service's CLA", func() bool { return app.Graph.CLAs.GetKey("outbound|80||foo.ns1.svc.cluster.local") != nil })
 }
