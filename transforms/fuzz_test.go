@@ -1,0 +1,118 @@
+package transforms
+
+import (
+	"encoding/json"
+	"testing"
+
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+// The fuzz targets feed arbitrary JSON-decoded objects to the transforms: none may panic, and
+// every endpoint they produce must be well formed.
+
+func seedJSON(f *testing.F, objs ...any) {
+	for _, o := range objs {
+		b, err := json.Marshal(o)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}
+
+func FuzzSliceEndpoints(f *testing.F) {
+	seedJSON(f,
+		fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
+			fixtures.Endpoint{IP: "10.0.0.2", Cond: fixtures.NotReady}),
+		&discovery.EndpointSlice{AddressType: discovery.AddressTypeFQDN},
+	)
+	f.Add([]byte(`{"metadata":{"name":"s","namespace":"ns1","labels":{"kubernetes.io/service-name":"foo"}},"addressType":"IPv6",
+		"ports":[{"name":"http"},{"port":-1},{"port":70000}],"endpoints":[{"addresses":["::1","x",""],"targetRef":{"kind":"Node"}}]}`))
+	stop := test.NewStop(f)
+	cfg := collections.DefaultConfig()
+	svc := ConvertService(cfg, fixtures.Service("ns1", "foo", fixtures.HTTP...), nil)
+	w := Workloads(cfg, krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)),
+		krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop)), collections.NopReporter{})(krt.TestingDummyContext{},
+		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"))
+	wc := krt.NewStaticCollection(nil, []collections.Workload{*w}, krt.WithStop(stop))
+	in := SliceInputs{
+		Services:           krt.NewStaticCollection(nil, []collections.ServiceInfo{*svc}, krt.WithStop(stop)),
+		Workloads:          wc,
+		Namespaces:         krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop)),
+		ReadyWorkloadsByIP: krt.NewIndex(wc, "ip", ReadyIPs),
+	}
+	fn := SliceEndpointsOf(cfg, in, &collections.RecordingReporter{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s discovery.EndpointSlice
+		if json.Unmarshal(data, &s) != nil {
+			return
+		}
+		out := fn(krt.TestingDummyContext{}, &s)
+		if out == nil {
+			return
+		}
+		for _, e := range out.Endpoints {
+			if e.Meta == nil || e.Port == 0 || e.Port > 65535 || e.Address == "" {
+				t.Fatalf("malformed endpoint %+v", e)
+			}
+		}
+		merged := collections.MergeEndpoints(out.Endpoints)
+		plan := PlanCLA("c", svc, svc.Ports[0], merged, PolicyFor(svc), collections.ProxyClass{})
+		_ = plan.Encode()
+	})
+}
+
+func FuzzConvertService(f *testing.F) {
+	seedJSON(f, fixtures.Service("ns1", "foo", fixtures.HTTP...))
+	f.Add([]byte(`{"metadata":{"name":"x","namespace":"y","annotations":{"networking.istio.io/exportTo":",,~,.","networking.istio.io/traffic-distribution":"PreferSameNode"}},
+		"spec":{"type":"ExternalName","clusterIP":"None","ports":[{"protocol":"UDP"},{"targetPort":"named"}],"trafficDistribution":""}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s corev1.Service
+		if json.Unmarshal(data, &s) != nil {
+			return
+		}
+		si := ConvertService(collections.DefaultConfig(), &s, nil)
+		if si == nil || si.Hostname == "" {
+			t.Fatalf("no ServiceInfo for %s", data)
+		}
+		if !si.Equals(*si) {
+			t.Fatal("Equals is not reflexive")
+		}
+	})
+}
+
+func FuzzWorkloads(f *testing.F) {
+	seedJSON(f, fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"))
+	f.Add([]byte(`{"metadata":{"name":"p","generateName":"cj-12345678-","labels":{"istio-locality":"a.b.c.d","topology.istio.io/locality":""},
+		"ownerReferences":[{"kind":"Job","name":"cj-12345678","controller":true}]},"status":{"phase":"Running","podIPs":[{"ip":""}]}}`))
+	stop := test.NewStop(f)
+	fn := Workloads(collections.DefaultConfig(), krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)),
+		krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop)), collections.NopReporter{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var p corev1.Pod
+		if json.Unmarshal(data, &p) != nil {
+			return
+		}
+		if w := fn(krt.TestingDummyContext{}, &p); w != nil && (w.Meta == nil || !w.Equals(*w)) {
+			t.Fatalf("bad workload %+v", w)
+		}
+	})
+}
+
+func FuzzParseProxy(f *testing.F) {
+	f.Add("sidecar~10.1.0.1~foo-1.ns1~ns1.svc.cluster.local", "")
+	f.Add("router~fd00::1~gw.istio-system~istio-system.svc.cluster.local", "ns")
+	f.Add("~~~", "")
+	f.Fuzz(func(t *testing.T, id, ns string) {
+		p, err := collections.ParseProxy("c", id, collections.NodeMetadata{Namespace: ns}, collections.Locality{})
+		if err == nil && (p.Namespace == "" || p.IP == "") {
+			t.Fatalf("accepted %q without namespace or IP: %+v", id, p)
+		}
+	})
+}
