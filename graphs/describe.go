@@ -53,9 +53,7 @@ func (d *Description) add(n *node) {
 
 // AddInput records an input collection and counts its events.
 func AddInput[T any](d *Description, name string, c krt.Collection[T]) {
-	n := &node{name: name, kind: KindInput, syncer: c, size: func() int { return len(c.List()) }}
-	watch(n, c)
-	d.add(n)
+	register(d, &node{name: name, kind: KindInput}, c)
 }
 
 // Derive builds krt.NewCollection(parent, f) named name, records it in d with its primary input
@@ -64,10 +62,14 @@ func Derive[I, O any](d *Description, opts krt.OptionsBuilder, name, input strin
 	declared []string, f krt.TransformationSingle[I, O],
 ) krt.Collection[O] {
 	n := &node{name: name, kind: KindDerived, input: input, declared: declared}
-	c := krt.NewCollection(parent, func(ctx krt.HandlerContext, i I) *O {
+	return register(d, n, krt.NewCollection(parent, func(ctx krt.HandlerContext, i I) *O {
 		n.recomputes.Add(1)
 		return f(ctx, i)
-	}, opts.WithName(name)...)
+	}, opts.WithName(name)...))
+}
+
+// register completes a node with its collection and adds it to the description.
+func register[T any](d *Description, n *node, c krt.Collection[T]) krt.Collection[T] {
 	n.syncer = c
 	n.size = func() int { return len(c.List()) }
 	watch(n, c)
@@ -80,15 +82,10 @@ func DeriveMany[I, O any](d *Description, opts krt.OptionsBuilder, name, input s
 	declared []string, f krt.TransformationMulti[I, O],
 ) krt.Collection[O] {
 	n := &node{name: name, kind: KindDerived, input: input, declared: declared}
-	c := krt.NewManyCollection(parent, func(ctx krt.HandlerContext, i I) []O {
+	return register(d, n, krt.NewManyCollection(parent, func(ctx krt.HandlerContext, i I) []O {
 		n.recomputes.Add(1)
 		return f(ctx, i)
-	}, opts.WithName(name)...)
-	n.syncer = c
-	n.size = func() int { return len(c.List()) }
-	watch(n, c)
-	d.add(n)
-	return c
+	}, opts.WithName(name)...))
 }
 
 // DeriveFromNothing is Derive for a transform without a primary input (krt.NewManyFromNothing).
@@ -96,15 +93,10 @@ func DeriveFromNothing[O any](d *Description, opts krt.OptionsBuilder, name stri
 	declared []string, f krt.TransformationEmptyToMulti[O],
 ) krt.Collection[O] {
 	n := &node{name: name, kind: KindDerived, declared: declared}
-	c := krt.NewManyFromNothing(func(ctx krt.HandlerContext) []O {
+	return register(d, n, krt.NewManyFromNothing(func(ctx krt.HandlerContext) []O {
 		n.recomputes.Add(1)
 		return f(ctx)
-	}, opts.WithName(name)...)
-	n.syncer = c
-	n.size = func() int { return len(c.List()) }
-	watch(n, c)
-	d.add(n)
-	return c
+	}, opts.WithName(name)...))
 }
 
 func watch[T any](n *node, c krt.Collection[T]) {

@@ -64,7 +64,11 @@ func startAppRig(t *testing.T) *appRig {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	client := collections.NewManifestClient(objs)
+	return startAppRigWith(t, collections.NewManifestClient(objs))
+}
+
+func startAppRigWith(t *testing.T, client kube.Client) *appRig {
+	t.Helper()
 	xl, _ := net.Listen("tcp", "127.0.0.1:0")
 	dl, _ := net.Listen("tcp", "127.0.0.1:0")
 	app, err := StartApp(AppOptions{Config: collections.DefaultConfig(), Client: client, XDSListener: xl, DebugListener: dl})
@@ -301,16 +305,8 @@ func TestDebugIsLoopbackOnly(t *testing.T) {
 // CRDs: the graph still syncs and serves, with those collections empty.
 func TestMissingIstioCRDsDoNotStopKrteds(t *testing.T) {
 	objs, _ := collections.DecodeManifests([]byte(appManifests), "m.yaml")
-	client := kube.NewFakeClient(collections.UniqueObjects(objs)...)
-	xl, _ := net.Listen("tcp", "127.0.0.1:0")
-	dl, _ := net.Listen("tcp", "127.0.0.1:0")
-	app, err := StartApp(AppOptions{Config: collections.DefaultConfig(), Client: client, XDSListener: xl, DebugListener: dl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(app.Stop)
-	r := &appRig{t: t, app: app, debug: "http://" + dl.Addr().String(), xds: xl.Addr().String()}
-	r.waitReady()
+	r := startAppRigWith(t, kube.NewFakeClient(collections.UniqueObjects(objs)...))
+	app := r.app
 	if n := len(app.Graph.DestinationRules.List()); n != 0 {
 		t.Fatalf("%d DestinationRules without the CRD", n)
 	}

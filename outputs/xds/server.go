@@ -784,15 +784,22 @@ func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collecti
 		bytes += len(r.Body)
 	}
 	s.sent(w, st, version, send, returned, bytes)
-	r := &sotwResponse{req: w.sreq, resp: resp, returned: next, ctx: context.Background()}
+	deliver(w.sch, cache.Response(&sotwResponse{req: w.sreq, resp: resp, returned: next, ctx: context.Background()}), w.c.done,
+		func() { s.metrics.PushErrors.WithLabelValues(shortType(w.typeURL)).Inc() })
+}
+
+// deliver hands a response to the stream without blocking the caller: the channel has room for
+// one response per type, and a watch answers at most once, so waiting is rare; when it happens a
+// goroutine waits, until the stream ends (counted as a push error).
+func deliver[T any](ch chan T, r T, done <-chan struct{}, dropped func()) {
 	select {
-	case w.sch <- r:
+	case ch <- r:
 	default:
 		go func() {
 			select {
-			case w.sch <- r:
-			case <-w.c.done:
-				s.metrics.PushErrors.WithLabelValues(shortType(w.typeURL)).Inc()
+			case ch <- r:
+			case <-done:
+				dropped()
 			}
 		}()
 	}
@@ -828,18 +835,8 @@ func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collect
 		bytes += len(r.Body)
 	}
 	s.sent(w, st, version, send, returned, bytes)
-	r := &deltaResponse{req: w.dreq, resp: resp, returned: next, ctx: context.Background()}
-	select {
-	case w.dch <- r:
-	default:
-		go func() {
-			select {
-			case w.dch <- r:
-			case <-w.c.done:
-				s.metrics.PushErrors.WithLabelValues(shortType(w.typeURL)).Inc()
-			}
-		}()
-	}
+	deliver(w.dch, cache.DeltaResponse(&deltaResponse{req: w.dreq, resp: resp, returned: next, ctx: context.Background()}), w.c.done,
+		func() { s.metrics.PushErrors.WithLabelValues(shortType(w.typeURL)).Inc() })
 }
 
 // sent records a response on the watch and the connection.
