@@ -67,13 +67,48 @@ func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
+// receiver reads a stream's responses on its own goroutine, so callers can wait with a timeout.
+type receiver[T any] struct {
+	resps chan T
+	errs  chan error
+}
+
+func receive[T any](recv func() (T, error)) receiver[T] {
+	r := receiver[T]{resps: make(chan T, 1024), errs: make(chan error, 1)}
+	go func() {
+		for {
+			m, err := recv()
+			if err != nil {
+				r.errs <- err
+				close(r.resps)
+				return
+			}
+			r.resps <- m
+		}
+	}()
+	return r
+}
+
+// Recv waits up to timeout for the next response.
+func (r receiver[T]) Recv(timeout time.Duration) (T, error) {
+	var zero T
+	select {
+	case m, ok := <-r.resps:
+		if !ok {
+			return zero, <-r.errs
+		}
+		return m, nil
+	case <-time.After(timeout):
+		return zero, ErrTimeout
+	}
+}
+
 // Stream is one state-of-the-world ADS stream.
 type Stream struct {
+	receiver[*discovery.DiscoveryResponse]
 	node     *core.Node
 	s        discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	cancel   context.CancelFunc
-	resps    chan *discovery.DiscoveryResponse
-	errs     chan error
 	sentNode bool
 }
 
@@ -85,20 +120,7 @@ func Open(ctx context.Context, cc *grpc.ClientConn, node Node) (*Stream, error) 
 		cancel()
 		return nil, fmt.Errorf("opening ADS stream: %w", err)
 	}
-	st := &Stream{node: node.Proto(), s: s, cancel: cancel,
-		resps: make(chan *discovery.DiscoveryResponse, 1024), errs: make(chan error, 1)}
-	go func() {
-		for {
-			r, err := s.Recv()
-			if err != nil {
-				st.errs <- err
-				close(st.resps)
-				return
-			}
-			st.resps <- r
-		}
-	}()
-	return st, nil
+	return &Stream{receiver: receive(s.Recv), node: node.Proto(), s: s, cancel: cancel}, nil
 }
 
 // Close ends the stream.
@@ -132,19 +154,6 @@ func (s *Stream) Nack(resp *discovery.DiscoveryResponse, prevVersion, msg string
 
 // ErrTimeout is returned when no response arrives in time.
 var ErrTimeout = errors.New("no response in time")
-
-// Recv waits up to timeout for the next response.
-func (s *Stream) Recv(timeout time.Duration) (*discovery.DiscoveryResponse, error) {
-	select {
-	case r, ok := <-s.resps:
-		if !ok {
-			return nil, <-s.errs
-		}
-		return r, nil
-	case <-time.After(timeout):
-		return nil, ErrTimeout
-	}
-}
 
 // CLAs decodes the ClusterLoadAssignments of a response.
 func CLAs(resp *discovery.DiscoveryResponse) ([]*endpoint.ClusterLoadAssignment, error) {

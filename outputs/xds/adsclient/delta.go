@@ -3,7 +3,6 @@ package adsclient
 import (
 	"context"
 	"fmt"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -18,11 +17,10 @@ func statusProto(msg string) *rpcstatus.Status {
 
 // DeltaStream is one incremental ADS stream.
 type DeltaStream struct {
+	receiver[*discovery.DeltaDiscoveryResponse]
 	node     *core.Node
 	s        discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 	cancel   context.CancelFunc
-	resps    chan *discovery.DeltaDiscoveryResponse
-	errs     chan error
 	sentNode bool
 }
 
@@ -34,20 +32,7 @@ func OpenDelta(ctx context.Context, cc *grpc.ClientConn, node Node) (*DeltaStrea
 		cancel()
 		return nil, fmt.Errorf("opening delta ADS stream: %w", err)
 	}
-	st := &DeltaStream{node: node.Proto(), s: s, cancel: cancel,
-		resps: make(chan *discovery.DeltaDiscoveryResponse, 1024), errs: make(chan error, 1)}
-	go func() {
-		for {
-			r, err := s.Recv()
-			if err != nil {
-				st.errs <- err
-				close(st.resps)
-				return
-			}
-			st.resps <- r
-		}
-	}()
-	return st, nil
+	return &DeltaStream{receiver: receive(s.Recv), node: node.Proto(), s: s, cancel: cancel}, nil
 }
 
 // Close ends the stream.
@@ -76,17 +61,4 @@ func (s *DeltaStream) Ack(resp *discovery.DeltaDiscoveryResponse) error {
 // Nack rejects resp.
 func (s *DeltaStream) Nack(resp *discovery.DeltaDiscoveryResponse, msg string) error {
 	return s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.TypeUrl, ResponseNonce: resp.Nonce, ErrorDetail: statusProto(msg)})
-}
-
-// Recv waits up to timeout for the next response.
-func (s *DeltaStream) Recv(timeout time.Duration) (*discovery.DeltaDiscoveryResponse, error) {
-	select {
-	case r, ok := <-s.resps:
-		if !ok {
-			return nil, <-s.errs
-		}
-		return r, nil
-	case <-time.After(timeout):
-		return nil, ErrTimeout
-	}
 }
