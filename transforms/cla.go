@@ -116,17 +116,25 @@ func ClusterName(port int32, subset, hostname string) string {
 	return "outbound|" + strconv.Itoa(int(port)) + "|" + subset + "|" + hostname
 }
 
-// ParseClusterName splits outbound|<port>|<subset>|<hostname>.
+// ParseClusterName splits outbound|<port>|<subset>|<hostname> (without allocating).
 func ParseClusterName(name string) (port int32, subset, hostname string, ok bool) {
-	parts := strings.Split(name, "|")
-	if len(parts) != 4 || parts[0] != "outbound" {
+	rest, found := strings.CutPrefix(name, "outbound|")
+	if !found {
 		return 0, "", "", false
 	}
-	p, err := strconv.Atoi(parts[1])
+	ps, rest, found := strings.Cut(rest, "|")
+	if !found {
+		return 0, "", "", false
+	}
+	subset, hostname, found = strings.Cut(rest, "|")
+	if !found || strings.Contains(hostname, "|") {
+		return 0, "", "", false
+	}
+	p, err := strconv.Atoi(ps)
 	if err != nil || p < 1 || p > 65535 {
 		return 0, "", "", false
 	}
-	return int32(p), parts[2], parts[3], true
+	return int32(p), subset, hostname, true
 }
 
 // CLAPlan is a ClusterLoadAssignment before encoding: which endpoints, grouped by locality and

@@ -33,14 +33,11 @@ func (r *resolver) cla(p *collections.Proxy, cp collections.ConnectedProxy, name
 	if !ok {
 		return resolution{res: r.empty.get(name)}
 	}
-	var svc *collections.ServiceInfo
-	for _, s := range r.g.ServicesByHostname.Lookup(host) {
-		s := s
-		svc = &s
-	}
-	if svc == nil {
+	svcs := r.g.ServicesByHostname.Lookup(host)
+	if len(svcs) == 0 {
 		return resolution{res: r.empty.get(name)}
 	}
+	svc := &svcs[len(svcs)-1]
 	if vis, known := r.visible(p, cp, svc); !known {
 		return resolution{pending: true}
 	} else if !vis {
@@ -53,6 +50,13 @@ func (r *resolver) cla(p *collections.Proxy, cp collections.ConnectedProxy, name
 	pol := r.g.ServicePolicies.GetKey(svc.ResourceName())
 	if subset != "" && !slices.Contains(pol.Subsets(), subset) {
 		return resolution{res: r.empty.get(name)}
+	}
+	if subset == "" && !transforms.NeedsClasses(svc, pol) {
+		// The common case: one CLA per cluster, shared by every proxy, keyed by its name.
+		if res := r.g.CLAs.GetKey(name); res != nil {
+			return resolution{res: res}
+		}
+		return resolution{pending: true}
 	}
 	var class collections.ProxyClass
 	if transforms.NeedsClasses(svc, pol) {
