@@ -1,0 +1,129 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+// TestStreamChurnLeavesNothingBehind connects, subscribes and disconnects 5000 streams (50 at a
+// time, bounded in time) and requires goroutines, connections, connected proxies and heap to
+// return to their baseline.
+func TestStreamChurnLeavesNothingBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5000 streams")
+	}
+	r := newRig(t, mesh()...)
+	// Warm up once so lazily started goroutines (gRPC transport, krt handlers) are in the baseline.
+	warm := r.open(sidecar("10.9.9.9", "ns1"))
+	_ = warm.Request(adsclient.TypeCLA, fooCluster)
+	recv(t, warm)
+	warm.Close()
+	waitQuiet(t, r)
+	baseG, baseHeap := goroutines(), heap()
+
+	const total, parallel = 5000, 50
+	deadline := time.Now().Add(2 * time.Minute)
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	sem := make(chan struct{}, parallel)
+	for i := 0; i < total && time.Now().Before(deadline); i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s, err := adsclient.Open(context.Background(), r.cc, sidecar(fmt.Sprintf("10.8.%d.%d", i/250, i%250), "ns1"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.Close()
+			if err := s.Request(adsclient.TypeCLA, fooCluster); err != nil {
+				errs <- err
+				return
+			}
+			if _, err := s.Recv(wait); err != nil {
+				errs <- fmt.Errorf("stream %d: %w", i, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitQuiet(t, r)
+	if g := goroutines(); g > baseG+10 {
+		t.Fatalf("goroutines: %d after churn, %d before", g, baseG)
+	}
+	if h := heap(); h > baseHeap+8<<20 {
+		t.Fatalf("heap: %d MB after churn, %d MB before", h>>20, baseHeap>>20)
+	}
+}
+
+// TestStalledClientDoesNotGrowMemory keeps a stream that never reads while its cluster changes
+// a thousand times: the server holds at most one response for it.
+func TestStalledClientDoesNotGrowMemory(t *testing.T) {
+	r := newRig(t, mesh()...)
+	stalled := r.open(sidecar("10.9.0.5", "ns1"))
+	_ = stalled.Request(adsclient.TypeCLA, fooCluster)
+	time.Sleep(100 * time.Millisecond)
+	before := heap()
+	for i := 0; i < 1000; i++ {
+		c := fixtures.Ready
+		if i%2 == 0 {
+			c = fixtures.NotReady
+		}
+		r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, c), false)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if after := heap(); after > before+4<<20 {
+		t.Fatalf("heap grew by %d MB while a client stalled", (after-before)>>20)
+	}
+	st := r.srv.Status()
+	if len(st) != 1 || st[0].Types[adsclient.TypeCLA].Responses != 1 {
+		t.Fatalf("a client that never ACKs must have been sent exactly one response: %+v", st)
+	}
+}
+
+func waitQuiet(t *testing.T, r *rig) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r.srv.mu.Lock()
+		n := len(r.srv.conns)
+		r.srv.mu.Unlock()
+		if n == 0 && len(r.g.ConnectedProxies.List()) == 0 && len(r.g.Proxies.List()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+}
+
+func goroutines() int {
+	var n int
+	for i := 0; i < 50; i++ {
+		n = runtime.NumGoroutine()
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
+func heap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
