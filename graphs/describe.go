@@ -14,6 +14,7 @@ import (
 const (
 	KindInput   = "input"
 	KindDerived = "derived"
+	KindIndex   = "index"
 )
 
 // node is one collection of the graph with its live counters.
@@ -56,6 +57,11 @@ func AddInput[T any](d *Description, name string, c krt.Collection[T]) {
 	register(d, &node{name: name, kind: KindInput}, c)
 }
 
+// AddIndex records a collection that groups another by an index key.
+func AddIndex[T any](d *Description, name, input string, c krt.Collection[T]) {
+	register(d, &node{name: name, kind: KindIndex, input: input}, c)
+}
+
 // Derive builds krt.NewCollection(parent, f) named name, records it in d with its primary input
 // and the collections f Fetches (declared), and counts its recomputations and output events.
 func Derive[I, O any](d *Description, opts krt.OptionsBuilder, name, input string, parent krt.Collection[I],
@@ -85,17 +91,6 @@ func DeriveMany[I, O any](d *Description, opts krt.OptionsBuilder, name, input s
 	return register(d, n, krt.NewManyCollection(parent, func(ctx krt.HandlerContext, i I) []O {
 		n.recomputes.Add(1)
 		return f(ctx, i)
-	}, opts.WithName(name)...))
-}
-
-// DeriveFromNothing is Derive for a transform without a primary input (krt.NewManyFromNothing).
-func DeriveFromNothing[O any](d *Description, opts krt.OptionsBuilder, name string,
-	declared []string, f krt.TransformationEmptyToMulti[O],
-) krt.Collection[O] {
-	n := &node{name: name, kind: KindDerived, declared: declared}
-	return register(d, n, krt.NewManyFromNothing(func(ctx krt.HandlerContext) []O {
-		n.recomputes.Add(1)
-		return f(ctx)
 	}, opts.WithName(name)...))
 }
 

@@ -14,6 +14,7 @@ svg { background: #fff; border: 1px solid #d8dde3; }
 .node rect { rx: 6; ry: 6; stroke-width: 1.5; }
 .node.input rect { fill: #e8f1fb; stroke: #3b78c2; }
 .node.derived rect { fill: #eef8ef; stroke: #3f9a4a; }
+.node.index rect { fill: #f3eefb; stroke: #7a52b3; }
 .node.unsynced rect { fill: #fdf0e6; stroke: #d9822b; }
 .node text { font-size: 12px; }
 .node .name { font-weight: bold; }
@@ -25,7 +26,7 @@ svg { background: #fff; border: 1px solid #d8dde3; }
 <h1>krteds collection graph</h1>
 <div id="status">loading…</div>
 <svg id="graph" width="1200" height="600"></svg>
-<div class="legend">boxes: collections (blue: inputs, green: derived, orange: not synced) — solid arrows: primary input — dashed arrows: Fetch dependencies</div>
+<div class="legend">boxes: collections (blue: inputs, green: derived, purple: indexes, orange: not synced) — solid arrows: primary input — dashed arrows: Fetch dependencies</div>
 <script>
 "use strict";
 const NS = "http://www.w3.org/2000/svg";

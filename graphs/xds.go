@@ -13,6 +13,7 @@ const (
 	NameConnectedProxies = "ConnectedProxies"
 	NameProxies          = "Proxies"
 	NameProxyClasses     = "ProxyClasses"
+	NameProxiesByClass   = "ProxiesByClass"
 	NameCLAs             = "ClusterLoadAssignments"
 	NameClusters         = "Clusters"
 	NameListeners        = "Listeners"
@@ -77,8 +78,9 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.Proxies = Derive(d, opts, NameProxies, NameConnectedProxies, g.ConnectedProxies,
 		[]string{NameWorkloads, NameSidecars},
 		transforms.Proxies(cfg, transforms.ProxyInputs{Workloads: g.Workloads, ReadyWorkloadsByIP: g.readyByIP, Sidecars: g.Sidecars}))
-	g.ProxyClasses = DeriveFromNothing(d, opts, NameProxyClasses, []string{NameProxies},
-		transforms.ProxyClasses(g.Proxies))
+	byClass := krt.NewIndex(g.Proxies, "byClass", transforms.ProxyClassKey).AsCollection(opts.WithName(NameProxiesByClass)...)
+	AddIndex(d, NameProxiesByClass, NameProxies, byClass)
+	g.ProxyClasses = Derive(d, opts, NameProxyClasses, NameProxiesByClass, byClass, nil, transforms.ProxyClassOf())
 
 	g.CLAs = DeriveMany(d, opts, NameCLAs, NameServiceEndpoints, g.ServiceEndpoints,
 		[]string{NameServiceInfos, NamePolicies, NameProxyClasses},

@@ -83,17 +83,17 @@ func Proxies(cfg collections.Config, in ProxyInputs) krt.TransformationSingle[co
 	}
 }
 
-// ProxyClasses lists the distinct classes of the connected proxies.
-func ProxyClasses(proxies krt.Collection[collections.Proxy]) krt.TransformationEmptyToMulti[collections.ProxyClass] {
-	return func(ctx krt.HandlerContext) []collections.ProxyClass {
-		seen := map[string]collections.ProxyClass{}
-		for _, p := range krt.Fetch(ctx, proxies) {
-			seen[p.Class.Key()] = p.Class
+// ProxyClassKey is the index extractor that groups proxies by class.
+func ProxyClassKey(p collections.Proxy) []string { return []string{p.Class.Key()} }
+
+// ProxyClassOf gives the class shared by a group of proxies (one index entry per class): a
+// proxy joining or leaving a class that stays populated changes nothing downstream.
+func ProxyClassOf() krt.TransformationSingle[krt.IndexObject[string, collections.Proxy], collections.ProxyClass] {
+	return func(_ krt.HandlerContext, o krt.IndexObject[string, collections.Proxy]) *collections.ProxyClass {
+		if len(o.Objects) == 0 {
+			return nil
 		}
-		out := make([]collections.ProxyClass, 0, len(seen))
-		for _, k := range collections.SortedKeys(seen) {
-			out = append(out, seen[k])
-		}
-		return out
+		c := o.Objects[0].Class
+		return &c
 	}
 }
