@@ -28,7 +28,7 @@ import (
 func TestMain(m *testing.M) {
 	// The kube client and krt log every informer sync at info; keep benchmark output readable.
 	o := istiolog.DefaultOptions()
-	o.SetDefaultOutputLevel(istiolog.OverrideScopeName, istiolog.ErrorLevel)
+	o.SetDefaultOutputLevel(istiolog.OverrideScopeName, istiolog.NoneLevel)
 	_ = istiolog.Configure(o)
 	os.Exit(m.Run())
 }

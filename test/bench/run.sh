@@ -12,7 +12,7 @@ export KRTEDS_BENCH_SIZE="$size"
 bin="$(mktemp -d)/bench.test"
 trap 'rm -rf "$(dirname "$bin")"' EXIT
 go test -c -o "$bin" .
-run() { "$bin" -test.run '^$' -test.bench "^$1\$" -test.benchtime "$2" -test.count "$count" -test.timeout 60m | grep -E '^(Benchmark|goos|goarch|pkg|cpu)'; }
+run() { "$bin" -test.run '^$' -test.bench "^$1\$" -test.benchtime "$2" -test.count "$count" -test.timeout 60m | grep -E '^(Benchmark|goos|goarch|pkg|cpu)|ns/op'; }
 run BenchmarkColdStart 1x
 run BenchmarkEndpointFlip 200x
 run BenchmarkGraphUpdate 500x
