@@ -2,6 +2,7 @@ package outputs
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/krt"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,6 +35,10 @@ type AppOptions struct {
 	Registry *prometheus.Registry
 	// GRPCOptions are added to the xDS gRPC server's options.
 	GRPCOptions []grpc.ServerOption
+	// SecureListener (optional) serves ADS over TLS with SecureTLS, which must require client
+	// certificates: each stream's SPIFFE identity must match the namespace its node claims.
+	SecureListener net.Listener
+	SecureTLS      *tls.Config
 }
 
 // App is krteds assembled: the graph, the xDS server and the debug server, all running.
@@ -45,6 +51,7 @@ type App struct {
 	client kube.Client
 	stop   chan struct{}
 	grpc   *grpc.Server
+	secure *grpc.Server
 	http   *http.Server
 	log    *zap.Logger
 	ctx    context.Context
@@ -72,7 +79,20 @@ func StartApp(o AppOptions) (*App, error) {
 	cfg := o.Config.WithDefaults()
 	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
 	reg.MustRegister(graphs.NewCollector(a.Graph.Graph))
+	a.XDS.SetTrustDomain(cfg.TrustDomain)
 	a.XDS.Start(a.stop)
+	if o.SecureListener != nil {
+		if o.SecureTLS == nil {
+			cancel()
+			return nil, errors.New("StartApp: a secure listener needs a TLS configuration")
+		}
+		a.secure = xds.NewGRPCServer(ctx, a.XDS, append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(o.SecureTLS))}, o.GRPCOptions...)...)
+		go func() {
+			if err := a.secure.Serve(o.SecureListener); err != nil {
+				log.Error("secure xDS server stopped", zap.Error(err))
+			}
+		}()
+	}
 	a.grpc = xds.NewGRPCServer(ctx, a.XDS, o.GRPCOptions...)
 	go func() {
 		if err := a.grpc.Serve(o.XDSListener); err != nil {
@@ -122,6 +142,9 @@ func (a *App) WaitUntilSynced(stop <-chan struct{}) bool { return a.Graph.WaitUn
 func (a *App) Stop() {
 	// Envoy holds xDS streams open forever: stop them rather than wait for them.
 	a.grpc.Stop()
+	if a.secure != nil {
+		a.secure.Stop()
+	}
 	if a.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

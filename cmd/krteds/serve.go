@@ -20,12 +20,16 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs"
+	"github.com/krteds/krteds/outputs/xds"
 )
 
 type serveOptions struct {
 	kubeconfig       string
 	manifests        string
 	xdsAddr          string
+	xdsTLSAddr       string
+	tlsCert, tlsKey  string
+	tlsClientCA      string
 	debugAddr        string
 	debugAllowRemote bool
 	logLevel         string
@@ -37,8 +41,8 @@ func newServeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Watch Kubernetes (or a folder of manifests) and serve xDS",
-		Long: `serve watches Services, Pods, Nodes, Namespaces and EndpointSlices and serves the
-endpoints istiod would serve. With --manifests it reads a YAML file or folder instead of a
+		Long: `serve watches Services, Pods, Nodes, Namespaces and EndpointSlices (and DestinationRules
+and Sidecars where their CRDs exist) and serves the endpoints istiod would serve. With --manifests it reads a YAML file or folder instead of a
 cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster config.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o) },
@@ -47,6 +51,10 @@ cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-c
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&o.manifests, "manifests", "", "serve the Kubernetes objects in this YAML file or folder instead of a cluster")
 	f.StringVar(&o.xdsAddr, "xds-addr", ":15010", "address of the plaintext xDS (ADS) gRPC server")
+	f.StringVar(&o.xdsTLSAddr, "xds-tls-addr", ":15012", "address of the authenticated xDS server (used when --tls-cert, --tls-key and --tls-client-ca are set)")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "serving certificate (PEM) of the authenticated xDS server")
+	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	f.StringVar(&o.tlsClientCA, "tls-client-ca", "", "CA bundle (PEM) that client certificates must chain to; each client's SPIFFE identity must match the namespace its node claims")
 	f.StringVar(&o.debugAddr, "debug-addr", ":15014", "address of the debug, metrics and readiness HTTP server")
 	f.BoolVar(&o.debugAllowRemote, "debug-allow-remote", false, "serve /debug/* to non-loopback clients too")
 	f.StringVar(&o.cfg.Domain, "domain", o.cfg.Domain, "cluster DNS domain")
@@ -100,10 +108,22 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("debug server: %w", err)
 	}
-	app, err := outputs.StartApp(outputs.AppOptions{
+	opts := outputs.AppOptions{
 		Config: o.cfg, Client: client, XDSListener: xdsLis, DebugListener: debugLis,
 		DebugAllowRemote: o.debugAllowRemote, Log: log, Registry: reg,
-	})
+	}
+	if o.tlsCert != "" || o.tlsKey != "" || o.tlsClientCA != "" {
+		if o.tlsCert == "" || o.tlsKey == "" || o.tlsClientCA == "" {
+			return fmt.Errorf("--tls-cert, --tls-key and --tls-client-ca go together")
+		}
+		if opts.SecureTLS, err = xds.ServerTLS(o.tlsCert, o.tlsKey, o.tlsClientCA); err != nil {
+			return err
+		}
+		if opts.SecureListener, err = net.Listen("tcp", o.xdsTLSAddr); err != nil {
+			return fmt.Errorf("authenticated xDS server: %w", err)
+		}
+	}
+	app, err := outputs.StartApp(opts)
 	if err != nil {
 		return err
 	}

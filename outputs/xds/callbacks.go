@@ -11,8 +11,8 @@ import (
 var _ serverv3.Callbacks = (*Server)(nil)
 
 // OnStreamOpen implements serverv3.Callbacks.
-func (s *Server) OnStreamOpen(_ context.Context, id int64, _ string) error {
-	s.openConn(false, id)
+func (s *Server) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	s.openConn(ctx, false, id)
 	return nil
 }
 
@@ -30,8 +30,8 @@ func (s *Server) OnStreamResponse(_ context.Context, id int64, req *discovery.Di
 }
 
 // OnDeltaStreamOpen implements serverv3.Callbacks.
-func (s *Server) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
-	s.openConn(true, id)
+func (s *Server) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
+	s.openConn(ctx, true, id)
 	return nil
 }
 

@@ -34,11 +34,12 @@ import (
 // Server is the watch side of krteds' ADS server: it implements go-control-plane's cache.Cache
 // and its stream callbacks.
 type Server struct {
-	g         *graphs.Graph
-	clusterID string
-	log       *zap.Logger
-	metrics   *Metrics
-	res       resolver
+	g           *graphs.Graph
+	clusterID   string
+	trustDomain string
+	log         *zap.Logger
+	metrics     *Metrics
+	res         resolver
 
 	synced atomic.Bool
 
@@ -193,6 +194,11 @@ type conn struct {
 	connectedAt time.Time
 	done        chan struct{}
 
+	// identity is the authenticated client (TLS port), nil on the plaintext port; authErr says
+	// why a TLS client has no usable identity.
+	identity *Identity
+	authErr  error
+
 	mu       sync.Mutex
 	proxy    *collections.ConnectedProxy
 	lastReq  any
@@ -247,12 +253,19 @@ func connKey(delta bool, id int64) string {
 	return "sotw-" + strconv.FormatInt(id, 10)
 }
 
-func (s *Server) openConn(delta bool, id int64) {
+func (s *Server) openConn(ctx context.Context, delta bool, id int64) {
 	c := &conn{
 		id: connKey(delta, id), delta: delta, connectedAt: time.Now(), done: make(chan struct{}),
 		watches: map[string]*watch{}, status: map[string]*typeStatus{},
 		dirty: map[string]map[string]struct{}{}, dirtyAll: map[string]bool{}, prevList: map[string][]string{}, subsChanged: map[string]bool{},
 		indexed: map[string]map[string]struct{}{}, indexedList: map[string][]string{}, indexedWild: map[string]bool{},
+	}
+	if idn, tlsConn, err := peerIdentity(ctx); tlsConn {
+		if err != nil {
+			c.authErr = err
+		} else {
+			c.identity = &idn
+		}
 	}
 	s.mu.Lock()
 	s.conns[c.id] = c
@@ -322,6 +335,12 @@ func (s *Server) onRequest(delta bool, id int64, req any, node *core.Node, typeU
 			s.log.Warn("rejected xDS client", zap.String("conn", c.id), zap.String("node", node.GetId()), zap.Error(err))
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
+		if err := s.authorize(c, cp); err != nil {
+			c.mu.Unlock()
+			s.metrics.RejectedNodes.Inc()
+			s.log.Warn("refused xDS client", zap.String("conn", c.id), zap.String("node", node.GetId()), zap.Error(err))
+			return err
+		}
 		c.proxy = &cp
 		newProxy = &cp
 	}
@@ -347,6 +366,27 @@ func (s *Server) onRequest(delta bool, id int64, req any, node *core.Node, typeU
 	}
 	return nil
 }
+
+// authorize checks, on an authenticated (TLS) stream, that the identity is from this trust
+// domain and that the namespace the proxy claims is its identity's.
+func (s *Server) authorize(c *conn, cp collections.ConnectedProxy) error {
+	if c.authErr != nil {
+		return status.Error(codes.Unauthenticated, c.authErr.Error())
+	}
+	if c.identity == nil {
+		return nil // the plaintext port, trusted by where it listens
+	}
+	if s.trustDomain != "" && c.identity.TrustDomain != s.trustDomain {
+		return status.Errorf(codes.PermissionDenied, "identity %s is not in trust domain %s", c.identity, s.trustDomain)
+	}
+	if c.identity.Namespace != cp.Namespace {
+		return status.Errorf(codes.PermissionDenied, "identity %s may not act as a proxy in namespace %s", c.identity, cp.Namespace)
+	}
+	return nil
+}
+
+// SetTrustDomain sets the trust domain authenticated identities must belong to.
+func (s *Server) SetTrustDomain(td string) { s.trustDomain = td }
 
 func (s *Server) takeConn(req any) *conn {
 	s.mu.Lock()
