@@ -50,7 +50,7 @@ cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-c
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&o.manifests, "manifests", "", "serve the Kubernetes objects in this YAML file or folder instead of a cluster")
-	f.StringVar(&o.xdsAddr, "xds-addr", ":15010", "address of the plaintext xDS (ADS) gRPC server")
+	f.StringVar(&o.xdsAddr, "xds-addr", "127.0.0.1:15010", "address of the plaintext, unauthenticated xDS (ADS) gRPC server; loopback unless opened, e.g. :15010")
 	f.StringVar(&o.xdsTLSAddr, "xds-tls-addr", ":15012", "address of the authenticated xDS server (used when --tls-cert, --tls-key and --tls-client-ca are set)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serving certificate (PEM) of the authenticated xDS server")
 	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
