@@ -48,6 +48,11 @@ const (
 // fields krteds reads; Nodes keep only labels and addresses. Nothing starts until the caller runs
 // the client (client.RunAndWait).
 func InformerInputs(client kube.Client, opts krt.OptionsBuilder) Inputs {
+	if client.CrdWatcher() == nil {
+		// DestinationRules and Sidecars are read through delayed informers, which wait for their
+		// CRD; a cluster client does not watch CRDs until asked to.
+		kube.EnableCrdWatcher(client)
+	}
 	return Inputs{
 		Namespaces: krt.NewInformer[*corev1.Namespace](client, opts.WithName(NameNamespaces)...),
 		Nodes: krt.NewFilteredInformer[*corev1.Node](client, kclient.Filter{
