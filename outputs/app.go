@@ -39,6 +39,9 @@ type AppOptions struct {
 	// certificates: each stream's SPIFFE identity must match the namespace its node claims.
 	SecureListener net.Listener
 	SecureTLS      *tls.Config
+	// TokenAudiences, when set, let clients of the secure listener authenticate with a Kubernetes
+	// service-account token for one of these audiences (checked with TokenReview).
+	TokenAudiences []string
 }
 
 // App is krteds assembled: the graph, the xDS server and the debug server, all running.
@@ -80,6 +83,9 @@ func StartApp(o AppOptions) (*App, error) {
 	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
 	reg.MustRegister(graphs.NewCollector(a.Graph.Graph))
 	a.XDS.SetTrustDomain(cfg.TrustDomain)
+	if len(o.TokenAudiences) > 0 {
+		a.XDS.SetTokenAuthenticator(xds.KubeTokenReview{Client: o.Client.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain})
+	}
 	a.XDS.Start(a.stop)
 	if o.SecureListener != nil {
 		if o.SecureTLS == nil {

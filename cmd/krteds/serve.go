@@ -30,6 +30,7 @@ type serveOptions struct {
 	xdsTLSAddr       string
 	tlsCert, tlsKey  string
 	tlsClientCA      string
+	jwtAudiences     []string
 	debugAddr        string
 	debugAllowRemote bool
 	logLevel         string
@@ -54,6 +55,7 @@ cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-c
 	f.StringVar(&o.xdsTLSAddr, "xds-tls-addr", ":15012", "address of the authenticated xDS server (used when --tls-cert, --tls-key and --tls-client-ca are set)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serving certificate (PEM) of the authenticated xDS server")
 	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	f.StringSliceVar(&o.jwtAudiences, "jwt-audience", []string{"istio-ca"}, "audiences a service-account token presented on the TLS port must carry (checked with TokenReview; not with --manifests)")
 	f.StringVar(&o.tlsClientCA, "tls-client-ca", "", "CA bundle (PEM) that client certificates must chain to; each client's SPIFFE identity must match the namespace its node claims")
 	f.StringVar(&o.debugAddr, "debug-addr", ":15014", "address of the debug, metrics and readiness HTTP server")
 	f.BoolVar(&o.debugAllowRemote, "debug-allow-remote", false, "serve /debug/* to non-loopback clients too")
@@ -116,7 +118,13 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		if o.tlsCert == "" || o.tlsKey == "" || o.tlsClientCA == "" {
 			return fmt.Errorf("--tls-cert, --tls-key and --tls-client-ca go together")
 		}
-		if opts.SecureTLS, err = xds.ServerTLS(o.tlsCert, o.tlsKey, o.tlsClientCA); err != nil {
+		// Against a cluster, clients may authenticate with a service-account token instead of a
+		// certificate; manifests have no TokenReview API.
+		opts.TokenAudiences = o.jwtAudiences
+		if o.manifests != "" {
+			opts.TokenAudiences = nil
+		}
+		if opts.SecureTLS, err = xds.ServerTLS(o.tlsCert, o.tlsKey, o.tlsClientCA, len(opts.TokenAudiences) == 0); err != nil {
 			return err
 		}
 		if opts.SecureListener, err = net.Listen("tcp", o.xdsTLSAddr); err != nil {

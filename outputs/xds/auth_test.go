@@ -2,17 +2,9 @@ package xds
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
-	"net/url"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,60 +12,38 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newCA(t *testing.T) *testCA {
+func newCA(t *testing.T) *fixtures.CA {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ca, err := fixtures.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key}
+	return ca
 }
 
-// issue signs a leaf certificate; uri is its SPIFFE URI SAN ("" for none).
-func (ca *testCA) issue(t *testing.T, uri string, server bool) tls.Certificate {
+func issue(t *testing.T, ca *fixtures.CA, uri string, server bool) tls.Certificate {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "leaf"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}
-	if server {
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	if uri != "" {
-		u, _ := url.Parse(uri)
-		tmpl.URIs = []*url.URL{u}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	c, err := ca.Issue(uri, server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return c
 }
 
 func TestAuthenticatedXDS(t *testing.T) {
 	r := newRig(t, mesh()...)
 	r.srv.SetTrustDomain("cluster.local")
 	ca := newCA(t)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool := ca.Pool()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := NewGRPCServer(context.Background(), r.srv, grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{ca.issue(t, "", true)}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		Certificates: []tls.Certificate{issue(t, ca, "", true)}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
 	})))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
@@ -99,10 +69,10 @@ func TestAuthenticatedXDS(t *testing.T) {
 		_, err = s.Recv(wait)
 		return err
 	}
-	ns1 := ca.issue(t, "spiffe://cluster.local/ns/ns1/sa/foo", false)
-	other := ca.issue(t, "spiffe://other.domain/ns/ns1/sa/foo", false)
-	noSpiffe := ca.issue(t, "", false)
-	foreign := newCA(t).issue(t, "spiffe://cluster.local/ns/ns1/sa/foo", false)
+	ns1 := issue(t, ca, "spiffe://cluster.local/ns/ns1/sa/foo", false)
+	other := issue(t, ca, "spiffe://other.domain/ns/ns1/sa/foo", false)
+	noSpiffe := issue(t, ca, "", false)
+	foreign := issue(t, newCA(t), "spiffe://cluster.local/ns/ns1/sa/foo", false)
 	cases := []struct {
 		name string
 		cert *tls.Certificate

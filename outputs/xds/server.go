@@ -37,6 +37,7 @@ type Server struct {
 	g           *graphs.Graph
 	clusterID   string
 	trustDomain string
+	tokens      TokenAuthenticator
 	log         *zap.Logger
 	metrics     *Metrics
 	res         resolver
@@ -260,12 +261,8 @@ func (s *Server) openConn(ctx context.Context, delta bool, id int64) {
 		dirty: map[string]map[string]struct{}{}, dirtyAll: map[string]bool{}, prevList: map[string][]string{}, subsChanged: map[string]bool{},
 		indexed: map[string]map[string]struct{}{}, indexedList: map[string][]string{}, indexedWild: map[string]bool{},
 	}
-	if idn, tlsConn, err := peerIdentity(ctx); tlsConn {
-		if err != nil {
-			c.authErr = err
-		} else {
-			c.identity = &idn
-		}
+	if idn, tlsConn, err := s.authenticate(ctx); tlsConn {
+		c.identity, c.authErr = idn, err
 	}
 	s.mu.Lock()
 	s.conns[c.id] = c

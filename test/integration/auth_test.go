@@ -1,0 +1,106 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs"
+	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return true }
+
+// TestServiceAccountTokens: on the TLS port a client without a certificate authenticates with
+// its service-account token, checked by the API server's TokenReview; it may only act as a proxy
+// of its own namespace.
+func TestServiceAccountTokens(t *testing.T) {
+	needAPIServer(t)
+	c := client(t)
+	ctx := context.Background()
+	const ns = "scenario5"
+	mesh(t, c, ns, 1)
+	if _, err := c.Kube().CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "client"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	token := func(aud string) string {
+		tr, err := c.Kube().CoreV1().ServiceAccounts(ns).CreateToken(ctx, "client",
+			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{aud}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+
+	ca, err := fixtures.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCert, err := ca.Issue("", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := net.Listen("tcp", "127.0.0.1:0")
+	secure, _ := net.Listen("tcp", "127.0.0.1:0")
+	app, err := outputs.StartApp(outputs.AppOptions{
+		Config: collections.DefaultConfig(), Client: client(t), XDSListener: plain,
+		SecureListener: secure, TokenAudiences: []string{"istio-ca"},
+		SecureTLS: &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Stop()
+
+	connect := func(tok, claimedNS string) error {
+		cc, err := grpc.NewClient(secure.Addr().String(),
+			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})),
+			grpc.WithPerRPCCredentials(bearer(tok)))
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		s, err := adsclient.Open(ctx, cc, adsclient.Node{ID: "sidecar~10.30.0.5~client." + claimedNS + "~" + claimedNS + ".svc.cluster.local", Namespace: claimedNS})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if err := s.Request(adsclient.TypeCLA, "outbound|80||web.scenario5.svc.cluster.local"); err != nil {
+			return err
+		}
+		_, err = s.Recv(30 * time.Second)
+		return err
+	}
+	for _, tc := range []struct {
+		name, token, ns string
+		want            codes.Code
+	}{
+		{"own namespace", token("istio-ca"), ns, codes.OK},
+		{"another namespace", token("istio-ca"), "default", codes.PermissionDenied},
+		{"wrong audience", token("other"), ns, codes.Unauthenticated},
+		{"not a token", "garbage", ns, codes.Unauthenticated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := status.Code(connect(tc.token, tc.ns)); got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
