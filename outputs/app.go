@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,8 +84,18 @@ func StartApp(o AppOptions) (*App, error) {
 	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
 	reg.MustRegister(graphs.NewCollector(a.Graph.Graph))
 	a.XDS.SetTrustDomain(cfg.TrustDomain)
+	var debugAuth func(*http.Request) error
 	if len(o.TokenAudiences) > 0 {
-		a.XDS.SetTokenAuthenticator(xds.KubeTokenReview{Client: o.Client.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain})
+		tr := xds.KubeTokenReview{Client: o.Client.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain}
+		a.XDS.SetTokenAuthenticator(tr)
+		debugAuth = func(r *http.Request) error {
+			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok {
+				return errors.New("no bearer token")
+			}
+			_, err := tr.Authenticate(r.Context(), strings.TrimSpace(tok))
+			return err
+		}
 	}
 	a.XDS.Start(a.stop)
 	if o.SecureListener != nil {
@@ -110,7 +121,7 @@ func StartApp(o AppOptions) (*App, error) {
 			ReadHeaderTimeout: 10 * time.Second,
 			Handler: NewDebugMux(DebugOptions{
 				Graph: a.Graph.EDSGraph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
-				AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced,
+				AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced, Authenticate: debugAuth,
 				Extra: map[string]DebugPage{
 					"/debug/syncz": {Help: "per proxy: sent and acknowledged nonces per type, last NACK; ?namespace=", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 						writeJSON(w, r, a.XDS.Syncz(r.URL.Query().Get("namespace")))
@@ -139,7 +150,13 @@ func StartApp(o AppOptions) (*App, error) {
 // Client is the Kubernetes client the graph reads.
 func (a *App) Client() kube.Client { return a.client }
 
-func (a *App) debugHandler() http.Handler { return a.http.Handler }
+// DebugHandler is the debug server's handler (nil without a debug listener), for tests.
+func (a *App) DebugHandler() http.Handler {
+	if a.http == nil {
+		return nil
+	}
+	return a.http.Handler
+}
 
 // WaitUntilSynced blocks until the graph has synced or stop is closed.
 func (a *App) WaitUntilSynced(stop <-chan struct{}) bool { return a.Graph.WaitUntilSynced(stop) }

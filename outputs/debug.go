@@ -27,6 +27,9 @@ type DebugOptions struct {
 	AllowRemote bool
 	// Ready reports whether krteds may serve (graph synced).
 	Ready func() bool
+	// Authenticate, when set, lets a non-loopback client in with the same authentication as the
+	// secure xDS port (a service-account bearer token).
+	Authenticate func(*http.Request) error
 	// Extra adds more pages (path → page) under the same loopback rule.
 	Extra map[string]DebugPage
 }
@@ -87,15 +90,21 @@ func NewDebugMux(o DebugOptions) http.Handler {
 		}
 		fmt.Fprint(w, `<li><a href="/metrics">/metrics</a></li><li><a href="/ready">/ready</a></li></ul>`)
 	})
-	return loopbackOnly(mux, o.AllowRemote)
+	return loopbackOnly(mux, o.AllowRemote, o.Authenticate)
 }
 
-// loopbackOnly refuses /debug requests from non-loopback peers unless allowed.
-func loopbackOnly(next http.Handler, allowRemote bool) http.Handler {
+// loopbackOnly refuses /debug requests from non-loopback peers unless allowed, or authenticated.
+func loopbackOnly(next http.Handler, allowRemote bool, authenticate func(*http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !allowRemote && strings.HasPrefix(r.URL.Path, "/debug") && !IsLoopback(r.RemoteAddr) {
-			http.Error(w, "debug endpoints answer only on loopback", http.StatusForbidden)
-			return
+			if authenticate == nil {
+				http.Error(w, "debug endpoints answer only on loopback", http.StatusForbidden)
+				return
+			}
+			if err := authenticate(r); err != nil {
+				http.Error(w, "debug endpoints answer non-loopback clients only with a valid service-account token: "+err.Error(), http.StatusUnauthorized)
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -59,8 +61,9 @@ func TestServiceAccountTokens(t *testing.T) {
 	}
 	plain, _ := net.Listen("tcp", "127.0.0.1:0")
 	secure, _ := net.Listen("tcp", "127.0.0.1:0")
+	debug, _ := net.Listen("tcp", "127.0.0.1:0")
 	app, err := outputs.StartApp(outputs.AppOptions{
-		Config: collections.DefaultConfig(), Client: client(t), XDSListener: plain,
+		Config: collections.DefaultConfig(), Client: client(t), XDSListener: plain, DebugListener: debug,
 		SecureListener: secure, TokenAudiences: []string{"istio-ca"},
 		SecureTLS: &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven},
 	})
@@ -88,6 +91,27 @@ func TestServiceAccountTokens(t *testing.T) {
 		_, err = s.Recv(30 * time.Second)
 		return err
 	}
+	// Debug endpoints from a non-loopback address: only with a valid token.
+	for _, tc := range []struct {
+		name, auth string
+		want       int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"bad token", "Bearer garbage", http.StatusUnauthorized},
+		{"service-account token", "Bearer " + token("istio-ca"), http.StatusOK},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/debug/registryz", nil)
+		req.RemoteAddr = "192.0.2.10:5555"
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		rec := httptest.NewRecorder()
+		app.DebugHandler().ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("debug from a remote peer, %s: %d, want %d", tc.name, rec.Code, tc.want)
+		}
+	}
+
 	for _, tc := range []struct {
 		name, token, ns string
 		want            codes.Code
