@@ -103,10 +103,11 @@ func Connect(addr string, s Size) (*Fleet, error) {
 	return f, nil
 }
 
-func (f *Fleet) read(p int) {
-	st := f.streams[p]
+// pump records what proxy p receives: recv returns the versions of one response by resource
+// name, and how to ACK it.
+func (f *Fleet) pump(p int, recv func() (map[string]string, func() error, error)) {
 	for {
-		resp, err := st.Recv(time.Hour)
+		got, ack, err := recv()
 		if err != nil {
 			f.mu.Lock()
 			f.errs = append(f.errs, err)
@@ -116,35 +117,45 @@ func (f *Fleet) read(p int) {
 		}
 		now := time.Now()
 		f.mu.Lock()
-		for _, a := range resp.Resources {
-			f.latest[p][claName(a.Value)] = arrival{version: strconv.FormatUint(xxhash.Sum64(a.Value), 16), at: now}
+		for name, v := range got {
+			f.latest[p][name] = arrival{version: v, at: now}
 		}
 		f.cond.Broadcast()
 		f.mu.Unlock()
-		_ = st.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: f.subs[p]})
+		_ = ack()
 	}
+}
+
+func (f *Fleet) read(p int) {
+	st := f.streams[p]
+	f.pump(p, func() (map[string]string, func() error, error) {
+		resp, err := st.Recv(time.Hour)
+		if err != nil {
+			return nil, nil, err
+		}
+		got := make(map[string]string, len(resp.Resources))
+		for _, a := range resp.Resources {
+			got[claName(a.Value)] = strconv.FormatUint(xxhash.Sum64(a.Value), 16)
+		}
+		return got, func() error {
+			return st.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: f.subs[p]})
+		}, nil
+	})
 }
 
 func (f *Fleet) readDelta(p int) {
 	st := f.deltas[p]
-	for {
+	f.pump(p, func() (map[string]string, func() error, error) {
 		resp, err := st.Recv(time.Hour)
 		if err != nil {
-			f.mu.Lock()
-			f.errs = append(f.errs, err)
-			f.cond.Broadcast()
-			f.mu.Unlock()
-			return
+			return nil, nil, err
 		}
-		now := time.Now()
-		f.mu.Lock()
+		got := make(map[string]string, len(resp.Resources))
 		for _, r := range resp.Resources {
-			f.latest[p][r.Name] = arrival{version: r.Version, at: now}
+			got[r.Name] = r.Version
 		}
-		f.cond.Broadcast()
-		f.mu.Unlock()
-		_ = st.Ack(resp)
-	}
+		return got, func() error { return st.Ack(resp) }, nil
+	})
 }
 
 // Subscribe adds a cluster to every proxy's subscription.
