@@ -793,25 +793,10 @@ func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collecti
 	version := responseVersion(want, send, removed)
 	resp := &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: w.typeURL}
 	var next map[string]string
-	switch {
-	case fullState(w.typeURL):
+	if fullState(w.typeURL) {
 		next = make(map[string]string, len(send))
-	case returned != nil && !w.c.subsChanged[w.typeURL] && len(removed) == 0:
-		// The map is the one this server returned with the previous response of this stream and
-		// type; nobody else writes it. Updating it in place keeps an ACK cheap for clients that
-		// subscribe to thousands of clusters.
-		next = returned
-	default:
-		next = make(map[string]string, len(returned)+len(send))
-		subscribed := w.sub.SubscribedResources()
-		for n, v := range returned {
-			if _, ok := subscribed[n]; ok {
-				next[n] = v
-			}
-		}
-		for _, n := range removed {
-			delete(next, n)
-		}
+	} else {
+		next = nextReturned(w, returned, removed, len(send))
 	}
 	bytes := 0
 	for _, n := range send {
@@ -823,6 +808,28 @@ func (s *Server) respondSotw(w *watch, st *typeStatus, want map[string]*collecti
 	s.sent(w, st, version, send, returned, bytes)
 	deliver(w.sch, cache.Response(&sotwResponse{req: w.sreq, resp: resp, returned: next, ctx: context.Background()}), w.c.done,
 		func() { s.metrics.PushErrors.WithLabelValues(shortType(w.typeURL)).Inc() })
+}
+
+// nextReturned is the map of versions the client holds after a response, before the sent
+// resources are added. When the subscription is unchanged and nothing is removed, the previous
+// map is this server's own from the previous response of this stream and type (nobody else
+// writes it) and is updated in place, which keeps an ACK cheap for clients that subscribe to
+// thousands of resources; otherwise it is a copy without the names no longer subscribed.
+func nextReturned(w *watch, returned map[string]string, removed []string, extra int) map[string]string {
+	if returned != nil && !w.c.subsChanged[w.typeURL] && len(removed) == 0 {
+		return returned
+	}
+	next := make(map[string]string, len(returned)+extra)
+	subscribed := w.sub.SubscribedResources()
+	for n, v := range returned {
+		if _, ok := subscribed[n]; ok || w.wildcard {
+			next[n] = v
+		}
+	}
+	for _, n := range removed {
+		delete(next, n)
+	}
+	return next
 }
 
 // deliver hands a response to the stream without blocking the caller: the channel has room for
@@ -845,23 +852,7 @@ func deliver[T any](ch chan T, r T, done <-chan struct{}, dropped func()) {
 func (s *Server) respondDelta(w *watch, st *typeStatus, want map[string]*collections.Resource, send, removed []string, returned map[string]string) {
 	version := responseVersion(want, send, removed)
 	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: w.typeURL, RemovedResources: removed}
-	var next map[string]string
-	if returned != nil && !w.c.subsChanged[w.typeURL] && len(removed) == 0 {
-		// This server's own map from the previous response of this stream and type (see
-		// respondSotw): updated in place.
-		next = returned
-	} else {
-		next = make(map[string]string, len(returned)+len(send))
-		subscribed := w.sub.SubscribedResources()
-		for n, v := range returned {
-			if _, sub := subscribed[n]; sub || w.wildcard {
-				next[n] = v
-			}
-		}
-		for _, n := range removed {
-			delete(next, n)
-		}
-	}
+	next := nextReturned(w, returned, removed, len(send))
 	bytes := 0
 	for _, n := range send {
 		r := want[n]
