@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
 )
 
 // Node kinds.
@@ -236,22 +238,13 @@ func (d *Description) Snapshot() Snapshot {
 		for dep := range observed[n.name] {
 			deps[dep] = true
 		}
-		for _, dep := range sortedKeys(deps) {
+		for _, dep := range collections.SortedKeys(deps) {
 			ni.Dependencies = append(ni.Dependencies, dep)
 			s.Edges = append(s.Edges, EdgeInfo{From: dep, To: n.name, Kind: EdgeFetch, Observed: deps[dep]})
 		}
 		s.Nodes = append(s.Nodes, ni)
 	}
 	return s
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // observedDependencies reads, from krt's debug dump, which collections each collection's

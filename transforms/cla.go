@@ -10,6 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -19,10 +20,10 @@ import (
 
 // Type URLs of the resources krteds serves.
 const (
-	TypeCLA      = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-	TypeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	TypeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	TypeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	TypeCLA      = resourcev3.EndpointType
+	TypeCluster  = resourcev3.ClusterType
+	TypeListener = resourcev3.ListenerType
+	TypeRoute    = resourcev3.RouteType
 )
 
 // Failover priority labels used for trafficDistribution, as istiod's GetEffectiveLbSetting.

@@ -1,6 +1,9 @@
 package transforms
 
 import (
+	"slices"
+	"strings"
+
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/kube/krt"
 
@@ -40,16 +43,10 @@ func ServicePolicies(rules krt.Collection[collections.DestinationRule]) krt.Tran
 				sp.Rules = append(sp.Rules, r)
 			}
 		}
-		sortRules(sp.Rules)
+		slices.SortFunc(sp.Rules, func(a, b collections.DestinationRule) int {
+			return strings.Compare(a.ResourceName(), b.ResourceName())
+		})
 		return sp
-	}
-}
-
-func sortRules(rs []collections.DestinationRule) {
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && rs[j].ResourceName() < rs[j-1].ResourceName(); j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
-		}
 	}
 }
 

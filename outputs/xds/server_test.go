@@ -258,12 +258,17 @@ func TestReconnectWithStaleVersionGetsReply(t *testing.T) {
 	}
 }
 
-func TestLocalitiesGetDifferentPriorities(t *testing.T) {
+// preferCloseMesh is mesh() with foo's trafficDistribution PreferClose.
+func preferCloseMesh() []any {
 	objs := mesh()
 	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
 	svc.Spec.TrafficDistribution = fixtures.Ptr("PreferClose")
 	objs[3] = svc
-	r := newRig(t, objs...)
+	return objs
+}
+
+func TestLocalitiesGetDifferentPriorities(t *testing.T) {
+	r := newRig(t, preferCloseMesh()...)
 	zone1 := sidecar("10.9.0.1", "ns1")
 	zone1.Locality = &core.Locality{Region: "r1", Zone: "z1"}
 	region2 := sidecar("10.9.0.2", "ns1")

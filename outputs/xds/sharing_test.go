@@ -11,18 +11,13 @@ import (
 
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
-	"github.com/krteds/krteds/test/fixtures"
 )
 
 // TestProxiesOfOneClassShareOneCLA connects many proxies: those of one class get byte-identical
 // CLAs computed once; a second class adds exactly one more CLA; proxies joining an existing class
 // cause no CLA recomputation.
 func TestProxiesOfOneClassShareOneCLA(t *testing.T) {
-	objs := mesh()
-	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
-	svc.Spec.TrafficDistribution = fixtures.Ptr("PreferClose")
-	objs[3] = svc
-	r := newRig(t, objs...)
+	r := newRig(t, preferCloseMesh()...)
 	claCount := func() int { return len(r.g.CLAsByName.Lookup(fooCluster)) }
 
 	get := func(i int, loc *core.Locality) []byte {

@@ -11,6 +11,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -19,10 +20,10 @@ import (
 
 // Type URLs.
 const (
-	TypeCLA      = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-	TypeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	TypeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	TypeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	TypeCLA      = resourcev3.EndpointType
+	TypeCluster  = resourcev3.ClusterType
+	TypeListener = resourcev3.ListenerType
+	TypeRoute    = resourcev3.RouteType
 )
 
 // Node describes the proxy the client connects as.
