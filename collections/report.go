@@ -2,6 +2,7 @@ package collections
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -73,4 +74,22 @@ func (r *RecordingReporter) Problems() []Problem {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Problem(nil), r.problems...)
+}
+
+// ObjectProblems are the problems krteds currently finds in one input object (or file). A
+// collection of them is the graph's record of skipped input: an entry appears when an object is
+// found wrong, changes when what is wrong changes, and disappears when the object is fixed or
+// removed. Outputs turn the entries into log lines and metrics.
+type ObjectProblems struct {
+	Kind     string    `json:"kind"`
+	Object   string    `json:"object"`
+	Problems []Problem `json:"problems"`
+}
+
+// ResourceName is "<kind>/<object>".
+func (p ObjectProblems) ResourceName() string { return p.Kind + "/" + p.Object }
+
+// Equals compares every field.
+func (p ObjectProblems) Equals(o ObjectProblems) bool {
+	return p.Kind == o.Kind && p.Object == o.Object && slices.Equal(p.Problems, o.Problems)
 }

@@ -14,13 +14,14 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/test/fixtures"
 )
 
-func newStaticGraph(t *testing.T, stop chan struct{}, objs ...any) (*EDSGraph, collections.StaticInputs) {
+func newStaticGraph(t *testing.T, stop chan struct{}, objs ...any) (*EDSGraph, sources.Static) {
 	t.Helper()
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := collections.NewStaticInputs(opts, objs...)
+	in := sources.NewStatic(opts, nil, objs...)
 	g := BuildEDS(collections.DefaultConfig(), in.Inputs(), opts, nil)
 	if !g.WaitUntilSynced(stop) {
 		t.Fatal("graph did not sync")

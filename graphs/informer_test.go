@@ -2,13 +2,17 @@ package graphs
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/test/fixtures"
 )
 
@@ -68,20 +72,25 @@ endpoints:
   targetRef: {kind: Pod, name: foo-2, namespace: ns1}
 `
 
-// TestInformerInputsFromManifests runs the graph over real informers on a client seeded from
-// YAML, the same path krteds serve --manifests takes.
-func TestInformerInputsFromManifests(t *testing.T) {
-	objs, errs := collections.DecodeManifests([]byte(manifests), "test.yaml")
-	if len(errs) != 0 {
-		t.Fatalf("decode: %v", errs)
+// TestInformerInputs runs the graph over the informers krteds uses against a cluster, here on a
+// fake client seeded from YAML: the Failed pod is filtered out, the late pod arrives through the
+// API.
+func TestInformerInputs(t *testing.T) {
+	var objs []runtime.Object
+	for _, doc := range strings.Split(manifests, "\n---\n") {
+		o, _, err := kube.IstioCodec.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			continue // the comment-only document
+		}
+		objs = append(objs, o)
 	}
 	if len(objs) != 6 {
 		t.Fatalf("want 6 objects, got %d", len(objs))
 	}
 	stop := test.NewStop(t)
-	client := collections.NewManifestClient(objs)
+	client := kube.NewFakeClient(objs...)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	g := BuildEDS(collections.DefaultConfig(), collections.InformerInputs(client, opts), opts, nil)
+	g := BuildEDS(collections.DefaultConfig(), sources.Informers(client, opts), opts, nil)
 	client.RunAndWait(stop)
 	if !g.WaitUntilSynced(stop) {
 		t.Fatal("not synced")
@@ -102,11 +111,4 @@ func TestInformerInputsFromManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy", "10.0.0.2:8080/Healthy")
-}
-
-func TestDecodeManifestsErrors(t *testing.T) {
-	objs, errs := collections.DecodeManifests([]byte("kind: Nope\napiVersion: v9\n---\n{not yaml: [\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ok}\n"), "bad.yaml")
-	if len(objs) != 1 || len(errs) == 0 {
-		t.Fatalf("want 1 object and errors, got %d objects, errors %v", len(objs), errs)
-	}
 }

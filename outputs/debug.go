@@ -27,6 +27,8 @@ type DebugOptions struct {
 	AllowRemote bool
 	// Ready reports whether krteds may serve (graph synced).
 	Ready func() bool
+	// ReadyNotes (optional) adds lines to /ready's body, such as input files not applied.
+	ReadyNotes func() []string
 	// Authenticate, when set, lets a non-loopback client in with the same authentication as the
 	// secure xDS port (a service-account bearer token).
 	Authenticate func(*http.Request) error
@@ -58,6 +60,11 @@ func NewDebugMux(o DebugOptions) http.Handler {
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		if o.ReadyNotes != nil {
+			for _, n := range o.ReadyNotes() {
+				fmt.Fprintln(w, n)
+			}
+		}
 	})
 	if o.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
@@ -69,10 +76,10 @@ func NewDebugMux(o DebugOptions) http.Handler {
 		krtz(w, r, o.Debugger)
 	}))
 	handle("/debug/endpointShardz", "endpoint shards per service, istiod's shape", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, r, EndpointShardz(o.Graph.ServiceEndpoints.List()))
+		WriteJSON(w, r, EndpointShardz(o.Graph.ServiceEndpoints.List()))
 	}))
 	handle("/debug/registryz", "services in the registry, istiod's shape", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, r, Registryz(o.Graph.ServiceInfos.List(), o.ClusterID))
+		WriteJSON(w, r, Registryz(o.Graph.ServiceInfos.List(), o.ClusterID))
 	}))
 	for _, path := range collections.SortedKeys(o.Extra) {
 		handle(path, o.Extra[path].Help, o.Extra[path].Handler)
@@ -120,7 +127,8 @@ func IsLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func writeJSON(w http.ResponseWriter, r *http.Request, v any) {
+// WriteJSON writes v as JSON, indented with ?pretty.
+func WriteJSON(w http.ResponseWriter, r *http.Request, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	if _, pretty := r.URL.Query()["pretty"]; pretty {
@@ -156,7 +164,7 @@ func krtz(w http.ResponseWriter, r *http.Request, d *krt.DebugHandler) {
 		}
 		dump = keep
 	}
-	writeJSON(w, r, dump)
+	WriteJSON(w, r, dump)
 }
 
 // writeGraph renders the graph snapshot.
@@ -169,6 +177,6 @@ func writeGraph(w http.ResponseWriter, r *http.Request, s graphs.Snapshot) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, graphs.Page)
 	default:
-		writeJSON(w, r, s)
+		WriteJSON(w, r, s)
 	}
 }

@@ -25,20 +25,9 @@ type ProblemReporter struct {
 
 const maxSeenProblems = 10000
 
-// NewProblemReporter registers its counter with reg.
-func NewProblemReporter(log *zap.Logger, reg prometheus.Registerer) *ProblemReporter {
-	r := &ProblemReporter{
-		log: log,
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "krteds_skipped_objects_total",
-			Help: "Input objects (or parts of them) skipped because they are invalid, by kind and reason.",
-		}, []string{"kind", "reason"}),
-		seen: map[collections.Problem]struct{}{},
-	}
-	if reg != nil {
-		reg.MustRegister(r.skipped)
-	}
-	return r
+// NewProblemReporter counts in skipped (krteds_skipped_objects_total, see ProblemLog).
+func NewProblemReporter(log *zap.Logger, skipped *prometheus.CounterVec) *ProblemReporter {
+	return &ProblemReporter{log: log, skipped: skipped, seen: map[collections.Problem]struct{}{}}
 }
 
 // Report implements collections.Reporter.

@@ -18,6 +18,7 @@ import (
 	"istio.io/istio/pkg/kube"
 	istiolog "istio.io/istio/pkg/log"
 
+	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds"
@@ -95,24 +96,21 @@ func runServe(ctx context.Context, o *serveOptions) error {
 
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	client, source, err := buildClient(ctx, o, log)
-	if err != nil {
-		return err
+	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log}
+	if o.manifests == "" {
+		if opts.Cluster, err = clusterClient(ctx, o); err != nil {
+			return err
+		}
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	xdsLis, err := net.Listen("tcp", o.xdsAddr)
-	if err != nil {
+	opts.Registry = reg
+	if opts.XDSListener, err = net.Listen("tcp", o.xdsAddr); err != nil {
 		return fmt.Errorf("xDS server: %w", err)
 	}
-	debugLis, err := net.Listen("tcp", o.debugAddr)
-	if err != nil {
+	if opts.DebugListener, err = net.Listen("tcp", o.debugAddr); err != nil {
 		return fmt.Errorf("debug server: %w", err)
-	}
-	opts := outputs.AppOptions{
-		Config: o.cfg, Client: client, XDSListener: xdsLis, DebugListener: debugLis,
-		DebugAllowRemote: o.debugAllowRemote, Log: log, Registry: reg,
 	}
 	if o.tlsCert != "" || o.tlsKey != "" || o.tlsClientCA != "" {
 		if o.tlsCert == "" || o.tlsKey == "" || o.tlsClientCA == "" {
@@ -120,9 +118,8 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}
 		// Against a cluster, clients may authenticate with a service-account token instead of a
 		// certificate; manifests have no TokenReview API.
-		opts.TokenAudiences = o.jwtAudiences
-		if o.manifests != "" {
-			opts.TokenAudiences = nil
+		if o.manifests == "" {
+			opts.TokenAudiences = o.jwtAudiences
 		}
 		if opts.SecureTLS, err = xds.ServerTLS(o.tlsCert, o.tlsKey, o.tlsClientCA, len(opts.TokenAudiences) == 0); err != nil {
 			return err
@@ -131,65 +128,42 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			return fmt.Errorf("authenticated xDS server: %w", err)
 		}
 	}
-	app, err := outputs.StartApp(opts)
+	start := time.Now()
+	a, err := app.Start(opts)
 	if err != nil {
 		return err
 	}
-	defer app.Stop()
+	defer a.Stop()
 
-	start := time.Now()
-	if !app.WaitUntilSynced(ctx.Done()) {
+	if !a.WaitUntilSynced(ctx.Done()) {
 		return nil
 	}
-	g := app.Graph
-	log.Info("graph synced", zap.String("source", source), zap.Duration("took", time.Since(start)),
+	g := a.Graph
+	log.Info("graph synced", zap.String("source", a.Source), zap.Duration("took", time.Since(start)),
 		zap.Int("services", len(g.ServiceInfos.List())), zap.Int("endpointSlices", len(g.SliceEndpoints.List())),
-		zap.String("xds", xdsLis.Addr().String()), zap.String("debug", debugLis.Addr().String()))
+		zap.String("xds", opts.XDSListener.Addr().String()), zap.String("debug", opts.DebugListener.Addr().String()))
 
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil
 }
 
-// buildClient returns a kube client over the manifests, or over a real cluster.
-func buildClient(ctx context.Context, o *serveOptions, log *zap.Logger) (kube.Client, string, error) {
-	if o.manifests != "" {
-		src, docErrs, err := collections.NewManifestSource(o.manifests)
-		if err != nil {
-			return nil, "", err
-		}
-		for _, e := range docErrs {
-			log.Warn("skipped manifest document", zap.Error(e))
-		}
-		log.Info("loaded manifests", zap.String("path", o.manifests))
-		go src.Watch(ctx.Done(), 250*time.Millisecond, func(st collections.ReloadStats, errs []error, err error) {
-			if err != nil {
-				log.Error("reloading manifests", zap.Error(err))
-				return
-			}
-			for _, e := range errs {
-				log.Warn("skipped manifest document", zap.Error(e))
-			}
-			if st.Changed() {
-				log.Info("manifests reloaded", zap.Int("created", st.Created), zap.Int("updated", st.Updated), zap.Int("deleted", st.Deleted))
-			}
-		})
-		return src.Client(), "manifests " + o.manifests, nil
-	}
+// clusterClient connects to the cluster named by --kubeconfig (or the usual defaults).
+func clusterClient(ctx context.Context, o *serveOptions) (kube.Client, error) {
 	rc, err := kube.DefaultRestConfig(o.kubeconfig, "")
 	if err != nil {
-		return nil, "", noCluster(err)
+		return nil, noCluster(err)
 	}
 	client, err := kube.NewClient(kube.NewClientConfigForRestConfig(rc), cluster.ID(o.cfg.ClusterID))
 	if err != nil {
-		return nil, "", noCluster(err)
+		return nil, noCluster(err)
 	}
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := client.Kube().Discovery().RESTClient().Get().AbsPath("/version").Do(vctx).Raw(); err != nil {
-		return nil, "", noCluster(err)
+		return nil, noCluster(err)
 	}
-	return client, "cluster " + rc.Host, nil
+	return client, nil
 }
 
 func noCluster(err error) error {

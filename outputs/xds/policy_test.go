@@ -13,6 +13,7 @@ import (
 	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
@@ -20,13 +21,9 @@ import (
 
 func decode(t *testing.T, yaml string) []any {
 	t.Helper()
-	ms, errs := collections.DecodeManifests([]byte(yaml), "test")
-	if len(errs) > 0 {
-		t.Fatal(errs)
-	}
-	var out []any
-	for _, m := range ms {
-		out = append(out, m.Object)
+	out, err := sources.ObjectsOf([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -35,7 +32,7 @@ func newRigReporting(t *testing.T, rep collections.Reporter, objs ...any) *rig {
 	t.Helper()
 	stop := test.NewStop(t)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := collections.NewStaticInputs(opts, objs...)
+	in := sources.NewStatic(opts, nil, objs...)
 	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, rep)
 	return startRig(t, stop, g, in)
 }

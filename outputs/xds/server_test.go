@@ -20,6 +20,7 @@ import (
 	discovery_v1 "k8s.io/api/discovery/v1"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
@@ -34,7 +35,7 @@ const (
 type rig struct {
 	t   *testing.T
 	g   *graphs.Graph
-	in  collections.StaticInputs
+	in  sources.Static
 	srv *Server
 	cc  *grpc.ClientConn
 }
@@ -43,12 +44,12 @@ func newRig(t *testing.T, objs ...any) *rig {
 	t.Helper()
 	stop := test.NewStop(t)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := collections.NewStaticInputs(opts, objs...)
+	in := sources.NewStatic(opts, nil, objs...)
 	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
 	return startRig(t, stop, g, in)
 }
 
-func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in collections.StaticInputs) *rig {
+func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static) *rig {
 	t.Helper()
 	srv := NewServer(g, "Kubernetes", nil, nil)
 	srv.Start(stop)
@@ -353,19 +354,14 @@ func TestMalformedNodeIsRefused(t *testing.T) {
 func TestNoResponseBeforeSync(t *testing.T) {
 	stop := test.NewStop(t)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	objs, _ := collections.DecodeManifests([]byte(`
-apiVersion: v1
-kind: Service
-metadata: {name: foo, namespace: ns1}
-spec: {ports: [{name: http, port: 80}]}
-`), "x")
-	client := collections.NewManifestClient(objs)
-	g := graphs.Build(collections.DefaultConfig(), collections.InformerInputs(client, opts), opts, nil)
-	r := startRig(t, stop, g, collections.StaticInputs{})
+	synced := &gate{ch: make(chan struct{})}
+	in := sources.NewStatic(opts, synced, fixtures.Service("ns1", "foo", fixtures.HTTP...))
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
+	r := startRig(t, stop, g, in)
 	s := r.open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	expectNone(t, s)
-	go client.RunAndWait(stop)
+	close(synced.ch)
 	if cla := onlyCLA(t, recv(t, s)); cla.ClusterName != fooCluster {
 		t.Fatalf("got %s", cla.ClusterName)
 	}
@@ -419,5 +415,26 @@ func TestDeltaSubscribeAckNackUnsubscribe(t *testing.T) {
 	resp3 := recvD()
 	if len(resp3.Resources) != 1 || resp3.Resources[0].Name != "outbound|80||other.ns1.svc.cluster.local" {
 		t.Fatalf("delta subscribe %v", resp3)
+	}
+}
+
+// gate is a krt.Syncer that reports synced once ch is closed.
+type gate struct{ ch chan struct{} }
+
+func (g *gate) HasSynced() bool {
+	select {
+	case <-g.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (g *gate) WaitUntilSynced(stop <-chan struct{}) bool {
+	select {
+	case <-g.ch:
+		return true
+	case <-stop:
+		return false
 	}
 }

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds"
 )
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 // proxies connected over gRPC on loopback.
 type running struct {
 	mesh  *Mesh
-	in    collections.StaticInputs
+	in    sources.Static
 	g     *graphs.Graph
 	grpc  *grpc.Server
 	stopc chan struct{}
@@ -52,7 +53,7 @@ func start(b *testing.B, m *Mesh, extra ...any) *running {
 	for _, p := range m.Pods {
 		_, _ = kube.StripPodUnusedFields(p)
 	}
-	in := collections.NewStaticInputs(opts, append(m.Objects(), extra...)...)
+	in := sources.NewStatic(opts, nil, append(m.Objects(), extra...)...)
 	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
 	srv := xds.NewServer(g, "Kubernetes", nil, nil)
 	srv.Start(stop)
@@ -381,7 +382,7 @@ func BenchmarkMemory(b *testing.B) {
 		withObjects := heap()
 		stop := test.NewStop(b)
 		opts := krt.NewOptionsBuilder(stop, "", nil)
-		in := collections.NewStaticInputs(opts, m.Objects()...)
+		in := sources.NewStatic(opts, nil, m.Objects()...)
 		g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
 		if !g.WaitUntilSynced(stop) {
 			b.Fatal("not synced")

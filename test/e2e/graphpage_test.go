@@ -12,8 +12,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/outputs"
 )
 
 // chromiumPath finds Debian's chromium; the test is skipped with a message where it is missing.
@@ -35,21 +35,17 @@ func chromiumPath(t *testing.T) string {
 // checks that the drawn page shows every collection of the graph; it saves a screenshot.
 func TestGraphPageRendersEveryCollection(t *testing.T) {
 	chrome := chromiumPath(t)
-	objs, _, err := collections.LoadManifests(filepath.Join(repoRoot(t), "examples", "mesh"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	xl, _ := net.Listen("tcp", "127.0.0.1:0")
 	dl, _ := net.Listen("tcp", "127.0.0.1:0")
-	app, err := outputs.StartApp(outputs.AppOptions{Config: collections.DefaultConfig(), Client: collections.NewManifestClient(objs),
+	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Manifests: filepath.Join(repoRoot(t), "examples", "mesh"),
 		XDSListener: xl, DebugListener: dl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(app.Stop)
+	t.Cleanup(a.Stop)
 	stop := make(chan struct{})
 	defer close(stop)
-	if !app.WaitUntilSynced(stop) {
+	if !a.WaitUntilSynced(stop) {
 		t.Fatal("not synced")
 	}
 
@@ -98,7 +94,7 @@ func TestGraphPageRendersEveryCollection(t *testing.T) {
 	for _, n := range names {
 		drawn[n] = true
 	}
-	for _, n := range app.Graph.Graph.Snapshot().Nodes {
+	for _, n := range a.Graph.Graph.Snapshot().Nodes {
 		if !drawn[n.Name] {
 			t.Errorf("collection %s is not drawn (drawn: %v)", n.Name, names)
 		}

@@ -16,14 +16,11 @@ import (
 	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"istio.io/istio/pkg/kube"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/test/fixtures"
 )
 
@@ -80,28 +77,26 @@ func startBackends(t *testing.T, ips ...string) int {
 }
 
 type mesh struct {
-	t      *testing.T
-	client kube.CLIClient
-	app    *outputs.App
-	addr   string
-	port   int32
+	t    *testing.T
+	app  *app.App
+	addr string
+	port int32
 }
 
 const ns = "default"
 
-func startKrteds(t *testing.T, port int32, objs ...collections.Manifest) *mesh {
+func startKrteds(t *testing.T, port int32, objs ...any) *mesh {
 	t.Helper()
-	client := collections.NewManifestClient(objs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := outputs.StartApp(outputs.AppOptions{Config: collections.DefaultConfig(), Client: client, XDSListener: lis})
+	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Objects: objs, XDSListener: lis})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(app.Stop)
-	return &mesh{t: t, client: client, app: app, addr: lis.Addr().String(), port: port}
+	t.Cleanup(a.Stop)
+	return &mesh{t: t, app: a, addr: lis.Addr().String(), port: port}
 }
 
 func (m *mesh) dial(target string) *grpc.ClientConn {
@@ -171,9 +166,9 @@ func exactly(want ...string) func(map[string]int) bool {
 	}
 }
 
-func manifests(t *testing.T, port int) []collections.Manifest {
+func manifests(t *testing.T, port int) []any {
 	t.Helper()
-	objs := []any{
+	return []any{
 		fixtures.Namespace(ns, nil, nil),
 		fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Service(ns, "echo", fixtures.Port{Name: "grpc", Port: 80, Target: int32(port)}),
@@ -182,11 +177,6 @@ func manifests(t *testing.T, port int) []collections.Manifest {
 		fixtures.Pod(ns, "echo-3", "echo", "127.0.0.4", "n1"),
 		echoSlice(port, fixtures.Ready, fixtures.Ready, fixtures.Ready),
 	}
-	var out []collections.Manifest
-	for _, o := range objs {
-		out = append(out, collections.Manifest{Object: o.(runtime.Object)})
-	}
-	return out
 }
 
 func echoSlice(port int, c ...discoveryv1.EndpointConditions) *discoveryv1.EndpointSlice {
@@ -198,10 +188,7 @@ func echoSlice(port int, c ...discoveryv1.EndpointConditions) *discoveryv1.Endpo
 }
 
 func (m *mesh) updateSlice(s *discoveryv1.EndpointSlice) {
-	m.t.Helper()
-	if _, err := m.client.Kube().DiscoveryV1().EndpointSlices(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
-		m.t.Fatal(err)
-	}
+	m.app.Static.Apply(s, false)
 }
 
 func TestGRPCClientFollowsEndpointSlices(t *testing.T) {
@@ -227,10 +214,7 @@ func TestGRPCClientFollowsEndpointSlices(t *testing.T) {
 	m.updateSlice(s)
 	until(t, cc, "only 127.0.0.4 while echo-4 is missing", 30, exactly("127.0.0.4"))
 	// ...until the Pod is created.
-	if _, err := m.client.Kube().CoreV1().Pods(ns).Create(context.Background(),
-		fixtures.Pod(ns, "echo-4", "echo", "127.0.0.5", "n1"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	m.app.Static.Apply(fixtures.Pod(ns, "echo-4", "echo", "127.0.0.5", "n1"), false)
 	until(t, cc, "the late pod's endpoint is reached", 30, exactly("127.0.0.4", "127.0.0.5"))
 }
 

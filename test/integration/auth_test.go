@@ -17,8 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	krteds "github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 )
@@ -62,8 +62,8 @@ func TestServiceAccountTokens(t *testing.T) {
 	plain, _ := net.Listen("tcp", "127.0.0.1:0")
 	secure, _ := net.Listen("tcp", "127.0.0.1:0")
 	debug, _ := net.Listen("tcp", "127.0.0.1:0")
-	app, err := outputs.StartApp(outputs.AppOptions{
-		Config: collections.DefaultConfig(), Client: client(t), XDSListener: plain, DebugListener: debug,
+	app, err := krteds.Start(krteds.Options{
+		Config: collections.DefaultConfig(), Cluster: client(t), XDSListener: plain, DebugListener: debug,
 		SecureListener: secure, TokenAudiences: []string{"istio-ca"},
 		SecureTLS: &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven},
 	})

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	krteds "github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/outputs"
 )
 
 // cutProxy forwards TCP to target until cut: then it drops every connection and refuses new ones
@@ -134,7 +134,7 @@ func TestTooOldResourceVersionRelists(t *testing.T) {
 		t.Fatal(err)
 	}
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	app, err := outputs.StartApp(outputs.AppOptions{Config: collections.DefaultConfig(), Client: viaProxy, XDSListener: lis})
+	app, err := krteds.Start(krteds.Options{Config: collections.DefaultConfig(), Cluster: viaProxy, XDSListener: lis})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	krteds "github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 )
@@ -36,13 +36,13 @@ func client(t *testing.T) kube.Client {
 }
 
 // startKrteds runs krteds on the API server, serving xDS on addr (":0" picks a port).
-func startKrteds(t *testing.T, addr string) (*outputs.App, string) {
+func startKrteds(t *testing.T, addr string) (*krteds.App, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := outputs.StartApp(outputs.AppOptions{Config: collections.DefaultConfig(), Client: client(t), XDSListener: lis})
+	app, err := krteds.Start(krteds.Options{Config: collections.DefaultConfig(), Cluster: client(t), XDSListener: lis})
 	if err != nil {
 		t.Fatal(err)
 	}

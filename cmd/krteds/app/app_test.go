@@ -1,4 +1,4 @@
-package outputs
+package app
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"istio.io/istio/pkg/kube"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
@@ -60,18 +61,19 @@ type appRig struct {
 
 func startAppRig(t *testing.T) *appRig {
 	t.Helper()
-	objs, errs := collections.DecodeManifests([]byte(appManifests), "m.yaml")
-	if len(errs) > 0 {
-		t.Fatal(errs)
+	objs, err := sources.ObjectsOf([]byte(appManifests))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return startAppRigWith(t, collections.NewManifestClient(objs))
+	return startAppRigWith(t, Options{Objects: objs})
 }
 
-func startAppRigWith(t *testing.T, client kube.Client) *appRig {
+func startAppRigWith(t *testing.T, o Options) *appRig {
 	t.Helper()
 	xl, _ := net.Listen("tcp", "127.0.0.1:0")
 	dl, _ := net.Listen("tcp", "127.0.0.1:0")
-	app, err := StartApp(AppOptions{Config: collections.DefaultConfig(), Client: client, XDSListener: xl, DebugListener: dl})
+	o.Config, o.XDSListener, o.DebugListener = collections.DefaultConfig(), xl, dl
+	app, err := Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,6 @@ func eventuallyTrue(t *testing.T, what string, f func() bool) {
 // client connects and NACKs, an endpoint flips, and a bad slice is created.
 func TestDebugEndpointsAndMetrics(t *testing.T) {
 	r := startAppRig(t)
-	client := r.app.Client()
 
 	cc, err := adsclient.Dial(r.xds)
 	if err != nil {
@@ -152,9 +153,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 
 	// Known change 1: the endpoint turns not ready; the push is NACKed.
 	slice := fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.NotReady})
-	if _, err := client.Kube().DiscoveryV1().EndpointSlices("ns1").Update(context.Background(), slice, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	r.app.Static.Apply(slice, false)
 	second, err := s.Recv(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -162,9 +161,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 	_ = s.Nack(second, first.VersionInfo, "test rejection", cluster)
 	// Known change 2: an invalid slice.
 	bad := fixtures.Slice("ns1", "bad", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "not-an-ip", Cond: fixtures.Ready})
-	if _, err := client.Kube().DiscoveryV1().EndpointSlices("ns1").Create(context.Background(), bad, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	r.app.Static.Apply(bad, false)
 
 	t.Run("ready", func(t *testing.T) {
 		if code, _ := r.get("/ready"); code != 200 {
@@ -304,8 +301,12 @@ func TestDebugIsLoopbackOnly(t *testing.T) {
 // TestMissingIstioCRDsDoNotStopKrteds runs over a client without the DestinationRule and Sidecar
 // CRDs: the graph still syncs and serves, with those collections empty.
 func TestMissingIstioCRDsDoNotStopKrteds(t *testing.T) {
-	objs, _ := collections.DecodeManifests([]byte(appManifests), "m.yaml")
-	r := startAppRigWith(t, kube.NewFakeClient(collections.UniqueObjects(objs)...))
+	objs, _ := sources.ObjectsOf([]byte(appManifests))
+	var ros []runtime.Object
+	for _, o := range objs {
+		ros = append(ros, o.(runtime.Object))
+	}
+	r := startAppRigWith(t, Options{Cluster: kube.NewFakeClient(ros...)})
 	app := r.app
 	if n := len(app.Graph.DestinationRules.List()); n != 0 {
 		t.Fatalf("%d DestinationRules without the CRD", n)

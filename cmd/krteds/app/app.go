@@ -1,0 +1,249 @@
+// Package app is krteds' composition root: it picks the source of input objects (a cluster, a
+// folder of manifests, or objects handed in by a test), builds the graph over them, and serves
+// its outputs over xDS and HTTP.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"istio.io/istio/pkg/kube"
+	"istio.io/istio/pkg/kube/krt"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs"
+	"github.com/krteds/krteds/outputs/xds"
+)
+
+// Options configures a running krteds. Exactly one source is set: Cluster, Manifests or Objects.
+type Options struct {
+	Config collections.Config
+	// Cluster is a client of the cluster to watch.
+	Cluster kube.Client
+	// Manifests is a folder (or file) of manifests to serve, kept in step with the files.
+	Manifests string
+	// Objects seed static input collections (tests and benchmarks), changed through App.Static.
+	Objects []any
+	// ObjectsGiven says Objects is the source even when it is empty.
+	ObjectsGiven bool
+
+	// XDSListener serves ADS; DebugListener (optional) serves /ready, /metrics and /debug.
+	XDSListener      net.Listener
+	DebugListener    net.Listener
+	DebugAllowRemote bool
+	Log              *zap.Logger
+	// Registry receives the metrics; a new one is made when nil.
+	Registry *prometheus.Registry
+	// GRPCOptions are added to the xDS gRPC server's options.
+	GRPCOptions []grpc.ServerOption
+	// SecureListener (optional) serves ADS over TLS with SecureTLS, which must require client
+	// certificates: each stream's SPIFFE identity must match the namespace its node claims.
+	SecureListener net.Listener
+	SecureTLS      *tls.Config
+	// TokenAudiences, when set, let clients of the secure listener authenticate with a Kubernetes
+	// service-account token for one of these audiences (checked with TokenReview; Cluster only).
+	TokenAudiences []string
+}
+
+// App is krteds assembled: the source, the graph, the xDS server and the debug server, running.
+type App struct {
+	Graph    *graphs.Graph
+	XDS      *xds.Server
+	Debugger *krt.DebugHandler
+	Registry *prometheus.Registry
+	// Static holds the input collections when the source is Objects.
+	Static *sources.Static
+	// Files is the manifests source when the source is Manifests.
+	Files *sources.Files
+	// Source says where the objects come from, for logs.
+	Source string
+
+	cluster kube.Client
+	stop    chan struct{}
+	grpc    *grpc.Server
+	secure  *grpc.Server
+	http    *http.Server
+	log     *zap.Logger
+	close   context.CancelFunc
+}
+
+// Start builds the source and the graph and starts serving. Serving starts at once; xDS
+// responses wait until the graph has synced (for manifests, every file has been read before).
+func Start(o Options) (*App, error) {
+	if o.XDSListener == nil {
+		return nil, errors.New("app: an xDS listener is required")
+	}
+	log := o.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &App{Debugger: new(krt.DebugHandler), Registry: reg, cluster: o.Cluster, stop: make(chan struct{}), log: log, close: cancel}
+	fail := func(err error) (*App, error) {
+		cancel()
+		close(a.stop)
+		return nil, err
+	}
+	opts := krt.NewOptionsBuilder(a.stop, "", a.Debugger)
+	problems := outputs.NewProblemLog(log.Named("registry"), reg)
+
+	var in collections.Inputs
+	var run func()
+	switch {
+	case o.Manifests != "":
+		files, err := sources.NewFiles(o.Manifests, opts, sources.FilesOptions{Log: log.Named("manifests")})
+		if err != nil {
+			return fail(err)
+		}
+		a.Files, a.Source = files, "manifests "+o.Manifests
+		in, run = files.Inputs(), func() { files.Run(a.stop) }
+		problems.Watch(files.Problems())
+	case o.Cluster != nil:
+		in, run = sources.Informers(o.Cluster, opts), func() { o.Cluster.RunAndWait(a.stop) }
+		a.Source = "cluster"
+		if o.Cluster.Kube() != nil {
+			if rc := o.Cluster.RESTConfig(); rc != nil {
+				a.Source = "cluster " + rc.Host
+			}
+		}
+	case len(o.Objects) > 0 || o.ObjectsGiven:
+		st := sources.NewStatic(opts, nil, o.Objects...)
+		a.Static, a.Source = &st, "objects"
+		in, run = st.Inputs(), func() {}
+	default:
+		return fail(errors.New("app: no source of objects (cluster, manifests or objects)"))
+	}
+
+	a.Graph = graphs.Build(o.Config, in, opts, outputs.NewProblemReporter(log.Named("registry"), problems.Counter()))
+	cfg := o.Config.WithDefaults()
+	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
+	reg.MustRegister(graphs.NewCollector(a.Graph.Graph))
+	a.XDS.SetTrustDomain(cfg.TrustDomain)
+	var debugAuth func(*http.Request) error
+	if len(o.TokenAudiences) > 0 && o.Cluster != nil {
+		tr := xds.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain}
+		a.XDS.SetTokenAuthenticator(tr)
+		debugAuth = func(r *http.Request) error {
+			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok {
+				return errors.New("no bearer token")
+			}
+			_, err := tr.Authenticate(r.Context(), strings.TrimSpace(tok))
+			return err
+		}
+	}
+	a.XDS.Start(a.stop)
+	if o.SecureListener != nil {
+		if o.SecureTLS == nil {
+			return fail(errors.New("app: a secure listener needs a TLS configuration"))
+		}
+		a.secure = xds.NewGRPCServer(ctx, a.XDS, append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(o.SecureTLS))}, o.GRPCOptions...)...)
+		go func() {
+			if err := a.secure.Serve(o.SecureListener); err != nil {
+				log.Error("secure xDS server stopped", zap.Error(err))
+			}
+		}()
+	}
+	a.grpc = xds.NewGRPCServer(ctx, a.XDS, o.GRPCOptions...)
+	go func() {
+		if err := a.grpc.Serve(o.XDSListener); err != nil {
+			log.Error("xDS server stopped", zap.Error(err))
+		}
+	}()
+	if o.DebugListener != nil {
+		a.http = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: a.debugMux(cfg, o, reg, debugAuth)}
+		go func() {
+			if err := a.http.Serve(o.DebugListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("debug server stopped", zap.Error(err))
+			}
+		}()
+	}
+	if o.Cluster != nil {
+		for kind, gvr := range map[string]schema.GroupVersionResource{"DestinationRule": sources.GVRDestinationRule, "Sidecar": sources.GVRSidecar} {
+			if !sources.CRDInstalled(o.Cluster, gvr, func() { log.Info("CRD installed; reading it", zap.String("kind", kind)) }) {
+				log.Info("CRD not installed; the collection stays empty until it is", zap.String("kind", kind), zap.String("resource", gvr.String()))
+			}
+		}
+	}
+	go run()
+	return a, nil
+}
+
+func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Registry, auth func(*http.Request) error) http.Handler {
+	extra := map[string]outputs.DebugPage{
+		"/debug/syncz": {Help: "per proxy: sent and acknowledged nonces per type, last NACK; ?namespace=", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			outputs.WriteJSON(w, r, a.XDS.Syncz(r.URL.Query().Get("namespace")))
+		})},
+		"/debug/adsz": {Help: "connected xDS clients, their class and what they watch", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			outputs.WriteJSON(w, r, a.XDS.Adsz())
+		})},
+	}
+	var notes func() []string
+	if a.Files != nil {
+		extra["/debug/sources"] = outputs.DebugPage{Help: "the manifest files served: objects, and why a file is not applied", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			outputs.WriteJSON(w, r, a.Files.Status())
+		})}
+		notes = func() []string {
+			var out []string
+			for _, f := range a.Files.Skipped() {
+				reason := "being written"
+				if len(f.Problems) > 0 {
+					reason = f.Problems[0].Reason + ": " + f.Problems[0].Detail
+				}
+				out = append(out, fmt.Sprintf("manifest %s not applied (%s)", f.Path, outputs.Truncate(reason, 200)))
+			}
+			return out
+		}
+	}
+	return outputs.NewDebugMux(outputs.DebugOptions{
+		Graph: a.Graph.EDSGraph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
+		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced, ReadyNotes: notes, Authenticate: auth, Extra: extra,
+	})
+}
+
+// Cluster is the Kubernetes client the graph reads, nil unless the source is a cluster.
+func (a *App) Cluster() kube.Client { return a.cluster }
+
+// DebugHandler is the debug server's handler (nil without a debug listener), for tests.
+func (a *App) DebugHandler() http.Handler {
+	if a.http == nil {
+		return nil
+	}
+	return a.http.Handler
+}
+
+// WaitUntilSynced blocks until the graph has synced or stop is closed.
+func (a *App) WaitUntilSynced(stop <-chan struct{}) bool { return a.Graph.WaitUntilSynced(stop) }
+
+// Stop closes every stream and server and stops the graph and the source.
+func (a *App) Stop() {
+	// Envoy holds xDS streams open forever: stop them rather than wait for them.
+	a.grpc.Stop()
+	if a.secure != nil {
+		a.secure.Stop()
+	}
+	if a.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.http.Shutdown(ctx)
+	}
+	a.close()
+	close(a.stop)
+}

@@ -1,0 +1,202 @@
+package sources
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func keys(d Decoded) []string {
+	var out []string
+	for _, o := range d.Objects {
+		out = append(out, o.Key)
+	}
+	return out
+}
+
+func TestDecode(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		in        string
+		want      []string
+		ignored   map[string]int
+		dups      []string
+		wantError string
+	}{
+		{
+			name: "documents, comments and blank documents",
+			in:   "# header\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n---\n# only a comment\n---\napiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: a}\n",
+			want: []string{"Namespace/a", "Service/a/s"},
+		},
+		{
+			name: "a namespaced object without a namespace is in default",
+			in:   "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+			want: []string{"Service/default/s"},
+		},
+		{
+			name: "a namespace on a cluster-scoped object is dropped",
+			in:   "apiVersion: v1\nkind: Node\nmetadata: {name: node1, namespace: x}\n",
+			want: []string{"Node/node1"},
+		},
+		{
+			name: "kind List, as kubectl get -o yaml writes it, is flattened",
+			in: `apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: a, namespace: x}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: p, namespace: x}
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: d, namespace: x}
+metadata: {resourceVersion: ""}
+`,
+			want:    []string{"Service/x/a", "Pod/x/p"},
+			ignored: map[string]int{"Deployment": 1},
+		},
+		{
+			name: "JSON",
+			in:   `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"x"}}`,
+			want: []string{"Pod/x/p"},
+		},
+		{
+			name: "a Failed pod is absent, as the informers filter it",
+			in:   "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: x}\nstatus: {phase: Failed}\n",
+		},
+		{
+			name: "the later of two documents defining one object wins",
+			in:   "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: a, labels: {v: '1'}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: a, labels: {v: '2'}}\n",
+			want: []string{"Service/a/s"},
+			dups: []string{"Service/a/s"},
+		},
+		{
+			name: "Istio kinds",
+			in:   "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: a}\nspec: {host: x}\n---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: a}\nspec: {egress: [{hosts: ['./*']}]}\n",
+			want: []string{"DestinationRule/a/d", "Sidecar/a/s"},
+		},
+		{
+			name:      "one bad document fails the whole file",
+			in:        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ok}\n---\n{not yaml: [\n",
+			wantError: "document 1",
+		},
+		{
+			name:      "an object without a name",
+			in:        "apiVersion: v1\nkind: Service\nmetadata: {namespace: a}\n",
+			wantError: "no metadata.name",
+		},
+		{
+			name:      "an unknown API version",
+			in:        "apiVersion: v9\nkind: Nope\nmetadata: {name: a}\n",
+			wantError: "document 0",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Decode([]byte(tc.in), nil)
+			if tc.wantError != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+					t.Fatalf("want an error with %q, got %v (%v)", tc.wantError, err, keys(d))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := keys(d); !slices.Equal(got, tc.want) {
+				t.Errorf("objects %v, want %v", got, tc.want)
+			}
+			if len(tc.ignored) > 0 || len(d.Ignored) > 0 {
+				if !equalCounts(d.Ignored, tc.ignored) {
+					t.Errorf("ignored %v, want %v", d.Ignored, tc.ignored)
+				}
+			}
+			if !slices.Equal(d.Duplicates, tc.dups) {
+				t.Errorf("duplicates %v, want %v", d.Duplicates, tc.dups)
+			}
+		})
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestDecodeStripsPodsAsTheInformersDo(t *testing.T) {
+	d, err := Decode([]byte(`apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+  namespace: x
+  managedFields: [{manager: kubectl}]
+  annotations: {kubectl.kubernetes.io/last-applied-configuration: "{}"}
+spec:
+  nodeName: n1
+  containers: [{name: c, image: i, env: [{name: A, value: b}]}]
+status: {phase: Running, podIP: 10.0.0.1}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Objects[0].Obj.(*corev1.Pod)
+	if len(p.ManagedFields) != 0 || p.Spec.NodeName != "n1" || p.Status.PodIP != "10.0.0.1" {
+		t.Fatalf("pod not stripped like the informer's: %+v", p)
+	}
+}
+
+func TestDecodeReusesUnchangedDocuments(t *testing.T) {
+	first, err := Decode([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Decode([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: c}\n"), first.cache())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Objects[0].Obj != second.Objects[0].Obj {
+		t.Error("an unchanged document was decoded again")
+	}
+	if second.Objects[1].Key != "Namespace/c" {
+		t.Errorf("changed document: %v", keys(second))
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: List\nitems: []\n"))
+	f.Add([]byte("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: a}\nspec: {host: x}\n"))
+	f.Add([]byte("---\n---\n# only a comment\n"))
+	f.Add([]byte("{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"}}"))
+	f.Add([]byte("apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: List, items: [{apiVersion: v1, kind: Pod, metadata: {name: p}}]}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := Decode(data, nil)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, o := range d.Objects {
+			if o.Obj == nil || o.Key == "" {
+				t.Fatalf("object without content or key: %+v", o)
+			}
+			if seen[o.Key] {
+				t.Fatalf("key %s twice in one file's objects", o.Key)
+			}
+			seen[o.Key] = true
+		}
+		// Decoding again through the cache gives the same objects.
+		again, err := Decode(data, d.cache())
+		if err != nil || !slices.Equal(keys(again), keys(d)) {
+			t.Fatalf("decoding through the cache: %v, %v vs %v", err, keys(again), keys(d))
+		}
+	})
+}

@@ -1,0 +1,520 @@
+package sources
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// harness runs a manifests source over a folder and waits on its collections' events.
+type harness struct {
+	t    *testing.T
+	dir  string
+	f    *Files
+	stop chan struct{}
+
+	mu      sync.Mutex
+	changed chan struct{}
+	seq     int
+}
+
+func newHarness(t *testing.T, dir string) *harness {
+	t.Helper()
+	stop := test.NewStop(t)
+	f, err := NewFiles(dir, krt.NewOptionsBuilder(stop, "", nil), FilesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, dir: dir, f: f, stop: stop, changed: make(chan struct{}, 1)}
+	notify := func() {
+		select {
+		case h.changed <- struct{}{}:
+		default:
+		}
+	}
+	onEvents(f.static.Namespaces, notify)
+	onEvents(f.static.Nodes, notify)
+	onEvents(f.static.Services, notify)
+	onEvents(f.static.Pods, notify)
+	onEvents(f.static.EndpointSlices, notify)
+	onEvents(f.static.DestinationRules, notify)
+	onEvents(f.static.Sidecars, notify)
+	onEvents(f.problems, notify)
+	go f.Run(stop)
+	return h
+}
+
+func onEvents[T any](c krt.Collection[T], f func()) {
+	c.RegisterBatch(func([]krt.Event[T]) { f() }, false)
+}
+
+// waitFor waits, on collection events, until cond holds.
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-h.changed:
+		case <-deadline:
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// barrier returns once every file change made before it has been applied: it writes a
+// sentinel file, waits for its Namespace, removes it and waits for it to go. Events are applied
+// in order, so the source has seen everything before the sentinel.
+func (h *harness) barrier() {
+	h.t.Helper()
+	h.seq++
+	name := fmt.Sprintf("sentinel-%d", h.seq)
+	p := filepath.Join(h.dir, "zzz-"+name+".yaml")
+	writeFile(h.t, p, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+name+"}\n")
+	h.waitFor(name+" to appear", func() bool { return h.f.static.Namespaces.GetKey(name) != nil })
+	if err := os.Remove(p); err != nil {
+		h.t.Fatal(err)
+	}
+	h.waitFor(name+" to go", func() bool { return h.f.static.Namespaces.GetKey(name) == nil })
+}
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeRename writes a file whole: to a temporary name, then renamed into place.
+func writeRename(t *testing.T, p, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".tmp")
+	writeFile(t, tmp, content)
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// contents is what the source's collections hold, by kind and key.
+func contents(f *Files) map[string]any {
+	out := map[string]any{}
+	add := func(kind string, objs []any) {
+		for _, o := range objs {
+			out[kind+"/"+krtKey(o)] = o
+		}
+	}
+	add("Namespace", anys(f.static.Namespaces.List()))
+	add("Node", anys(f.static.Nodes.List()))
+	add("Service", anys(f.static.Services.List()))
+	add("Pod", anys(f.static.Pods.List()))
+	add("EndpointSlice", anys(f.static.EndpointSlices.List()))
+	add("DestinationRule", anys(f.static.DestinationRules.List()))
+	add("Sidecar", anys(f.static.Sidecars.List()))
+	return out
+}
+
+func anys[T any](in []T) []any {
+	out := make([]any, len(in))
+	for i, v := range in {
+		out[i] = v
+	}
+	return out
+}
+
+// sameObject compares two decoded objects (Istio specs with proto.Equal).
+func sameObject(a, b any) bool {
+	switch x := a.(type) {
+	case *networkingclient.DestinationRule:
+		y, ok := b.(*networkingclient.DestinationRule)
+		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
+	case *networkingclient.Sidecar:
+		y, ok := b.(*networkingclient.Sidecar)
+		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// matchesFreshLoad checks that the live source serves what a fresh load of the folder gives.
+func (h *harness) matchesFreshLoad() {
+	h.t.Helper()
+	stop := make(chan struct{})
+	defer close(stop)
+	fresh, err := NewFiles(h.dir, krt.NewOptionsBuilder(stop, "", nil), FilesOptions{StartupWait: time.Millisecond})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	_ = fresh.w.close()
+	got, want := contents(h.f), contents(fresh)
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			h.t.Errorf("%s is in the folder but not served", k)
+			continue
+		}
+		if !sameObject(g, w) {
+			h.t.Errorf("%s served differs from the folder's", k)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			h.t.Errorf("%s is served but no longer in the folder", k)
+		}
+	}
+	if h.t.Failed() {
+		for _, st := range h.f.Status() {
+			h.t.Logf("live source: %+v", st)
+		}
+		for _, st := range fresh.Status() {
+			h.t.Logf("fresh load: %+v", st)
+		}
+		h.t.FailNow()
+	}
+}
+
+func svcYAML(ns, name string, port int) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec: {ports: [{name: http, port: %d}]}\n", name, ns, port)
+}
+
+func nsYAML(name string) string {
+	return "apiVersion: v1\nkind: Namespace\nmetadata: {name: " + name + "}\n"
+}
+
+func (h *harness) service(ns, name string) *corev1.Service {
+	s := h.f.static.Services.GetKey(ns + "/" + name)
+	if s == nil {
+		return nil
+	}
+	return *s
+}
+
+func (h *harness) problem(rel string) *collections.ObjectProblems {
+	return h.f.problems.GetKey(KindManifestFile + "/" + rel)
+}
+
+func TestFilesFollowEdits(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "ns.yaml"), nsYAML("a"))
+	writeFile(t, filepath.Join(dir, "svc.yaml"), svcYAML("a", "s", 80))
+	h := newHarness(t, dir)
+	if s := h.service("a", "s"); s == nil || s.Spec.Ports[0].Port != 80 {
+		t.Fatalf("initial service %v", s)
+	}
+
+	writeFile(t, filepath.Join(dir, "svc.yaml"), svcYAML("a", "s", 81))
+	h.waitFor("the edit", func() bool { s := h.service("a", "s"); return s != nil && s.Spec.Ports[0].Port == 81 })
+
+	// A broken edit keeps what the file defined, and says so.
+	writeFile(t, filepath.Join(dir, "svc.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: a\n")
+	h.waitFor("the problem", func() bool { return h.problem("svc.yaml") != nil })
+	if s := h.service("a", "s"); s == nil || s.Spec.Ports[0].Port != 81 {
+		t.Fatalf("a broken edit changed the service: %v", s)
+	}
+	if p := h.problem("svc.yaml").Problems[0]; p.Reason != ReasonInvalidManifest || !strings.Contains(p.Detail, "previous objects are kept") {
+		t.Fatalf("problem %+v", p)
+	}
+	// Fixed: the problem clears.
+	writeFile(t, filepath.Join(dir, "svc.yaml"), svcYAML("a", "s", 82))
+	h.waitFor("the fix", func() bool {
+		s := h.service("a", "s")
+		return s != nil && s.Spec.Ports[0].Port == 82 && h.problem("svc.yaml") == nil
+	})
+
+	// A same-size edit whose modification time is kept (cp -p, rsync) is seen.
+	tmp := filepath.Join(t.TempDir(), "svc.yaml")
+	writeFile(t, tmp, svcYAML("a", "s", 83))
+	old, _ := os.Stat(filepath.Join(dir, "svc.yaml"))
+	_ = os.Chtimes(tmp, old.ModTime(), old.ModTime())
+	if err := os.Rename(tmp, filepath.Join(dir, "svc.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the same-size edit", func() bool { s := h.service("a", "s"); return s != nil && s.Spec.Ports[0].Port == 83 })
+
+	// Removing the file removes its objects.
+	if err := os.Remove(filepath.Join(dir, "svc.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the removal", func() bool { return h.service("a", "s") == nil })
+	h.matchesFreshLoad()
+}
+
+func TestFilesSkipWhatIsNotARegularFileInTheFolder(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "elsewhere.yaml"), nsYAML("outside"))
+	writeFile(t, filepath.Join(dir, "ns.yaml"), nsYAML("a"))
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustSymlink(t, filepath.Join(outside, "elsewhere.yaml"), filepath.Join(dir, "outside.yaml"))
+	mustSymlink(t, "/dev/zero", filepath.Join(dir, "zero.yaml"))
+	mustSymlink(t, outside, filepath.Join(dir, "folder.yaml"))
+	mustSymlink(t, filepath.Join(dir, "loop2.yaml"), filepath.Join(dir, "loop1.yaml"))
+	mustSymlink(t, filepath.Join(dir, "loop1.yaml"), filepath.Join(dir, "loop2.yaml"))
+	mustSymlink(t, filepath.Join(dir, "ns.yaml"), filepath.Join(dir, "inside.yaml"))
+
+	h := newHarness(t, dir)
+	for file, reason := range map[string]string{
+		"fifo.yaml": ReasonNotRegular, "outside.yaml": ReasonSymlinkOutside, "zero.yaml": ReasonSymlinkOutside,
+		"folder.yaml": ReasonSymlinkOutside, "loop1.yaml": ReasonSymlinkBroken, "loop2.yaml": ReasonSymlinkBroken,
+	} {
+		p := h.problem(file)
+		if p == nil || p.Problems[0].Reason != reason {
+			t.Errorf("%s: problem %+v, want %s", file, p, reason)
+		}
+	}
+	if h.f.static.Namespaces.GetKey("outside") != nil {
+		t.Error("a symlink out of the folder was followed")
+	}
+	// A symlink inside the folder is read: it defines the same Namespace as ns.yaml, which sorts
+	// last and wins; inside.yaml is told so.
+	if p := h.problem("inside.yaml"); p == nil || p.Problems[0].Reason != ReasonDuplicateObject || !strings.Contains(p.Problems[0].Detail, "ns.yaml") {
+		t.Errorf("inside.yaml: %+v", p)
+	}
+	// The source still follows edits: nothing blocked on the FIFO.
+	writeFile(t, filepath.Join(dir, "b.yaml"), nsYAML("b"))
+	h.waitFor("b", func() bool { return h.f.static.Namespaces.GetKey("b") != nil })
+
+	// A symlinked folder inside the folder is not followed either (its files are read once).
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustSymlink(t, filepath.Join(dir, "sub"), filepath.Join(dir, "subdir.yaml"))
+	h.waitFor("the symlinked folder's problem", func() bool { return h.problem("subdir.yaml") != nil })
+	if p := h.problem("subdir.yaml"); p.Problems[0].Reason != ReasonSymlinkDirectory {
+		t.Errorf("subdir.yaml: %+v", p)
+	}
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFilesSizeCap(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "big.yaml"), nsYAML("big")+"# "+strings.Repeat("x", 200)+"\n")
+	stop := test.NewStop(t)
+	f, err := NewFiles(dir, krt.NewOptionsBuilder(stop, "", nil), FilesOptions{MaxFileBytes: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.static.Namespaces.GetKey("big") != nil {
+		t.Fatal("a file over the cap was read")
+	}
+	if p := f.problems.GetKey(KindManifestFile + "/big.yaml"); p == nil || p.Problems[0].Reason != ReasonTooLarge {
+		t.Fatalf("problem %+v", p)
+	}
+}
+
+func TestFilesSameObjectInTwoFilesLastWins(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), svcYAML("x", "s", 80))
+	writeFile(t, filepath.Join(dir, "b.yaml"), svcYAML("x", "s", 81))
+	h := newHarness(t, dir)
+	if s := h.service("x", "s"); s.Spec.Ports[0].Port != 81 {
+		t.Fatalf("b.yaml sorts last and must win: %d", s.Spec.Ports[0].Port)
+	}
+	if p := h.problem("a.yaml"); p == nil || !strings.Contains(p.Problems[0].Detail, "Service/x/s is also defined in b.yaml, which wins") {
+		t.Fatalf("a.yaml: %+v", p)
+	}
+	// The winner goes: the other copy is served, and the warning clears.
+	if err := os.Remove(filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("a.yaml's copy", func() bool {
+		s := h.service("x", "s")
+		return s != nil && s.Spec.Ports[0].Port == 80 && h.problem("a.yaml") == nil
+	})
+}
+
+func TestFilesFolderChanges(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "sub", "deep", "a.yaml"), nsYAML("a"))
+	writeFile(t, filepath.Join(dir, ".hidden", "h.yaml"), nsYAML("hidden"))
+	writeFile(t, filepath.Join(dir, "notes.txt"), nsYAML("txt"))
+	h := newHarness(t, dir)
+	if h.f.static.Namespaces.GetKey("a") == nil || h.f.static.Namespaces.GetKey("hidden") != nil || h.f.static.Namespaces.GetKey("txt") != nil {
+		t.Fatalf("initial: %v", contents(h.f))
+	}
+	// A new folder with a file in it.
+	writeFile(t, filepath.Join(dir, "new", "b.yaml"), nsYAML("b"))
+	h.waitFor("b", func() bool { return h.f.static.Namespaces.GetKey("b") != nil })
+	// A folder removed takes its files with it.
+	if err := os.RemoveAll(filepath.Join(dir, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("a to go", func() bool { return h.f.static.Namespaces.GetKey("a") == nil })
+	// A file replaced by a folder of the same name, and back.
+	writeFile(t, filepath.Join(dir, "c.yaml"), nsYAML("c"))
+	h.waitFor("c", func() bool { return h.f.static.Namespaces.GetKey("c") != nil })
+	_ = os.Remove(filepath.Join(dir, "c.yaml"))
+	writeFile(t, filepath.Join(dir, "c.yaml", "d.yaml"), nsYAML("d"))
+	h.waitFor("d instead of c", func() bool {
+		return h.f.static.Namespaces.GetKey("c") == nil && h.f.static.Namespaces.GetKey("d") != nil
+	})
+	_ = os.RemoveAll(filepath.Join(dir, "c.yaml"))
+	writeFile(t, filepath.Join(dir, "c.yaml"), nsYAML("c"))
+	h.waitFor("c instead of d", func() bool {
+		return h.f.static.Namespaces.GetKey("c") != nil && h.f.static.Namespaces.GetKey("d") == nil
+	})
+	h.barrier()
+	h.matchesFreshLoad()
+}
+
+// A ConfigMap volume: files are symlinks through "..data", which is swapped atomically.
+func TestFilesConfigMapVolumeSwap(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "..v1", "mesh.yaml"), nsYAML("v1"))
+	mustSymlink(t, "..v1", filepath.Join(dir, "..data"))
+	mustSymlink(t, filepath.Join("..data", "mesh.yaml"), filepath.Join(dir, "mesh.yaml"))
+	h := newHarness(t, dir)
+	if h.f.static.Namespaces.GetKey("v1") == nil {
+		t.Fatal("initial")
+	}
+	writeFile(t, filepath.Join(dir, "..v2", "mesh.yaml"), nsYAML("v2"))
+	mustSymlink(t, "..v2", filepath.Join(dir, "..data_tmp"))
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("v2", func() bool {
+		return h.f.static.Namespaces.GetKey("v2") != nil && h.f.static.Namespaces.GetKey("v1") == nil
+	})
+}
+
+// A writer pausing half-way through a file is not read until it closes the file; at startup
+// the source waits for it.
+func TestFilesHalfWrittenFileIsNotRead(t *testing.T) {
+	dir := t.TempDir()
+	full := nsYAML("a") + "---\n" + nsYAML("b")
+	half := full[:len(nsYAML("a"))+4]
+	w, err := os.Create(filepath.Join(dir, "m.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteString(half); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan *Files)
+	go func() {
+		stop := test.NewStop(t)
+		f, err := NewFiles(dir, krt.NewOptionsBuilder(stop, "", nil), FilesOptions{})
+		if err != nil {
+			t.Error(err)
+		}
+		started <- f
+	}()
+	select {
+	case <-started:
+		t.Fatal("startup did not wait for the writer")
+	case <-time.After(100 * time.Millisecond): // the writer pauses
+	}
+	if _, err := w.WriteString(full[len(half):]); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	f := <-started
+	if f.static.Namespaces.GetKey("a") == nil || f.static.Namespaces.GetKey("b") == nil {
+		t.Fatalf("startup read a half-written file: %v", contents(f))
+	}
+
+	// Live: an in-place rewrite that pauses is applied once, whole.
+	h := newHarness(t, dir)
+	seen := make(chan []string, 16)
+	h.f.static.Namespaces.RegisterBatch(func(evs []krt.Event[*corev1.Namespace]) {
+		var names []string
+		for _, e := range evs {
+			names = append(names, e.Latest().Name)
+		}
+		seen <- names
+	}, false)
+	w, err = os.OpenFile(filepath.Join(dir, "m.yaml"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := nsYAML("c") + "---\n" + nsYAML("d")
+	_, _ = w.WriteString(next[:10])
+	h.barrier() // the source has had every chance to read the half-written file
+	if h.f.static.Namespaces.GetKey("a") == nil {
+		t.Fatal("the half-written file was applied")
+	}
+	_, _ = w.WriteString(next[10:])
+	_ = w.Close()
+	h.waitFor("c and d", func() bool {
+		return h.f.static.Namespaces.GetKey("c") != nil && h.f.static.Namespaces.GetKey("d") != nil && h.f.static.Namespaces.GetKey("a") == nil
+	})
+}
+
+func TestFilesLargeFiles(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := 0; i < 10000; i++ {
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: Service\nmetadata: {name: s%d, namespace: big}\nspec: {ports: [{name: http, port: 80}]}\n", i)
+	}
+	writeFile(t, filepath.Join(dir, "big.yaml"), b.String())
+	h := newHarness(t, dir)
+	if n := len(h.f.static.Services.List()); n != 10000 {
+		t.Fatalf("%d services", n)
+	}
+	if err := os.Remove(filepath.Join(dir, "big.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("every service to go", func() bool { return len(h.f.static.Services.List()) == 0 })
+}
+
+// A symlink inside the folder follows its target's edits; a file replaced by something that is
+// not a manifest is reported until it is a manifest again.
+func TestFilesSymlinkTargetEditsAndReplacedFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "real", "t.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: x}\n")
+	mustSymlink(t, filepath.Join(dir, "real", "t.yaml"), filepath.Join(dir, "zlink.yaml"))
+	h := newHarness(t, dir)
+	writeFile(t, filepath.Join(dir, "real", "t.yaml"), svcYAML("x", "s", 90))
+	h.waitFor("the link's copy to follow", func() bool { s := h.service("x", "s"); return s != nil && len(s.Spec.Ports) == 1 })
+	h.barrier()
+	h.matchesFreshLoad()
+
+	writeFile(t, filepath.Join(dir, "m.yaml"), nsYAML("m"))
+	h.waitFor("m", func() bool { return h.f.static.Namespaces.GetKey("m") != nil })
+	_ = os.Remove(filepath.Join(dir, "m.yaml"))
+	if err := syscall.Mkfifo(filepath.Join(dir, "m.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the FIFO's problem", func() bool { return h.problem("m.yaml") != nil })
+	_ = os.Remove(filepath.Join(dir, "m.yaml"))
+	writeFile(t, filepath.Join(dir, "m.yaml"), nsYAML("m2"))
+	h.waitFor("m2 and no problem", func() bool {
+		return h.f.static.Namespaces.GetKey("m2") != nil && h.f.static.Namespaces.GetKey("m") == nil && h.problem("m.yaml") == nil
+	})
+}
+
+// A folder removed and made again at once (one burst of events) is still watched.
+func TestFilesFolderRemadeAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "sub", "a.yaml"), nsYAML("a"))
+	h := newHarness(t, dir)
+	for i := 0; i < 5; i++ {
+		_ = os.RemoveAll(filepath.Join(dir, "sub"))
+		writeFile(t, filepath.Join(dir, "sub", "a.yaml"), nsYAML(fmt.Sprint("v", i)))
+		h.barrier()
+		writeFile(t, filepath.Join(dir, "sub", "a.yaml"), nsYAML(fmt.Sprint("w", i)))
+		h.waitFor("the edit in the remade folder", func() bool { return h.f.static.Namespaces.GetKey(fmt.Sprint("w", i)) != nil })
+	}
+}

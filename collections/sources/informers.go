@@ -1,0 +1,62 @@
+// Package sources builds the input collections of krteds' graph: informers over a Kubernetes
+// client, a folder of manifests watched on disk, or static collections written by hand (tests,
+// benchmarks). Whatever the source, the graph sees the same krt collections of the same objects.
+package sources
+
+import (
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/kube"
+	"istio.io/istio/pkg/kube/kclient"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/kube/kubetypes"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// Istio resources krteds reads.
+var (
+	GVRDestinationRule = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}
+	GVRSidecar         = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "sidecars"}
+)
+
+// Informers builds the input collections as krt informers over the client, with the same
+// filters and memory-saving transforms as istiod: Pods exclude phase Failed and keep only the
+// fields krteds reads; Nodes keep only labels and addresses. Nothing starts until the caller runs
+// the client (client.RunAndWait).
+func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
+	if client.CrdWatcher() == nil {
+		// DestinationRules and Sidecars are read through delayed informers, which wait for their
+		// CRD; a cluster client does not watch CRDs until asked to.
+		kube.EnableCrdWatcher(client)
+	}
+	return collections.Inputs{
+		Namespaces: krt.NewInformer[*corev1.Namespace](client, opts.WithName(collections.NameNamespaces)...),
+		Nodes: krt.NewFilteredInformer[*corev1.Node](client, kclient.Filter{
+			ObjectTransform: kube.StripNodeUnusedFields,
+		}, opts.WithName(collections.NameNodes)...),
+		Pods: krt.NewFilteredInformer[*corev1.Pod](client, kclient.Filter{
+			ObjectTransform: kube.StripPodUnusedFields,
+			FieldSelector:   "status.phase!=Failed",
+		}, opts.WithName(collections.NamePods)...),
+		Services:       krt.NewInformer[*corev1.Service](client, opts.WithName(collections.NameServices)...),
+		EndpointSlices: krt.NewInformer[*discovery.EndpointSlice](client, opts.WithName(collections.NameEndpointSlices)...),
+		// Delayed informers start when the CRD appears; until then they are empty and synced.
+		DestinationRules: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.DestinationRule](client, GVRDestinationRule,
+			kubetypes.StandardInformer, kclient.Filter{}), opts.WithName(collections.NameDestRules)...),
+		Sidecars: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.Sidecar](client, GVRSidecar,
+			kubetypes.StandardInformer, kclient.Filter{}), opts.WithName(collections.NameSidecars)...),
+	}
+}
+
+// CRDInstalled reports whether the client knows the resource's CRD now, and calls onInstalled
+// once it appears if not.
+func CRDInstalled(client kube.Client, gvr schema.GroupVersionResource, onInstalled func()) bool {
+	w := client.CrdWatcher()
+	if w == nil {
+		return false
+	}
+	return w.KnownOrCallback(gvr, func(stop <-chan struct{}) { onInstalled() })
+}

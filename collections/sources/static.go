@@ -1,0 +1,131 @@
+package sources
+
+import (
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/kube/krt"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// Static holds mutable input collections: the manifests source writes to them, and tests and
+// benchmarks feed the graph through them by hand.
+type Static struct {
+	Namespaces       krt.StaticCollection[*corev1.Namespace]
+	Nodes            krt.StaticCollection[*corev1.Node]
+	Pods             krt.StaticCollection[*corev1.Pod]
+	Services         krt.StaticCollection[*corev1.Service]
+	EndpointSlices   krt.StaticCollection[*discovery.EndpointSlice]
+	DestinationRules krt.StaticCollection[*networkingclient.DestinationRule]
+	Sidecars         krt.StaticCollection[*networkingclient.Sidecar]
+}
+
+// NewStatic makes static input collections holding objs (objects of other types are ignored).
+// They report synced once synced does (nil: at once).
+func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
+	var (
+		ns    []*corev1.Namespace
+		nodes []*corev1.Node
+		pods  []*corev1.Pod
+		svcs  []*corev1.Service
+		eps   []*discovery.EndpointSlice
+		drs   []*networkingclient.DestinationRule
+		scs   []*networkingclient.Sidecar
+	)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.Namespace:
+			ns = append(ns, o)
+		case *corev1.Node:
+			nodes = append(nodes, o)
+		case *corev1.Pod:
+			pods = append(pods, o)
+		case *corev1.Service:
+			svcs = append(svcs, o)
+		case *discovery.EndpointSlice:
+			eps = append(eps, o)
+		case *networkingclient.DestinationRule:
+			drs = append(drs, o)
+		case *networkingclient.Sidecar:
+			scs = append(scs, o)
+		}
+	}
+	return Static{
+		Namespaces:       krt.NewStaticCollection(synced, ns, opts.WithName(collections.NameNamespaces)...),
+		Nodes:            krt.NewStaticCollection(synced, nodes, opts.WithName(collections.NameNodes)...),
+		Pods:             krt.NewStaticCollection(synced, pods, opts.WithName(collections.NamePods)...),
+		Services:         krt.NewStaticCollection(synced, svcs, opts.WithName(collections.NameServices)...),
+		EndpointSlices:   krt.NewStaticCollection(synced, eps, opts.WithName(collections.NameEndpointSlices)...),
+		DestinationRules: krt.NewStaticCollection(synced, drs, opts.WithName(collections.NameDestRules)...),
+		Sidecars:         krt.NewStaticCollection(synced, scs, opts.WithName(collections.NameSidecars)...),
+	}
+}
+
+// Inputs returns the collections as graph inputs.
+func (s Static) Inputs() collections.Inputs {
+	return collections.Inputs{
+		Namespaces:       s.Namespaces,
+		Nodes:            s.Nodes,
+		Pods:             s.Pods,
+		Services:         s.Services,
+		EndpointSlices:   s.EndpointSlices,
+		DestinationRules: s.DestinationRules,
+		Sidecars:         s.Sidecars,
+	}
+}
+
+// Apply writes obj (upsert) or, with del, removes it, in the collection of its type.
+func (s Static) Apply(obj any, del bool) {
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		apply(s.Namespaces, o, del)
+	case *corev1.Node:
+		apply(s.Nodes, o, del)
+	case *corev1.Pod:
+		apply(s.Pods, o, del)
+	case *corev1.Service:
+		apply(s.Services, o, del)
+	case *discovery.EndpointSlice:
+		apply(s.EndpointSlices, o, del)
+	case *networkingclient.DestinationRule:
+		apply(s.DestinationRules, o, del)
+	case *networkingclient.Sidecar:
+		apply(s.Sidecars, o, del)
+	}
+}
+
+// Delete removes the object of that kind and krt key ("<namespace>/<name>" or "<name>").
+func (s Static) Delete(kind Kind, key string) {
+	switch kind {
+	case KindNamespace:
+		s.Namespaces.DeleteObject(key)
+	case KindNode:
+		s.Nodes.DeleteObject(key)
+	case KindPod:
+		s.Pods.DeleteObject(key)
+	case KindService:
+		s.Services.DeleteObject(key)
+	case KindEndpointSlice:
+		s.EndpointSlices.DeleteObject(key)
+	case KindDestinationRule:
+		s.DestinationRules.DeleteObject(key)
+	case KindSidecar:
+		s.Sidecars.DeleteObject(key)
+	}
+}
+
+func apply[T interface {
+	GetName() string
+	GetNamespace() string
+}](c krt.StaticCollection[T], o T, del bool) {
+	if del {
+		key := o.GetName()
+		if ns := o.GetNamespace(); ns != "" {
+			key = ns + "/" + key
+		}
+		c.DeleteObject(key)
+		return
+	}
+	c.UpdateObject(o)
+}

@@ -1,0 +1,85 @@
+package outputs
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// maxDetailBytes bounds the detail of a problem in a log line.
+const maxDetailBytes = 512
+
+// ProblemLog turns collections of problems into log lines and metrics: a warning and a count in
+// krteds_skipped_objects_total{kind,reason} for each problem when it appears (or changes), and
+// an info line when an object's problems are gone.
+type ProblemLog struct {
+	log     *zap.Logger
+	skipped *prometheus.CounterVec
+}
+
+// NewProblemLog registers its counter with reg (when not nil).
+func NewProblemLog(log *zap.Logger, reg prometheus.Registerer) *ProblemLog {
+	l := &ProblemLog{
+		log: log,
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "krteds_skipped_objects_total",
+			Help: "Input objects (or parts of them) skipped because they are invalid, by kind and reason.",
+		}, []string{"kind", "reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(l.skipped)
+	}
+	return l
+}
+
+// Counter is krteds_skipped_objects_total.
+func (l *ProblemLog) Counter() *prometheus.CounterVec { return l.skipped }
+
+// Watch logs and counts the problems of c as they come and go.
+func (l *ProblemLog) Watch(c krt.Collection[collections.ObjectProblems]) {
+	c.RegisterBatch(func(evs []krt.Event[collections.ObjectProblems]) {
+		for _, e := range evs {
+			l.handle(e)
+		}
+	}, true)
+}
+
+func (l *ProblemLog) handle(e krt.Event[collections.ObjectProblems]) {
+	if e.New == nil {
+		l.log.Info("input problem resolved", zap.String("kind", e.Old.Kind), zap.String("object", e.Old.Object))
+		return
+	}
+	for _, p := range e.New.Problems {
+		if e.Old != nil && containsProblem(e.Old.Problems, p) {
+			continue
+		}
+		l.skipped.WithLabelValues(p.Kind, p.Reason).Inc()
+		l.log.Warn("skipped invalid input", zap.String("kind", p.Kind), zap.String("object", p.Object),
+			zap.String("reason", p.Reason), zap.String("detail", Truncate(p.Detail, maxDetailBytes)))
+	}
+}
+
+func containsProblem(ps []collections.Problem, p collections.Problem) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Truncate shortens s to at most n bytes (on a rune boundary), saying how much was cut.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
+}
