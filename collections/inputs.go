@@ -1,6 +1,9 @@
 package collections
 
 import (
+	"sync/atomic"
+	"time"
+
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +22,8 @@ type Inputs struct {
 	// installed.
 	DestinationRules krt.Collection[*networkingclient.DestinationRule]
 	Sidecars         krt.Collection[*networkingclient.Sidecar]
+	// Clock (optional) is marked by the source whenever it writes a change.
+	Clock *InputClock
 }
 
 // Input collection names, as they appear in /debug/krt and /debug/krtz.
@@ -31,3 +36,36 @@ const (
 	NameDestRules      = "informer/DestinationRules"
 	NameSidecars       = "informer/Sidecars"
 )
+
+// InputClock records when an input last changed, at the moment the source writes the change and
+// before any collection sees it, so that outputs can tell how long a change took to reach a
+// client. Nil-safe.
+type InputClock struct{ last atomic.Int64 }
+
+// Mark records that an input changes now.
+func (c *InputClock) Mark() {
+	if c != nil {
+		c.last.Store(time.Now().UnixNano())
+	}
+}
+
+// Last is when an input last changed (zero if never).
+func (c *InputClock) Last() time.Time {
+	if c == nil {
+		return time.Time{}
+	}
+	if n := c.last.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Change says which xDS resources changed: resources of one type by name (for every proxy), or
+// every resource of some connections (the proxies' views changed). At is the last input change
+// before it.
+type Change struct {
+	TypeURL string
+	Names   []string
+	Conns   []string
+	At      time.Time
+}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -59,10 +60,16 @@ type NodeMetadata struct {
 	Generator string
 }
 
+// maxNodeIDBytes bounds a node id: a namespace and a pod name are at most 63 and 253 bytes.
+const maxNodeIDBytes = 1024
+
 // ParseProxy validates an Istio-style node id and metadata: "<type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>"
 // with type sidecar or router and a valid IP. The namespace comes from metadata NAMESPACE, else
 // from the id. The error says what is wrong.
 func ParseProxy(connID, id string, md NodeMetadata, locality Locality) (ConnectedProxy, error) {
+	if len(id) > maxNodeIDBytes {
+		return ConnectedProxy{}, fmt.Errorf("node id of %d bytes: longer than %d", len(id), maxNodeIDBytes)
+	}
 	parts := strings.Split(id, "~")
 	if len(parts) != 4 {
 		return ConnectedProxy{}, fmt.Errorf("node id %q: want 4 parts separated by '~' (<type>~<ip>~<pod>.<namespace>~<namespace>.svc.<domain>), got %d", id, len(parts))
@@ -119,6 +126,8 @@ type Proxy struct {
 	// are its egress hosts (nil: everything is imported).
 	Sidecar       string   `json:"sidecar,omitempty"`
 	SidecarEgress []string `json:"sidecarEgress,omitempty"`
+	// View is what resolving names for the proxy depends on.
+	View View `json:"view"`
 }
 
 // ResourceName is the connection id.
@@ -127,7 +136,7 @@ func (p Proxy) ResourceName() string { return p.ConnID }
 // Equals compares every field.
 func (p Proxy) Equals(o Proxy) bool {
 	return p.ConnectedProxy.Equals(o.ConnectedProxy) && p.Pod == o.Pod && p.Class == o.Class &&
-		p.Sidecar == o.Sidecar && slices.Equal(p.SidecarEgress, o.SidecarEgress) &&
+		p.Sidecar == o.Sidecar && slices.Equal(p.SidecarEgress, o.SidecarEgress) && p.View.Equals(o.View) &&
 		maps.Equal(p.EffectiveLabels, o.EffectiveLabels)
 }
 
@@ -154,26 +163,103 @@ func (c ProxyClass) Equals(o ProxyClass) bool { return c == o }
 
 // Resource is one marshalled xDS resource, shared by every proxy it is served to.
 type Resource struct {
-	// Key is unique in its collection: the name, plus the projection for per-class resources.
-	Key     string `json:"key"`
 	Name    string `json:"name"`
 	TypeURL string `json:"typeUrl"`
 	// Version is a content hash of Body.
-	Version string `json:"version"`
+	Version uint64 `json:"version"`
 	// Body is the deterministic protobuf encoding of the resource.
 	Body []byte `json:"-"`
-	// Service is "<ns>/<name>" of the service the resource was built from, if any.
-	Service string `json:"service,omitempty"`
 	// Endpoints counts the endpoints in a ClusterLoadAssignment.
 	Endpoints int `json:"endpoints,omitempty"`
 }
 
-// ResourceName is Key.
-func (r Resource) ResourceName() string { return r.Key }
+// VersionString is the version as sent on the wire (hexadecimal).
+func (r *Resource) VersionString() string { return strconv.FormatUint(r.Version, 16) }
 
-// Equals compares identity and content version.
-func (r Resource) Equals(o Resource) bool {
-	return r.Key == o.Key && r.Name == o.Name && r.TypeURL == o.TypeURL && r.Version == o.Version && r.Service == o.Service
+// Visibility is what decides which proxies may see the resources of a service: its namespace,
+// hostname and exportTo.
+type Visibility struct {
+	Namespace string `json:"namespace"`
+	Hostname  string `json:"hostname"`
+	// ExportTo is the parsed exportTo (empty: everywhere).
+	ExportTo []string `json:"exportTo,omitempty"`
+}
+
+// Equals compares every field.
+func (v Visibility) Equals(o Visibility) bool {
+	return v.Namespace == o.Namespace && v.Hostname == o.Hostname && slices.Equal(v.ExportTo, o.ExportTo)
+}
+
+// ResourceSet is one named xDS resource as the graph serves it: the same bytes for every proxy
+// that sees it (Shared), or, for a cluster whose endpoints depend on the proxy, the bytes for
+// each proxy class (ByClass, keyed by ProxyClass.Key; classes with equal projections share one
+// Resource).
+type ResourceSet struct {
+	// Key is unique in its collection: the name, or "<namespace>/<name>" for names only proxies of
+	// one namespace resolve (a gRPC client's short listener names).
+	Key     string `json:"key"`
+	Name    string `json:"name"`
+	TypeURL string `json:"typeUrl"`
+	// Service is "<namespace>/<name>" of the service the resource was built from.
+	Service    string     `json:"service,omitempty"`
+	Visibility Visibility `json:"visibility"`
+	Shared     *Resource  `json:"shared,omitempty"`
+	// ByClass holds the resource per proxy class.
+	ByClass map[string]*Resource `json:"byClass,omitempty"`
+}
+
+// ResourceName is Key.
+func (s ResourceSet) ResourceName() string { return s.Key }
+
+// Equals compares identity, visibility and content versions.
+func (s ResourceSet) Equals(o ResourceSet) bool {
+	if s.Key != o.Key || s.Name != o.Name || s.TypeURL != o.TypeURL || s.Service != o.Service ||
+		!s.Visibility.Equals(o.Visibility) || !sameVersion(s.Shared, o.Shared) || len(s.ByClass) != len(o.ByClass) {
+		return false
+	}
+	for k, r := range s.ByClass {
+		if or, ok := o.ByClass[k]; !ok || !sameVersion(r, or) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameVersion(a, b *Resource) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Version == b.Version
+}
+
+// For is the resource for proxies of a class; nil when the set has none for it yet.
+func (s *ResourceSet) For(classKey string) *Resource {
+	if s.Shared != nil {
+		return s.Shared
+	}
+	return s.ByClass[classKey]
+}
+
+// View is what resolving a resource name for a proxy depends on: its class and namespace, the
+// egress hosts of its Sidecar, and whether it is a proxyless gRPC client. Proxies with equal
+// views resolve every name alike.
+type View struct {
+	Key      string `json:"key"`
+	ClassKey string `json:"class"`
+	// Namespace is the proxy's namespace.
+	Namespace string `json:"namespace"`
+	// Egress are the egress hosts of the proxy's Sidecar, nil without one.
+	Egress []string `json:"egress,omitempty"`
+	// GRPC is set for proxyless gRPC clients (node metadata GENERATOR=grpc).
+	GRPC bool `json:"grpc,omitempty"`
+}
+
+// ResourceName is Key.
+func (v View) ResourceName() string { return v.Key }
+
+// Equals compares every field.
+func (v View) Equals(o View) bool {
+	return v.Key == o.Key && v.ClassKey == o.ClassKey && v.Namespace == o.Namespace && v.GRPC == o.GRPC && slices.Equal(v.Egress, o.Egress)
 }
 
 // SortedKeys returns the keys of a string set in order.

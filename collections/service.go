@@ -99,6 +99,11 @@ type ServiceInfo struct {
 // ResourceName is the krt key: "<namespace>/<name>".
 func (s ServiceInfo) ResourceName() string { return s.Namespace + "/" + s.Name }
 
+// Visibility is what decides which proxies see the service.
+func (s *ServiceInfo) Visibility() Visibility {
+	return Visibility{Namespace: s.Namespace, Hostname: s.Hostname, ExportTo: s.ExportTo}
+}
+
 // SupportsDrainingEndpoints is true when either persistent-session label is set: such services keep
 // serving, terminating endpoints as DRAINING.
 func (s *ServiceInfo) SupportsDrainingEndpoints() bool {

@@ -14,6 +14,8 @@ const (
 	NameProxies          = "Proxies"
 	NameProxyClasses     = "ProxyClasses"
 	NameProxiesByClass   = "ProxiesByClass"
+	NameProxiesByView    = "ProxiesByView"
+	NameViews            = "Views"
 	NameCLAs             = "ClusterLoadAssignments"
 	NameClusters         = "Clusters"
 	NameListeners        = "Listeners"
@@ -37,17 +39,17 @@ type Graph struct {
 	ConnectedProxies krt.StaticCollection[collections.ConnectedProxy]
 	Proxies          krt.Collection[collections.Proxy]
 	ProxyClasses     krt.Collection[collections.ProxyClass]
+	// Views are the distinct views of the connected proxies: what resolving a name depends on.
+	Views krt.Collection[collections.View]
 
-	// CLAs are keyed by cluster name, plus "~<projection>" for proxy-dependent ones.
-	CLAs      krt.Collection[collections.Resource]
-	Clusters  krt.Collection[collections.Resource]
-	Listeners krt.Collection[collections.Resource]
-	Routes    krt.Collection[collections.Resource]
+	// CLAs, Clusters, Listeners and Routes hold the xDS resources by name; a CLA set holds one
+	// ClusterLoadAssignment per proxy class when its endpoints depend on the proxy.
+	CLAs      krt.Collection[collections.ResourceSet]
+	Clusters  krt.Collection[collections.ResourceSet]
+	Listeners krt.Collection[collections.ResourceSet]
+	Routes    krt.Collection[collections.ResourceSet]
 
-	// ServicesByHostname indexes ServiceInfos by hostname.
-	ServicesByHostname krt.Index[string, collections.ServiceInfo]
-	// CLAsByName indexes CLAs by cluster name.
-	CLAsByName krt.Index[string, collections.Resource]
+	empty emptyCLAs
 }
 
 // Build wires the whole graph over the inputs.
@@ -81,6 +83,9 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	byClass := krt.NewIndex(g.Proxies, "byClass", transforms.ProxyClassKey).AsCollection(opts.WithName(NameProxiesByClass)...)
 	AddIndex(d, NameProxiesByClass, NameProxies, byClass)
 	g.ProxyClasses = Derive(d, opts, NameProxyClasses, NameProxiesByClass, byClass, nil, transforms.ProxyClassOf())
+	byView := krt.NewIndex(g.Proxies, "byView", transforms.ProxyViewKey).AsCollection(opts.WithName(NameProxiesByView)...)
+	AddIndex(d, NameProxiesByView, NameProxies, byView)
+	g.Views = Derive(d, opts, NameViews, NameProxiesByView, byView, nil, transforms.ViewOfGroup())
 
 	g.CLAs = DeriveMany(d, opts, NameCLAs, NameServiceEndpoints, g.ServiceEndpoints,
 		[]string{NameServiceInfos, NamePolicies, NameProxyClasses},
@@ -89,8 +94,5 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		transforms.Clusters(g.ServicePolicies, report))
 	g.Listeners = DeriveMany(d, opts, NameListeners, NameServiceInfos, g.ServiceInfos, nil, transforms.Listeners(report))
 	g.Routes = DeriveMany(d, opts, NameRoutes, NameServiceInfos, g.ServiceInfos, nil, transforms.Routes(report))
-
-	g.ServicesByHostname = krt.NewIndex(g.ServiceInfos, "byHostname", func(s collections.ServiceInfo) []string { return []string{s.Hostname} })
-	g.CLAsByName = krt.NewIndex(g.CLAs, "byName", func(r collections.Resource) []string { return []string{r.Name} })
 	return g
 }

@@ -36,15 +36,15 @@ func ClusterPorts(svc *collections.ServiceInfo) []collections.ServicePort {
 // Clusters builds the CDS resources of a service: one EDS cluster per cluster port, named
 // outbound|<port>||<hostname>, and one per port and subset of the DestinationRules that may
 // apply (outbound|<port>|<subset>|<hostname>), whose endpoints come over ADS.
-func Clusters(policies krt.Collection[collections.ServicePolicy], report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.Resource] {
-	return func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.Resource {
+func Clusters(policies krt.Collection[collections.ServicePolicy], report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.ResourceSet] {
+	return func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
 		sp := krt.FetchOne(ctx, policies, krt.FilterKey(svc.ResourceName()))
 		subsets := append([]string{""}, sp.Subsets()...)
-		var out []collections.Resource
+		var out []collections.ResourceSet
 		for _, p := range ClusterPorts(&svc) {
 			for _, subset := range subsets {
 				name := ClusterName(p.Port, subset, svc.Hostname)
-				out = appendResource(out, report, svc.ResourceName(), name, name, TypeCluster, EDSCluster(name))
+				out = appendResource(out, report, &svc, name, name, TypeCluster, EDSCluster(name))
 			}
 		}
 		return out
@@ -77,9 +77,9 @@ func ShortListenerKey(namespace, name string) string { return namespace + "/" + 
 // cluster port, under the names a client may dial (<fqdn>:<port>, <name>.<ns>:<port>, and
 // <name>:<port> for clients in the same namespace), each routing through RDS to the port's
 // cluster.
-func Listeners(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.Resource] {
-	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.Resource {
-		var out []collections.Resource
+func Listeners(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.ResourceSet] {
+	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
+		var out []collections.ResourceSet
 		for _, p := range ClusterPorts(&svc) {
 			port := ":" + strconv.Itoa(int(p.Port))
 			routeName := ClusterName(p.Port, "", svc.Hostname)
@@ -93,7 +93,7 @@ func Listeners(report collections.Reporter) krt.TransformationMulti[collections.
 					report.Report(collections.Problem{Kind: "Service", Object: svc.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
 					continue
 				}
-				out = appendResource(out, report, svc.ResourceName(), alias.key, alias.name, TypeListener, l)
+				out = appendResource(out, report, &svc, alias.key, alias.name, TypeListener, l)
 			}
 		}
 		return out
@@ -129,12 +129,12 @@ func APIListener(name, routeName string) (*listener.Listener, error) {
 
 // Routes builds the RDS resources of a service: per cluster port, a route configuration named
 // like the cluster that sends everything to it.
-func Routes(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.Resource] {
-	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.Resource {
-		var out []collections.Resource
+func Routes(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.ResourceSet] {
+	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
+		var out []collections.ResourceSet
 		for _, p := range ClusterPorts(&svc) {
 			name := ClusterName(p.Port, "", svc.Hostname)
-			out = appendResource(out, report, svc.ResourceName(), name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
+			out = appendResource(out, report, &svc, name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
 		}
 		return out
 	}
@@ -155,12 +155,12 @@ func RouteTo(clusterName, vhost string) *route.RouteConfiguration {
 	}
 }
 
-func appendResource(out []collections.Resource, report collections.Reporter, svcKey, key, name, typeURL string, m proto.Message) []collections.Resource {
-	r, err := Marshal(key, name, typeURL, m)
+// appendResource marshals a resource of svc shared by every proxy that sees it.
+func appendResource(out []collections.ResourceSet, report collections.Reporter, svc *collections.ServiceInfo, key, name, typeURL string, m proto.Message) []collections.ResourceSet {
+	r, err := Marshal(name, typeURL, m)
 	if err != nil {
-		report.Report(collections.Problem{Kind: "Service", Object: svcKey, Reason: "marshal_failed", Detail: err.Error()})
+		report.Report(collections.Problem{Kind: "Service", Object: svc.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
 		return out
 	}
-	r.Service = svcKey
-	return append(out, r)
+	return append(out, collections.ResourceSet{Key: key, Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(), Shared: r})
 }

@@ -388,21 +388,21 @@ func lbEndpoint(e collections.Endpoint, tls bool) *endpoint.LbEndpoint {
 const MaxResourceBytes = 4 << 20
 
 // Marshal encodes a resource deterministically and versions it by content.
-func Marshal(key, name, typeURL string, m proto.Message) (collections.Resource, error) {
+func Marshal(name, typeURL string, m proto.Message) (*collections.Resource, error) {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
-		return collections.Resource{}, fmt.Errorf("marshalling %s %s: %w", typeURL, name, err)
+		return nil, fmt.Errorf("marshalling %s %s: %w", typeURL, name, err)
 	}
-	return Versioned(key, name, typeURL, b), nil
+	return Versioned(name, typeURL, b), nil
 }
 
 // Versioned wraps an encoded resource, versioned by a hash of its bytes.
-func Versioned(key, name, typeURL string, body []byte) collections.Resource {
-	return collections.Resource{
-		Key:     key,
-		Name:    name,
-		TypeURL: typeURL,
-		Version: strconv.FormatUint(xxhash.Sum64(body), 16),
-		Body:    body,
-	}
+func Versioned(name, typeURL string, body []byte) *collections.Resource {
+	return &collections.Resource{Name: name, TypeURL: typeURL, Version: xxhash.Sum64(body), Body: body}
+}
+
+// EmptyCLA is the ClusterLoadAssignment of a cluster without endpoints for a proxy (istiod sends
+// one for an unknown cluster, or one the proxy cannot see).
+func EmptyCLA(name string) *collections.Resource {
+	return Versioned(name, TypeCLA, CLAPlan{ClusterName: name}.Encode())
 }

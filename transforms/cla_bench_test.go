@@ -39,7 +39,7 @@ func BenchmarkBuildAndMarshalCLA(b *testing.B) {
 			var size int
 			for b.Loop() {
 				plan := PlanCLA(fooName, svc, port, eps, PolicyFor(svc), collections.ProxyClass{})
-				r := Versioned(fooName, fooName, TypeCLA, plan.Encode())
+				r := Versioned(fooName, TypeCLA, plan.Encode())
 				size = len(r.Body)
 			}
 			b.ReportMetric(float64(size), "bytes/cla")

@@ -34,55 +34,75 @@ func NeedsClasses(svc *collections.ServiceInfo, sp *collections.ServicePolicy) b
 	return DependsOnNamespace(sp) || DependsOnProxy(svc, PolicyFor(svc))
 }
 
-// ServiceCLAs builds every ClusterLoadAssignment of one service, marshalled once: one per cluster
-// (non-UDP port, and each subset of the DestinationRules that may apply) and per distinct
-// projection of the connected proxy classes. A service whose CLAs do not depend on the proxy gets
-// one CLA per cluster and does not read the classes at all, so proxies connecting and leaving
-// never recompute it.
-func ServiceCLAs(in CLAInputs, report collections.Reporter) krt.TransformationMulti[collections.ServiceEndpoints, collections.Resource] {
-	return func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.Resource {
+// ServiceCLAs builds every ClusterLoadAssignment of one service, marshalled once: per cluster
+// (non-UDP port, and each subset of the DestinationRules that may apply), one set holding the CLA
+// for each distinct projection of the connected proxy classes, and which class gets which. A
+// service whose CLAs do not depend on the proxy gets one shared CLA per cluster and does not read
+// the classes at all, so proxies connecting and leaving never recompute it.
+func ServiceCLAs(in CLAInputs, report collections.Reporter) krt.TransformationMulti[collections.ServiceEndpoints, collections.ResourceSet] {
+	return func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
 		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName()))
 		if svc == nil {
 			return nil
 		}
 		sp := krt.FetchOne(ctx, in.Policies, krt.FilterKey(se.ResourceName()))
+		perClass := NeedsClasses(svc, sp)
 		classes := []collections.ProxyClass{{}}
-		if NeedsClasses(svc, sp) {
+		if perClass {
 			classes = krt.Fetch(ctx, in.Classes)
 		}
 		subsets := append([]string{""}, sp.Subsets()...)
-		var out []collections.Resource
-		seen := map[string]bool{}
+		var out []collections.ResourceSet
 		for _, port := range ClusterPorts(svc) {
 			for _, subset := range subsets {
 				name := ClusterName(port.Port, subset, svc.Hostname)
+				set := collections.ResourceSet{Key: name, Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
+				built := map[string]*collections.Resource{}
 				for _, c := range classes {
 					cp := ClusterPolicyFor(svc, sp, c.Namespace, port.Port, subset)
 					projected := ProjectFor(svc, cp, c)
 					key := CLAKeyFor(name, cp, projected)
-					if seen[key] {
+					r, ok := built[key]
+					if !ok {
+						r = buildCLA(name, svc, port, se, cp, projected, report)
+						built[key] = r
+					}
+					if r == nil {
 						continue
 					}
-					seen[key] = true
-					plan := PlanClusterCLA(name, svc, port, se.Endpoints, cp, projected)
-					body, err := EncodeClusterCLA(plan, cp, projected)
-					if err != nil {
-						report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
-						continue
+					if !perClass {
+						set.Shared = r
+						break
 					}
-					r := Versioned(key, name, TypeCLA, body)
-					r.Service = se.ResourceName()
-					for _, g := range plan.Groups {
-						r.Endpoints += len(g.Endpoints)
+					if set.ByClass == nil {
+						set.ByClass = make(map[string]*collections.Resource, len(classes))
 					}
-					if len(r.Body) > MaxResourceBytes {
-						report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,
-							Detail: fmt.Sprintf("ClusterLoadAssignment %s is %d bytes, over the 4 MiB default gRPC message limit of xDS clients", name, len(r.Body))})
-					}
-					out = append(out, r)
+					set.ByClass[c.Key()] = r
 				}
+				out = append(out, set)
 			}
 		}
 		return out
 	}
+}
+
+// buildCLA plans, encodes and versions one CLA; nil (reported) when it cannot be encoded.
+func buildCLA(name string, svc *collections.ServiceInfo, port collections.ServicePort, se collections.ServiceEndpoints,
+	cp ClusterPolicy, projected collections.ProxyClass, report collections.Reporter,
+) *collections.Resource {
+	plan := PlanClusterCLA(name, svc, port, se.Endpoints, cp, projected)
+	body, err := EncodeClusterCLA(plan, cp, projected)
+	if err != nil {
+		report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
+		return nil
+	}
+	r := Versioned(name, TypeCLA, body)
+	for _, g := range plan.Groups {
+		r.Endpoints += len(g.Endpoints)
+	}
+	if len(r.Body) > MaxResourceBytes {
+		report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,
+			Detail: fmt.Sprintf("ClusterLoadAssignment %s is %d bytes, over the 4 MiB default gRPC message limit of xDS clients", name, len(r.Body))})
+	}
+	return r
 }

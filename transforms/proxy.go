@@ -79,7 +79,32 @@ func Proxies(cfg collections.Config, in ProxyInputs) krt.TransformationSingle[co
 			Locality:  locality,
 			NodeName:  nodeName,
 		}
+		p.View = ViewOf(p)
 		return p
+	}
+}
+
+// ViewOf is what resolving names for the proxy depends on (see collections.View).
+func ViewOf(p *collections.Proxy) collections.View {
+	v := collections.View{ClassKey: p.Class.Key(), Namespace: p.Namespace, Egress: p.SidecarEgress, GRPC: p.Generator == collections.GeneratorGRPC}
+	v.Key = v.ClassKey + "|" + p.Sidecar
+	if v.GRPC {
+		v.Key += "|grpc"
+	}
+	return v
+}
+
+// ProxyViewKey is the index extractor that groups proxies by view.
+func ProxyViewKey(p collections.Proxy) []string { return []string{p.View.Key} }
+
+// ViewOfGroup gives the view shared by a group of proxies (one index entry per view).
+func ViewOfGroup() krt.TransformationSingle[krt.IndexObject[string, collections.Proxy], collections.View] {
+	return func(_ krt.HandlerContext, o krt.IndexObject[string, collections.Proxy]) *collections.View {
+		if len(o.Objects) == 0 {
+			return nil
+		}
+		v := o.Objects[0].View
+		return &v
 	}
 }
 

@@ -18,7 +18,12 @@ const KindSidecar = "Sidecar"
 // Sidecar (SidecarFor; nil for none), has svc in its sidecar scope, so that istiod would serve
 // the service's endpoints to it. Both ServiceExportedTo and SidecarImports must hold.
 func ServiceVisible(svc *collections.ServiceInfo, proxyNamespace string, sidecarEgressHosts []string) bool {
-	return svc != nil && ServiceExportedTo(svc, proxyNamespace) && SidecarImports(sidecarEgressHosts, proxyNamespace, svc)
+	return svc != nil && Visible(svc.Visibility(), proxyNamespace, sidecarEgressHosts)
+}
+
+// Visible is ServiceVisible for a service's visibility.
+func Visible(vis collections.Visibility, proxyNamespace string, sidecarEgressHosts []string) bool {
+	return serviceExportedTo(vis, proxyNamespace) && sidecarImports(sidecarEgressHosts, proxyNamespace, vis)
 }
 
 // ServiceExportedTo applies the Service's networking.istio.io/exportTo annotation as istiod's
@@ -26,18 +31,19 @@ func ServiceVisible(svc *collections.ServiceInfo, proxyNamespace string, sidecar
 // list → everywhere; otherwise "~" anywhere → nowhere, not even its own namespace; otherwise "."
 // is the Service's namespace and the other entries are namespaces.
 func ServiceExportedTo(svc *collections.ServiceInfo, namespace string) bool {
-	if svc == nil {
-		return false
-	}
-	if len(svc.ExportTo) == 0 || slices.Contains(svc.ExportTo, "*") {
+	return svc != nil && serviceExportedTo(svc.Visibility(), namespace)
+}
+
+func serviceExportedTo(vis collections.Visibility, namespace string) bool {
+	if len(vis.ExportTo) == 0 || slices.Contains(vis.ExportTo, "*") {
 		return true
 	}
-	if slices.Contains(svc.ExportTo, "~") {
+	if slices.Contains(vis.ExportTo, "~") {
 		return false
 	}
-	for _, e := range svc.ExportTo {
+	for _, e := range vis.ExportTo {
 		if e == "." {
-			e = svc.Namespace
+			e = vis.Namespace
 		}
 		if e == namespace {
 			return true
@@ -61,9 +67,10 @@ func ServiceExportedTo(svc *collections.ServiceInfo, namespace string) bool {
 // listener, and imports a service on a port-specific listener only if the service has that
 // port; here an exclusion applies to the hosts of every listener and ports are not compared.
 func SidecarImports(egressHosts []string, proxyNamespace string, svc *collections.ServiceInfo) bool {
-	if svc == nil {
-		return false
-	}
+	return svc != nil && sidecarImports(egressHosts, proxyNamespace, svc.Visibility())
+}
+
+func sidecarImports(egressHosts []string, proxyNamespace string, svc collections.Visibility) bool {
 	if len(egressHosts) == 0 {
 		return true
 	}

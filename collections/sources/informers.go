@@ -32,22 +32,32 @@ func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 		// CRD; a cluster client does not watch CRDs until asked to.
 		kube.EnableCrdWatcher(client)
 	}
+	clock := new(collections.InputClock)
+	// The transform runs as the informer stores an object, before any handler hears of it: the
+	// clock is marked before the change reaches any collection.
+	marked := func(strip func(any) (any, error)) kclient.Filter {
+		return kclient.Filter{ObjectTransform: func(o any) (any, error) {
+			clock.Mark()
+			if strip != nil {
+				return strip(o)
+			}
+			return o, nil
+		}}
+	}
+	pods := marked(kube.StripPodUnusedFields)
+	pods.FieldSelector = "status.phase!=Failed"
 	return collections.Inputs{
-		Namespaces: krt.NewInformer[*corev1.Namespace](client, opts.WithName(collections.NameNamespaces)...),
-		Nodes: krt.NewFilteredInformer[*corev1.Node](client, kclient.Filter{
-			ObjectTransform: kube.StripNodeUnusedFields,
-		}, opts.WithName(collections.NameNodes)...),
-		Pods: krt.NewFilteredInformer[*corev1.Pod](client, kclient.Filter{
-			ObjectTransform: kube.StripPodUnusedFields,
-			FieldSelector:   "status.phase!=Failed",
-		}, opts.WithName(collections.NamePods)...),
-		Services:       krt.NewInformer[*corev1.Service](client, opts.WithName(collections.NameServices)...),
-		EndpointSlices: krt.NewInformer[*discovery.EndpointSlice](client, opts.WithName(collections.NameEndpointSlices)...),
+		Namespaces:     krt.NewFilteredInformer[*corev1.Namespace](client, marked(nil), opts.WithName(collections.NameNamespaces)...),
+		Nodes:          krt.NewFilteredInformer[*corev1.Node](client, marked(kube.StripNodeUnusedFields), opts.WithName(collections.NameNodes)...),
+		Pods:           krt.NewFilteredInformer[*corev1.Pod](client, pods, opts.WithName(collections.NamePods)...),
+		Services:       krt.NewFilteredInformer[*corev1.Service](client, marked(nil), opts.WithName(collections.NameServices)...),
+		EndpointSlices: krt.NewFilteredInformer[*discovery.EndpointSlice](client, marked(nil), opts.WithName(collections.NameEndpointSlices)...),
 		// Delayed informers start when the CRD appears; until then they are empty and synced.
 		DestinationRules: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.DestinationRule](client, GVRDestinationRule,
-			kubetypes.StandardInformer, kclient.Filter{}), opts.WithName(collections.NameDestRules)...),
+			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameDestRules)...),
 		Sidecars: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.Sidecar](client, GVRSidecar,
-			kubetypes.StandardInformer, kclient.Filter{}), opts.WithName(collections.NameSidecars)...),
+			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameSidecars)...),
+		Clock: clock,
 	}
 }
 

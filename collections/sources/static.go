@@ -19,6 +19,8 @@ type Static struct {
 	EndpointSlices   krt.StaticCollection[*discovery.EndpointSlice]
 	DestinationRules krt.StaticCollection[*networkingclient.DestinationRule]
 	Sidecars         krt.StaticCollection[*networkingclient.Sidecar]
+	// Clock is marked by Apply and Delete.
+	Clock *collections.InputClock
 }
 
 // NewStatic makes static input collections holding objs (objects of other types are ignored).
@@ -59,6 +61,7 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		EndpointSlices:   krt.NewStaticCollection(synced, eps, opts.WithName(collections.NameEndpointSlices)...),
 		DestinationRules: krt.NewStaticCollection(synced, drs, opts.WithName(collections.NameDestRules)...),
 		Sidecars:         krt.NewStaticCollection(synced, scs, opts.WithName(collections.NameSidecars)...),
+		Clock:            new(collections.InputClock),
 	}
 }
 
@@ -72,11 +75,13 @@ func (s Static) Inputs() collections.Inputs {
 		EndpointSlices:   s.EndpointSlices,
 		DestinationRules: s.DestinationRules,
 		Sidecars:         s.Sidecars,
+		Clock:            s.Clock,
 	}
 }
 
 // Apply writes obj (upsert) or, with del, removes it, in the collection of its type.
 func (s Static) Apply(obj any, del bool) {
+	s.Clock.Mark()
 	switch o := obj.(type) {
 	case *corev1.Namespace:
 		apply(s.Namespaces, o, del)
@@ -97,6 +102,7 @@ func (s Static) Apply(obj any, del bool) {
 
 // Delete removes the object of that kind and krt key ("<namespace>/<name>" or "<name>").
 func (s Static) Delete(kind Kind, key string) {
+	s.Clock.Mark()
 	switch kind {
 	case KindNamespace:
 		s.Namespaces.DeleteObject(key)

@@ -2,8 +2,6 @@ package xds
 
 import (
 	"maps"
-
-	"github.com/krteds/krteds/transforms"
 )
 
 // SyncStatus is one proxy's row of /debug/syncz, in istiod's shape: *_sent/*_acked are nonces.
@@ -53,13 +51,13 @@ func (s *Server) Syncz(namespace string) []SyncStatus {
 			}
 			ss.Resources[t] = rs
 			switch t {
-			case transforms.TypeCluster:
+			case tCluster.url():
 				ss.ClusterSent, ss.ClusterAcked = st.SentNonce, st.AckedNonce
-			case transforms.TypeListener:
+			case tListener.url():
 				ss.ListenerSent, ss.ListenerAcked = st.SentNonce, st.AckedNonce
-			case transforms.TypeRoute:
+			case tRoute.url():
 				ss.RouteSent, ss.RouteAcked = st.SentNonce, st.AckedNonce
-			case transforms.TypeCLA:
+			case tEndpoint.url():
 				ss.EndpointSent, ss.EndpointAcked = st.SentNonce, st.AckedNonce
 			}
 		}
@@ -77,8 +75,11 @@ type AdsClient struct {
 	Metadata     map[string]string   `json:"metadata,omitempty"`
 	Locality     string              `json:"locality,omitempty"`
 	Watches      map[string][]string `json:"watches,omitempty"`
-	// Class is the proxy class krteds computes for the connection.
+	// Peer is the address the stream comes from.
+	Peer string `json:"peer,omitempty"`
+	// Class and View are what krteds computes for the connection.
 	Class string `json:"class,omitempty"`
+	View  string `json:"view,omitempty"`
 }
 
 // AdsClients is /debug/adsz.
@@ -98,16 +99,20 @@ func (s *Server) Adsz() AdsClients {
 			ConnectionID: c.ConnID,
 			ConnectedAt:  c.ConnectedAt.UTC().Format("2006-01-02T15:04:05.000Z"),
 			Address:      c.Proxy.IP,
+			Peer:         c.Peer,
 			Metadata: map[string]string{"NAMESPACE": c.Proxy.Namespace, "CLUSTER_ID": c.Proxy.ClusterID, "NETWORK": c.Proxy.Network,
 				"NODE_NAME": c.Proxy.NodeName, "GENERATOR": c.Proxy.Generator},
 			Watches: c.Watches,
 		}
 		maps.DeleteFunc(a.Metadata, func(_, v string) bool { return v == "" })
-		if p := s.g.Proxies.GetKey(c.ConnID); p != nil {
-			a.Labels = p.EffectiveLabels
-			a.Locality = p.Class.Locality.String()
-			a.Class = p.Class.Key()
+		if c.View != nil {
+			a.Class = c.View.ClassKey
+			a.View = c.View.Key
 		}
+		if loc := c.Proxy.Locality; !loc.IsEmpty() {
+			a.Locality = loc.String()
+		}
+		a.Labels = c.Proxy.Labels
 		out.Connected = append(out.Connected, a)
 	}
 	out.Total = len(out.Connected)

@@ -5,13 +5,12 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
 
 // NewGRPCServer returns a gRPC server that serves ADS (state of the world and delta) from s.
-func NewGRPCServer(ctx context.Context, s *Server, opts ...grpc.ServerOption) *grpc.Server {
+func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(100000),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -24,6 +23,6 @@ func NewGRPCServer(ctx context.Context, s *Server, opts ...grpc.ServerOption) *g
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
 	gs := grpc.NewServer(opts...)
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s, s))
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, s)
 	return gs
 }

@@ -187,7 +187,7 @@ func BenchmarkGraphUpdate(b *testing.B) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	changed := make(chan string, 1024)
-	r.g.CLAs.RegisterBatch(func(evs []krt.Event[collections.Resource]) {
+	r.g.CLAs.RegisterBatch(func(evs []krt.Event[collections.ResourceSet]) {
 		for _, e := range evs {
 			changed <- e.Latest().Name
 		}
@@ -322,10 +322,11 @@ func BenchmarkRollout500(b *testing.B) {
 		}
 		// The final state: 500 new, healthy endpoints.
 		final := func() *collections.Resource {
-			res := r.g.CLAs.GetKey(cluster)
-			if res == nil || res.Endpoints != n {
+			set := r.g.CLAs.GetKey(cluster)
+			if set == nil || set.Shared == nil || set.Shared.Endpoints != n {
 				return nil
 			}
+			res := set.Shared
 			se := r.g.ServiceEndpoints.GetKey(meshNamespace + "/" + name)
 			if se == nil || len(se.Endpoints) != n {
 				return nil
@@ -345,7 +346,7 @@ func BenchmarkRollout500(b *testing.B) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		last, err := r.fleet.WaitVersion(cluster, all, func(int) string { return want.Version }, 5*time.Minute)
+		last, err := r.fleet.WaitVersion(cluster, all, func(int) string { return want.VersionString() }, 5*time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}

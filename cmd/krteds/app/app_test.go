@@ -261,7 +261,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 	})
 	t.Run("metrics", func(t *testing.T) {
 		want := []string{
-			`krteds_xds_clients{type="sidecar"} 1`,
+			`krteds_xds_clients{proxy_type="sidecar"} 1`,
 			`krteds_xds_pushes_total{type="ClusterLoadAssignment"} 2`,
 			`krteds_xds_rejects_total{type="ClusterLoadAssignment"} 1`,
 			`krteds_xds_convergence_seconds_count{type="ClusterLoadAssignment"} 1`,

@@ -1,4 +1,4 @@
-package xds
+package serving
 
 import (
 	"context"
@@ -97,9 +97,7 @@ func waitQuiet(t *testing.T, r *rig) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r.srv.mu.Lock()
-		n := len(r.srv.conns)
-		r.srv.mu.Unlock()
+		n := len(r.srv.Status())
 		if n == 0 && len(r.g.ConnectedProxies.List()) == 0 && len(r.g.Proxies.List()) == 0 {
 			break
 		}

@@ -1,4 +1,4 @@
-package xds
+package serving
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 )
@@ -36,7 +37,7 @@ type rig struct {
 	t   *testing.T
 	g   *graphs.Graph
 	in  sources.Static
-	srv *Server
+	srv *xds.Server
 	cc  *grpc.ClientConn
 }
 
@@ -51,14 +52,14 @@ func newRig(t *testing.T, objs ...any) *rig {
 
 func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static) *rig {
 	t.Helper()
-	srv := NewServer(g, "Kubernetes", nil, nil)
+	srv := xds.NewServer(g, "Kubernetes", nil, nil)
 	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	gs := NewGRPCServer(ctx, srv)
+	gs := xds.NewGRPCServer(ctx, srv)
 	go func() { _ = gs.Serve(lis) }()
 	cc, err := adsclient.Dial(lis.Addr().String())
 	if err != nil {

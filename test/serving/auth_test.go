@@ -1,4 +1,4 @@
-package xds
+package serving
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 )
@@ -42,7 +43,7 @@ func TestAuthenticatedXDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := NewGRPCServer(context.Background(), r.srv, grpc.Creds(credentials.NewTLS(&tls.Config{
+	gs := xds.NewGRPCServer(context.Background(), r.srv, grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{issue(t, ca, "", true)}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
 	})))
 	go func() { _ = gs.Serve(lis) }()
@@ -93,16 +94,5 @@ func TestAuthenticatedXDS(t *testing.T) {
 				t.Fatalf("got %v (%v), want %v", got, err, tc.want)
 			}
 		})
-	}
-}
-
-func TestParseSpiffeID(t *testing.T) {
-	if id, err := ParseSpiffeID("spiffe://td/ns/a/sa/b"); err != nil || id != (Identity{TrustDomain: "td", Namespace: "a", ServiceAccount: "b"}) {
-		t.Fatalf("%+v %v", id, err)
-	}
-	for _, bad := range []string{"", "spiffe://td/ns/a", "spiffe://td/ns//sa/b", "http://td/ns/a/sa/b", "spiffe://td/sa/b/ns/a", "spiffe://td/ns/a/sa/b/c"} {
-		if _, err := ParseSpiffeID(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package xds
+package serving
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 )
@@ -18,7 +19,14 @@ import (
 // cause no CLA recomputation.
 func TestProxiesOfOneClassShareOneCLA(t *testing.T) {
 	r := newRig(t, preferCloseMesh()...)
-	claCount := func() int { return len(r.g.CLAsByName.Lookup(fooCluster)) }
+	claCount := func() int {
+		set := r.g.CLAs.GetKey(fooCluster)
+		distinct := map[*collections.Resource]bool{}
+		for _, res := range set.ByClass {
+			distinct[res] = true
+		}
+		return len(distinct)
+	}
 
 	get := func(i int, loc *core.Locality) []byte {
 		n := sidecar(fmt.Sprintf("10.9.1.%d", i), "ns1")

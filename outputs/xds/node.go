@@ -1,0 +1,104 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// maxClientText bounds any text a client sent (node id, NACK detail) in logs and statuses.
+const maxClientText = 256
+
+// clip shortens client-supplied text to maxClientText bytes, saying how much was cut.
+func clip(s string) string {
+	if len(s) <= maxClientText {
+		return s
+	}
+	cut := maxClientText
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…(+" + strconv.Itoa(len(s)-cut) + " bytes)"
+}
+
+// ProxyFromNode parses an Envoy node as istiod does.
+func ProxyFromNode(connID string, node *core.Node) (collections.ConnectedProxy, error) {
+	md := collections.NodeMetadata{}
+	fields := node.GetMetadata().GetFields()
+	str := func(k string) (string, error) {
+		v, ok := fields[k]
+		if !ok {
+			return "", nil
+		}
+		sv, ok := v.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			return "", fmt.Errorf("node metadata %s must be a string", k)
+		}
+		return sv.StringValue, nil
+	}
+	var err error
+	for k, dst := range map[string]*string{
+		"NAMESPACE": &md.Namespace, "CLUSTER_ID": &md.ClusterID, "NETWORK": &md.Network,
+		"NODE_NAME": &md.NodeName, "GENERATOR": &md.Generator,
+	} {
+		if *dst, err = str(k); err != nil {
+			return collections.ConnectedProxy{}, err
+		}
+	}
+	if v, ok := fields["LABELS"]; ok {
+		sv := v.GetStructValue()
+		if sv == nil {
+			return collections.ConnectedProxy{}, errors.New("node metadata LABELS must be a map of strings")
+		}
+		md.Labels = map[string]string{}
+		for k, lv := range sv.GetFields() {
+			s, ok := lv.GetKind().(*structpb.Value_StringValue)
+			if !ok {
+				return collections.ConnectedProxy{}, fmt.Errorf("node metadata LABELS[%s] must be a string", clip(k))
+			}
+			md.Labels[k] = s.StringValue
+		}
+	}
+	loc := collections.Locality{Region: node.GetLocality().GetRegion(), Zone: node.GetLocality().GetZone(), Subzone: node.GetLocality().GetSubZone()}
+	return collections.ParseProxy(connID, node.GetId(), md, loc)
+}
+
+// limiter lets a stream log a few lines, then one per interval, counting what it held back.
+type limiter struct {
+	mu         sync.Mutex
+	tokens     float64
+	last       time.Time
+	suppressed int
+}
+
+const (
+	logBurst    = 5
+	logInterval = 10 * time.Second
+)
+
+// allow reports whether a line may be logged now, and how many were held back before it.
+func (l *limiter) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last.IsZero() {
+		l.tokens = logBurst
+	} else {
+		l.tokens = min(logBurst, l.tokens+now.Sub(l.last).Seconds()/logInterval.Seconds())
+	}
+	l.last = now
+	if l.tokens < 1 {
+		l.suppressed++
+		return false, 0
+	}
+	l.tokens--
+	n := l.suppressed
+	l.suppressed = 0
+	return true, n
+}

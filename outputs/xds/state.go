@@ -1,0 +1,341 @@
+package xds
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// conn is one ADS stream.
+type conn struct {
+	id          string
+	delta       bool
+	peer        string
+	connectedAt time.Time
+	// identity is the authenticated client (TLS port), nil on the plaintext port; authErr says
+	// why a TLS client has no usable identity.
+	identity *Identity
+	authErr  error
+	logs     limiter
+
+	// wake (capacity 1) tells the stream's sender to look for work.
+	wake chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	proxy  *collections.ConnectedProxy
+	view   *collections.View
+	types  [numTypes]*typeState
+	nonce  uint64
+	// unknown are type URLs of requests for types krteds does not serve, each answered once
+	// with an empty response (bounded; no other state is kept for them).
+	unknown []string
+}
+
+// sub is what a stream holds of one name of one type.
+type sub struct {
+	// version is what the client holds (0: nothing).
+	version uint64
+	// explicit: the client asked for the name (otherwise it came with a wildcard subscription).
+	explicit bool
+}
+
+// typeState is the protocol state of one type on one stream.
+type typeState struct {
+	wildcard bool
+	subs     map[nameID]sub
+	// dirty names must be looked at again; dirtyAll: every name.
+	dirty    map[nameID]struct{}
+	dirtyAll bool
+	// inflight: a response was sent and is neither ACKed nor NACKed; changes wait for it.
+	inflight bool
+	// force answers even if nothing changed: the first response, and endpoints after clusters.
+	force bool
+	// forceNext forces the answer to the next request (endpoints, after a clusters response).
+	forceNext bool
+	st        TypeStatus
+}
+
+func newConn(id string, delta bool, peer string) *conn {
+	return &conn{id: id, delta: delta, peer: peer, connectedAt: time.Now(), wake: make(chan struct{}, 1)}
+}
+
+func (c *conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// markDirty marks names (nil: all) of a type to be looked at again.
+func (c *conn) markDirty(t typ, ids []nameID) {
+	c.mu.Lock()
+	st := c.types[t]
+	if st == nil || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	if ids == nil || t.fullState() {
+		st.dirtyAll = true
+	} else {
+		if st.dirty == nil {
+			st.dirty = make(map[nameID]struct{}, len(ids))
+		}
+		for _, id := range ids {
+			st.dirty[id] = struct{}{}
+		}
+	}
+	c.mu.Unlock()
+	c.kick()
+}
+
+// viewChanged sets the stream's view; every name is looked at again.
+func (c *conn) viewChanged(v *collections.View) {
+	c.mu.Lock()
+	if c.closed || (c.view != nil && v != nil && c.view.Equals(*v)) {
+		c.mu.Unlock()
+		return
+	}
+	c.view = v
+	for _, st := range c.types {
+		if st != nil {
+			st.dirtyAll = true
+		}
+	}
+	c.mu.Unlock()
+	c.kick()
+}
+
+// item is one resource of a response.
+type item struct {
+	id  nameID
+	res *collections.Resource
+	// update: the client held an older version (the convergence metric counts these).
+	update bool
+}
+
+// response is what a type's state decided to send.
+type response struct {
+	t       typ
+	items   []item
+	removed []nameID
+	version string
+	nonce   string
+}
+
+// next decides the response of type t, if one is due (c.mu held). It looks only at the dirty
+// names unless everything must be looked at (a state-of-the-world list of clusters or listeners
+// always is); names still being computed stay dirty.
+func (s *Server) next(c *conn, t typ) *response {
+	st := c.types[t]
+	if st == nil || st.inflight || c.view == nil || !s.synced.Load() {
+		return nil
+	}
+	if !st.force && !st.dirtyAll && len(st.dirty) == 0 {
+		return nil
+	}
+	full := st.force || st.dirtyAll || (t.fullState() && !c.delta)
+	var (
+		current = map[nameID]*collections.Resource{}
+		changed []nameID
+		removed []nameID
+		pending map[nameID]struct{}
+	)
+	look := func(id nameID) {
+		r, wait := s.src.Resolve(c.view, t.url(), s.names.name(id))
+		held := st.subs[id].version
+		switch {
+		case wait:
+			if pending == nil {
+				pending = map[nameID]struct{}{}
+			}
+			pending[id] = struct{}{}
+		case r == nil:
+			if held != 0 {
+				removed = append(removed, id)
+			}
+		default:
+			current[id] = r
+			if held != r.Version {
+				changed = append(changed, id)
+			}
+		}
+	}
+	if full {
+		for id, sb := range st.subs {
+			if sb.explicit {
+				look(id)
+			}
+		}
+		if st.wildcard {
+			listed := map[nameID]bool{}
+			for _, r := range s.src.List(c.view, t.url()) {
+				id, known := s.names.lookup(r.Name)
+				if !known || !s.held(st, id) {
+					id = s.hold(c, t, st, r.Name)
+				}
+				listed[id] = true
+				if _, ok := current[id]; ok {
+					continue
+				}
+				current[id] = r
+				if st.subs[id].version != r.Version {
+					changed = append(changed, id)
+				}
+			}
+			// What the client holds through the wildcard that is listed no more.
+			for id, sb := range st.subs {
+				if !sb.explicit && !listed[id] {
+					if sb.version != 0 {
+						removed = append(removed, id)
+					} else {
+						s.drop(c, t, st, id)
+					}
+				}
+			}
+		}
+	} else {
+		for id := range st.dirty {
+			if sb, ok := st.subs[id]; ok && (sb.explicit || st.wildcard) {
+				look(id)
+			}
+		}
+	}
+	if t.fullState() && len(pending) > 0 {
+		st.dirtyAll = true // a complete list waits until every part of it is computed
+		return nil
+	}
+	st.dirty, st.dirtyAll = pending, false
+	if len(changed) == 0 && len(removed) == 0 && !st.force {
+		return nil
+	}
+	if st.st.Responses == 0 && len(current) == 0 && len(pending) > 0 {
+		return nil // the first answer waits for real content rather than saying nothing
+	}
+	resp := &response{t: t, removed: removed}
+	switch {
+	case !c.delta && (t.fullState() || st.force):
+		for id, r := range current {
+			resp.items = append(resp.items, item{id: id, res: r})
+		}
+	default:
+		for _, id := range changed {
+			resp.items = append(resp.items, item{id: id, res: current[id]})
+		}
+	}
+	st.force = false
+	slices.SortFunc(resp.items, func(a, b item) int { return int(a.id) - int(b.id) })
+	for i, it := range resp.items {
+		sb := st.subs[it.id]
+		resp.items[i].update = sb.version != 0 && sb.version != it.res.Version
+		sb.version = it.res.Version
+		st.subs[it.id] = sb
+	}
+	for _, id := range removed {
+		if sb := st.subs[id]; sb.explicit {
+			sb.version = 0
+			st.subs[id] = sb
+		} else {
+			s.drop(c, t, st, id)
+		}
+	}
+	resp.version = responseVersion(s.names, resp)
+	c.nonce++
+	resp.nonce = strconv.FormatUint(c.nonce, 10)
+	st.inflight = true
+	st.st.SentNonce, st.st.SentVersion, st.st.SentTime = resp.nonce, resp.version, time.Now()
+	st.st.Responses++
+	if t == tCluster && !c.delta {
+		if eds := c.types[tEndpoint]; eds != nil {
+			// Envoy asks again for the endpoints of the clusters it warms, and waits for an answer.
+			eds.forceNext = true
+		}
+	}
+	return resp
+}
+
+func (s *Server) held(st *typeState, id nameID) bool {
+	_, ok := st.subs[id]
+	return ok
+}
+
+// hold adds a name the stream holds through a wildcard subscription (c.mu held). The index is
+// updated before the state, so no change of the name can be missed.
+func (s *Server) hold(c *conn, t typ, st *typeState, name string) nameID {
+	id := s.names.acquire(name)
+	s.mu.Lock()
+	s.indexLocked(t, id, c)
+	s.mu.Unlock()
+	st.subs[id] = sub{}
+	return id
+}
+
+// drop forgets a name the stream held (c.mu held).
+func (s *Server) drop(c *conn, t typ, st *typeState, id nameID) {
+	if _, ok := st.subs[id]; !ok {
+		return
+	}
+	delete(st.subs, id)
+	s.mu.Lock()
+	s.unindexLocked(t, id, c)
+	s.mu.Unlock()
+	s.names.release(id)
+}
+
+// responseVersion is a content hash of a response: the same resources give the same version,
+// whichever krteds instance computes it.
+func responseVersion(names *nameTable, r *response) string {
+	h := xxhash.New()
+	var b [8]byte
+	for _, it := range r.items {
+		_, _ = h.WriteString(names.name(it.id))
+		v := it.res.Version
+		for i := range b {
+			b[i] = byte(v >> (8 * i))
+		}
+		_, _ = h.Write(b[:])
+	}
+	for _, id := range r.removed {
+		_, _ = h.WriteString("-" + names.name(id))
+	}
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+func (c *conn) status(names *nameTable) ConnStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cs := ConnStatus{ConnID: c.id, Delta: c.delta, Peer: c.peer, ConnectedAt: c.connectedAt, Watches: map[string][]string{}, Types: map[string]TypeStatus{}}
+	if c.proxy != nil {
+		p := *c.proxy
+		cs.Proxy = &p
+	}
+	if c.view != nil {
+		v := *c.view
+		cs.View = &v
+	}
+	for t, st := range c.types {
+		if st == nil {
+			continue
+		}
+		var ws []string
+		for id, sb := range st.subs {
+			if sb.explicit {
+				ws = append(ws, names.name(id))
+			}
+		}
+		slices.Sort(ws)
+		if st.wildcard {
+			ws = append([]string{"*"}, ws...)
+		}
+		cs.Watches[typ(t).url()] = ws
+		ts := st.st
+		ts.Subscribed = len(st.subs)
+		cs.Types[typ(t).url()] = ts
+	}
+	return cs
+}

@@ -1,0 +1,497 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"go.uber.org/zap"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/krteds/krteds/collections"
+)
+
+var _ discovery.AggregatedDiscoveryServiceServer = (*Server)(nil)
+
+var errStreamClosed = errors.New("stream closed")
+
+// MaxSubscriptions bounds the names one stream may subscribe to per type.
+const MaxSubscriptions = 1 << 17
+
+// maxUnknownPending bounds the answers to unknown types a stream may have queued.
+const maxUnknownPending = 16
+
+// StreamAggregatedResources serves a state-of-the-world ADS stream.
+func (s *Server) StreamAggregatedResources(stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return s.serve(stream.Context(), false, func() (request, error) {
+		r, err := stream.Recv()
+		return request{sotw: r}, err
+	}, func(r *response, c *conn) error {
+		return stream.Send(s.sotwResponse(r, c))
+	}, func(typeURL string) error {
+		return stream.Send(&discovery.DiscoveryResponse{TypeUrl: typeURL})
+	})
+}
+
+// DeltaAggregatedResources serves a delta (incremental) ADS stream.
+func (s *Server) DeltaAggregatedResources(stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return s.serve(stream.Context(), true, func() (request, error) {
+		r, err := stream.Recv()
+		return request{delta: r}, err
+	}, func(r *response, _ *conn) error {
+		return stream.Send(s.deltaResponse(r))
+	}, func(typeURL string) error {
+		return stream.Send(&discovery.DeltaDiscoveryResponse{TypeUrl: typeURL})
+	})
+}
+
+// request is one request of either protocol.
+type request struct {
+	sotw  *discovery.DiscoveryRequest
+	delta *discovery.DeltaDiscoveryRequest
+}
+
+func (r request) node() *core.Node {
+	if r.sotw != nil {
+		return r.sotw.GetNode()
+	}
+	return r.delta.GetNode()
+}
+
+func (r request) typeURL() string {
+	if r.sotw != nil {
+		return r.sotw.GetTypeUrl()
+	}
+	return r.delta.GetTypeUrl()
+}
+
+func (r request) nonce() string {
+	if r.sotw != nil {
+		return r.sotw.GetResponseNonce()
+	}
+	return r.delta.GetResponseNonce()
+}
+
+func (r request) errorDetail() *rpcstatus.Status {
+	if r.sotw != nil {
+		return r.sotw.GetErrorDetail()
+	}
+	return r.delta.GetErrorDetail()
+}
+
+// serve runs one stream: requests are read and applied on their own goroutine, responses are
+// decided and sent on this one, so a slow client holds at most one response per type.
+func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, error), send func(*response, *conn) error, sendEmpty func(string) error) error {
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	c := newConn(s.newConnID(delta), delta, addr)
+	if idn, tlsConn, err := s.authenticate(ctx); tlsConn {
+		c.identity, c.authErr = idn, err
+	}
+	s.register(c)
+	defer s.unregister(c)
+
+	errs := make(chan error, 1)
+	go func() {
+		for {
+			req, err := recv()
+			if err == nil {
+				err = s.handle(c, req)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errs:
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		case <-c.wake:
+		}
+		if err := s.flush(c, send, sendEmpty); err != nil {
+			return err
+		}
+	}
+}
+
+// flush sends every response that is due, in type order.
+func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty func(string) error) error {
+	c.mu.Lock()
+	unknown := c.unknown
+	c.unknown = nil
+	c.mu.Unlock()
+	for _, u := range unknown {
+		if err := sendEmpty(u); err != nil {
+			return err
+		}
+	}
+	for t := range numTypes {
+		c.mu.Lock()
+		r := s.next(c, typ(t))
+		c.mu.Unlock()
+		if r == nil {
+			continue
+		}
+		start := time.Now()
+		if err := send(r, c); err != nil {
+			s.metrics.PushErrors.WithLabelValues(r.t.short()).Inc()
+			return err
+		}
+		s.pushed(r, start)
+	}
+	return nil
+}
+
+// pushed records a response in the metrics.
+func (s *Server) pushed(r *response, at time.Time) {
+	bytes := 0
+	for _, it := range r.items {
+		bytes += len(it.res.Body)
+		if it.update {
+			if ch := s.names.changed(it.id, r.t); ch != 0 {
+				s.metrics.Convergence.WithLabelValues(r.t.short()).Observe(at.Sub(time.Unix(0, ch)).Seconds())
+			}
+		}
+	}
+	s.metrics.pushed(r.t.short(), bytes)
+}
+
+func (s *Server) sotwResponse(r *response, c *conn) *discovery.DiscoveryResponse {
+	out := &discovery.DiscoveryResponse{VersionInfo: r.version, TypeUrl: r.t.url(), Nonce: r.nonce,
+		Resources: make([]*anypb.Any, 0, len(r.items))}
+	for _, it := range r.items {
+		out.Resources = append(out.Resources, &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body})
+	}
+	return out
+}
+
+func (s *Server) deltaResponse(r *response) *discovery.DeltaDiscoveryResponse {
+	out := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.version, TypeUrl: r.t.url(), Nonce: r.nonce,
+		Resources: make([]*discovery.Resource, 0, len(r.items))}
+	for _, it := range r.items {
+		out.Resources = append(out.Resources, &discovery.Resource{Name: it.res.Name, Version: it.res.VersionString(),
+			Resource: &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body}})
+	}
+	for _, id := range r.removed {
+		out.RemovedResources = append(out.RemovedResources, s.names.name(id))
+	}
+	return out
+}
+
+// handle applies one request to the stream's state.
+func (s *Server) handle(c *conn, req request) error {
+	if err := s.identify(c, req.node()); err != nil {
+		return err
+	}
+	t, known := typeOf(req.typeURL())
+	if !known {
+		s.metrics.UnknownTypes.Inc()
+		if req.nonce() == "" {
+			c.mu.Lock()
+			if len(c.unknown) < maxUnknownPending {
+				c.unknown = append(c.unknown, clip(req.typeURL()))
+			}
+			c.mu.Unlock()
+			c.kick()
+		}
+		return nil
+	}
+	c.mu.Lock()
+	defer c.kick()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errStreamClosed
+	}
+	st := c.types[t]
+	first := st == nil
+	if first {
+		st = &typeState{subs: map[nameID]sub{}, force: true}
+		c.types[t] = st
+	}
+	nonce := req.nonce()
+	current := !first && nonce != "" && nonce == st.st.SentNonce
+	if nonce != "" && !current {
+		s.metrics.ExpiredNonces.WithLabelValues(t.short()).Inc()
+		if req.sotw != nil {
+			// A state-of-the-world request answering an older response is ignored: the client
+			// will answer the newest one with its full subscription.
+			return nil
+		}
+	}
+	if current {
+		st.inflight = false
+		if e := req.errorDetail(); e != nil {
+			s.nack(c, t, st, e)
+		} else {
+			st.st.AckedNonce, st.st.AckedVersion, st.st.LastError = st.st.SentNonce, st.st.SentVersion, ""
+		}
+	}
+	if req.sotw != nil {
+		if err := s.subscribeSotw(c, t, st, first, req.sotw.GetResourceNames()); err != nil {
+			return err
+		}
+		if t == tEndpoint && st.forceNext {
+			st.force, st.forceNext = true, false
+		}
+		return nil
+	}
+	return s.subscribeDelta(c, t, st, first, req.delta)
+}
+
+// nack records a rejection (the client keeps its previous resources; the rejected versions are
+// not sent again until the content changes).
+func (s *Server) nack(c *conn, t typ, st *typeState, e *rpcstatus.Status) {
+	st.st.NACKs++
+	st.st.LastError = clip(e.GetMessage())
+	s.metrics.NACKs.WithLabelValues(t.short()).Inc()
+	if ok, held := c.logs.allow(time.Now()); ok {
+		s.log.Warn("xDS client rejected a response", zap.String("conn", c.id), zap.String("node", clip(c.proxyID())),
+			zap.String("type", t.short()), zap.String("nonce", st.st.SentNonce), zap.String("error", st.st.LastError),
+			zap.Int("suppressedLogLines", held))
+	}
+}
+
+func (c *conn) proxyID() string {
+	if c.proxy == nil {
+		return ""
+	}
+	return c.proxy.ID
+}
+
+// subscribeSotw makes the subscription the request's list (c.mu held).
+func (s *Server) subscribeSotw(c *conn, t typ, st *typeState, first bool, names []string) error {
+	if len(names) > MaxSubscriptions {
+		return status.Errorf(codes.InvalidArgument, "%d %s names in one request; at most %d", len(names), t.short(), MaxSubscriptions)
+	}
+	wildcard := (first && len(names) == 0 && t.legacyWildcard()) || slices.Contains(names, "*") || (st.wildcard && len(names) == 0)
+	if wildcard != st.wildcard {
+		st.wildcard = wildcard
+		st.dirtyAll = true
+		s.setWildcard(c, t, wildcard)
+		if !wildcard {
+			for id, sb := range st.subs {
+				if !sb.explicit {
+					s.drop(c, t, st, id)
+				}
+			}
+		}
+	}
+	want := make(map[nameID]struct{}, len(names))
+	for _, n := range names {
+		if n == "*" {
+			continue
+		}
+		if id, ok := s.names.lookup(n); ok {
+			if sb, held := st.subs[id]; held && sb.explicit {
+				want[id] = struct{}{}
+				continue
+			}
+		}
+		want[s.add(c, t, st, n)] = struct{}{}
+	}
+	for id, sb := range st.subs {
+		if _, ok := want[id]; !ok && sb.explicit {
+			if st.wildcard {
+				sb.explicit = false
+				st.subs[id] = sb
+			} else {
+				s.drop(c, t, st, id)
+			}
+		}
+	}
+	return nil
+}
+
+// subscribeDelta applies a delta request's subscription changes (c.mu held).
+func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *discovery.DeltaDiscoveryRequest) error {
+	subs, unsubs := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
+	if len(subs)+len(st.subs) > MaxSubscriptions {
+		return status.Errorf(codes.InvalidArgument, "more than %d %s names on one stream", MaxSubscriptions, t.short())
+	}
+	if first {
+		if (len(subs) == 0 && t.legacyWildcard()) || slices.Contains(subs, "*") {
+			st.wildcard = true
+			s.setWildcard(c, t, true)
+		}
+		for n, v := range req.GetInitialResourceVersions() {
+			if len(st.subs) >= MaxSubscriptions {
+				break
+			}
+			id := s.names.acquire(n)
+			if _, dup := st.subs[id]; dup {
+				s.names.release(id)
+				continue
+			}
+			s.mu.Lock()
+			s.indexLocked(t, id, c)
+			s.mu.Unlock()
+			ver, _ := parseVersion(v)
+			st.subs[id] = sub{version: ver, explicit: !st.wildcard}
+		}
+	} else if slices.Contains(subs, "*") && !st.wildcard {
+		st.wildcard = true
+		st.dirtyAll = true
+		s.setWildcard(c, t, true)
+	}
+	for _, n := range subs {
+		if n != "*" {
+			s.add(c, t, st, n)
+		}
+	}
+	for _, n := range unsubs {
+		if n == "*" {
+			if st.wildcard {
+				st.wildcard = false
+				s.setWildcard(c, t, false)
+				for id, sb := range st.subs {
+					if !sb.explicit {
+						s.drop(c, t, st, id)
+					}
+				}
+			}
+			continue
+		}
+		if id, ok := s.names.lookup(n); ok {
+			if sb, held := st.subs[id]; held {
+				if st.wildcard {
+					sb.explicit = false
+					st.subs[id] = sb
+				} else {
+					s.drop(c, t, st, id)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// add subscribes the stream to a name explicitly and marks it to be looked at (c.mu held). The
+// index is updated before the state, so no change of the name can be missed.
+func (s *Server) add(c *conn, t typ, st *typeState, name string) nameID {
+	id := s.names.acquire(name)
+	if sb, held := st.subs[id]; held {
+		s.names.release(id)
+		sb.explicit = true
+		st.subs[id] = sb
+	} else {
+		s.mu.Lock()
+		s.indexLocked(t, id, c)
+		s.mu.Unlock()
+		st.subs[id] = sub{explicit: true}
+	}
+	if st.dirty == nil {
+		st.dirty = map[nameID]struct{}{}
+	}
+	st.dirty[id] = struct{}{}
+	return id
+}
+
+func (s *Server) setWildcard(c *conn, t typ, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.wildcard[t][c] = struct{}{}
+	} else {
+		delete(s.wildcard[t], c)
+	}
+}
+
+func parseVersion(v string) (uint64, bool) {
+	var n uint64
+	if v == "" || len(v) > 16 {
+		return 0, false
+	}
+	for _, ch := range []byte(v) {
+		var d byte
+		switch {
+		case ch >= '0' && ch <= '9':
+			d = ch - '0'
+		case ch >= 'a' && ch <= 'f':
+			d = ch - 'a' + 10
+		default:
+			return 0, false
+		}
+		n = n<<4 | uint64(d)
+	}
+	return n, true
+}
+
+// identify registers the proxy on the stream's first request and tells the source; a malformed
+// node or one its identity may not act as ends the stream.
+func (s *Server) identify(c *conn, node *core.Node) error {
+	c.mu.Lock()
+	known := c.proxy != nil
+	c.mu.Unlock()
+	if known {
+		return nil
+	}
+	if node == nil {
+		return status.Error(codes.InvalidArgument, "the first request of a stream must carry the node")
+	}
+	cp, err := ProxyFromNode(c.id, node)
+	if err == nil {
+		err = s.authorize(c, cp)
+	}
+	if err != nil {
+		s.metrics.RejectedNodes.Inc()
+		msg := clip(status.Convert(err).Message())
+		if ok, held := c.logs.allow(time.Now()); ok {
+			s.log.Warn("refused xDS client", zap.String("conn", c.id), zap.String("node", clip(node.GetId())),
+				zap.String("error", msg), zap.Int("suppressedLogLines", held))
+		}
+		code := status.Code(err)
+		if code == codes.Unknown {
+			code = codes.InvalidArgument
+		}
+		return status.Error(code, msg)
+	}
+	// Connect under the stream's lock, so that a stream closing meanwhile disconnects after it.
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return errStreamClosed
+	}
+	c.proxy = &cp
+	s.src.Connect(cp)
+	c.mu.Unlock()
+	c.viewChanged(s.src.View(c.id))
+	s.metrics.clients(cp.Type, 1)
+	s.log.Info("xDS client connected", zap.String("conn", c.id), zap.String("node", cp.ID), zap.String("peer", c.peer),
+		zap.String("namespace", cp.Namespace), zap.String("generator", cp.Generator))
+	return nil
+}
+
+// authorize checks, on an authenticated (TLS) stream, that the identity is from this trust
+// domain and that the namespace the proxy claims is its identity's.
+func (s *Server) authorize(c *conn, cp collections.ConnectedProxy) error {
+	if c.authErr != nil {
+		return status.Error(codes.Unauthenticated, c.authErr.Error())
+	}
+	if c.identity == nil {
+		return nil // the plaintext port, trusted by where it listens
+	}
+	if s.trustDomain != "" && c.identity.TrustDomain != s.trustDomain {
+		return status.Errorf(codes.PermissionDenied, "identity %s is not in trust domain %s", c.identity, s.trustDomain)
+	}
+	if c.identity.Namespace != cp.Namespace {
+		return status.Errorf(codes.PermissionDenied, "identity %s may not act as a proxy in namespace %s", c.identity, clip(cp.Namespace))
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package xds
+
+import resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+// typ is one of the resource types krteds serves; only these get per-stream state.
+type typ uint8
+
+const (
+	tCluster typ = iota
+	tEndpoint
+	tListener
+	tRoute
+	numTypes
+)
+
+// typeURLs in the order responses of several types go out: clusters before their endpoints,
+// listeners before their routes, as istiod pushes them.
+var typeURLs = [numTypes]string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+
+// shortNames are the metric label values of the types; unknown is the one value for the rest.
+var shortNames = [numTypes]string{"Cluster", "ClusterLoadAssignment", "Listener", "RouteConfiguration"}
+
+func typeOf(url string) (typ, bool) {
+	for t, u := range typeURLs {
+		if u == url {
+			return typ(t), true
+		}
+	}
+	return 0, false
+}
+
+func (t typ) url() string   { return typeURLs[t] }
+func (t typ) short() string { return shortNames[t] }
+
+// fullState reports whether a state-of-the-world response of the type lists every resource the
+// client has (absence means deletion): clusters and listeners. Endpoints and routes may be sent
+// alone.
+func (t typ) fullState() bool { return t == tCluster || t == tListener }
+
+// legacyWildcard reports whether a first request of the type without names asks for everything.
+func (t typ) legacyWildcard() bool { return t == tCluster || t == tListener }
