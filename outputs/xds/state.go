@@ -121,9 +121,10 @@ type item struct {
 
 // response is what a type's state decided to send.
 type response struct {
-	t       typ
-	items   []item
-	removed []nameID
+	t     typ
+	items []item
+	// removed names (strings: the stream may have been their last holder).
+	removed []string
 	version string
 	nonce   string
 }
@@ -217,7 +218,10 @@ func (s *Server) next(c *conn, t typ) *response {
 	if st.st.Responses == 0 && len(current) == 0 && len(pending) > 0 {
 		return nil // the first answer waits for real content rather than saying nothing
 	}
-	resp := &response{t: t, removed: removed}
+	resp := &response{t: t}
+	for _, id := range removed {
+		resp.removed = append(resp.removed, s.names.name(id))
+	}
 	switch {
 	case !c.delta && (t.fullState() || st.force):
 		for id, r := range current {
@@ -300,8 +304,8 @@ func responseVersion(names *nameTable, r *response) string {
 		}
 		_, _ = h.Write(b[:])
 	}
-	for _, id := range r.removed {
-		_, _ = h.WriteString("-" + names.name(id))
+	for _, n := range r.removed {
+		_, _ = h.WriteString("-" + n)
 	}
 	return strconv.FormatUint(h.Sum64(), 16)
 }

@@ -189,9 +189,7 @@ func (s *Server) deltaResponse(r *response) *discovery.DeltaDiscoveryResponse {
 		out.Resources = append(out.Resources, &discovery.Resource{Name: it.res.Name, Version: it.res.VersionString(),
 			Resource: &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body}})
 	}
-	for _, id := range r.removed {
-		out.RemovedResources = append(out.RemovedResources, s.names.name(id))
-	}
+	out.RemovedResources = r.removed
 	return out
 }
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs krteds' scale benchmark suite at one size (small, medium or large; default small).
 #   test/bench/run.sh [SIZE] [COUNT]
-# COUNT repeats each benchmark (for benchstat; default 1). Output is go test's benchmark format.
+# COUNT repeats each benchmark (for benchstat; default 1). Output is go test's benchmark format;
+# the full output of every run is kept in $KRTEDS_BENCH_LOG (default: a temporary file).
+# A benchmark that fails or times out makes the script fail with its output, and a run that
+# prints no result for a benchmark fails too.
 # Environment: KRTEDS_BENCH_PROTOCOL=delta|sotw (default delta), KRTEDS_BENCH_ROLLOUT_PACE
 # (default 2ms), KRTEDS_BENCH_ENDPOINTS (endpoints per service, at most 64).
 set -euo pipefail
@@ -9,13 +12,37 @@ cd "$(dirname "$0")"
 size="${1:-small}"
 count="${2:-1}"
 export KRTEDS_BENCH_SIZE="$size"
-bin="$(mktemp -d)/bench.test"
-trap 'rm -rf "$(dirname "$bin")"' EXIT
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+log="${KRTEDS_BENCH_LOG:-$work/bench.log}"
+: > "$log"
+bin="$work/bench.test"
 go test -c -o "$bin" .
-run() { "$bin" -test.run '^$' -test.bench "^$1\$" -test.benchtime "$2" -test.count "$count" -test.timeout 60m | grep -E '^(Benchmark|goos|goarch|pkg|cpu)|ns/op'; }
+
+# run NAME BENCHTIME [DIR BINARY]: runs one benchmark; fails loudly unless every run printed a result.
+run() {
+  local name="$1" benchtime="$2" b="${3:-$bin}" out="$work/out"
+  if ! "$b" -test.run '^$' -test.bench "^$name\$" -test.benchtime "$benchtime" -test.count "$count" -test.timeout 60m >"$out" 2>&1; then
+    cat "$out" >>"$log"
+    echo "FAIL: $name (full output in $log)" >&2
+    grep -E -- '--- FAIL|FAIL|panic|timed out|Error' "$out" | head -40 >&2 || true
+    exit 1
+  fi
+  cat "$out" >>"$log"
+  local results
+  results=$(grep -cE "^$name([/-][^[:space:]]*)?[[:space:]]" "$out" || true)
+  if [ "$results" -lt "$count" ]; then
+    echo "FAIL: $name printed $results results, want $count (full output in $log)" >&2
+    exit 1
+  fi
+  grep -E '^(goos|goarch|pkg|cpu):' "$out" | sort -u || true
+  grep -E "^$name([/-][^[:space:]]*)?[[:space:]]" "$out"
+}
+
 run BenchmarkColdStart 1x
 run BenchmarkEndpointFlip 200x
 run BenchmarkGraphUpdate 500x
 run BenchmarkRollout500 1x
 run BenchmarkMemory 1x
-(cd ../../transforms && go test -run '^$' -bench BuildAndMarshalCLA -benchtime 50x -count "$count" . | grep -E '^Benchmark')
+(cd ../../transforms && go test -c -o "$work/transforms.test" .)
+run BenchmarkBuildAndMarshalCLA 50x "$work/transforms.test"

@@ -51,8 +51,12 @@ func newRig(t *testing.T, objs ...any) *rig {
 }
 
 func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static) *rig {
+	return startRigWithMetrics(t, stop, g, in, nil)
+}
+
+func startRigWithMetrics(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static, m *xds.Metrics) *rig {
 	t.Helper()
-	srv := xds.NewServer(g, "Kubernetes", nil, nil)
+	srv := xds.NewServer(g, "Kubernetes", nil, m)
 	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
