@@ -242,3 +242,20 @@ func (s *Server) Status() []ConnStatus {
 
 // Subscriptions is the number of distinct names streams subscribe to (or hold).
 func (s *Server) Subscriptions() int { return s.names.size() }
+
+// LastChange is when the source last said a subscribed resource changed (zero if never, or if
+// no stream subscribes to it).
+func (s *Server) LastChange(typeURL, name string) time.Time {
+	t, ok := typeOf(typeURL)
+	if !ok {
+		return time.Time{}
+	}
+	id, known := s.names.lookup(name)
+	if !known {
+		return time.Time{}
+	}
+	if at := s.names.changed(id, t); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,9 +17,7 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 	istiolog "istio.io/istio/pkg/log"
 	"istio.io/istio/pkg/test"
-	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
@@ -42,11 +41,12 @@ type running struct {
 	in    sources.Static
 	g     *graphs.Graph
 	grpc  *grpc.Server
+	srv   *xds.Server
 	stopc chan struct{}
 	fleet *Fleet
 }
 
-func start(b *testing.B, m *Mesh, extra ...any) *running {
+func start(b testing.TB, m *Mesh, extra ...any) *running {
 	b.Helper()
 	stop := make(chan struct{})
 	opts := krt.NewOptionsBuilder(stop, "", nil)
@@ -67,7 +67,7 @@ func start(b *testing.B, m *Mesh, extra ...any) *running {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &running{mesh: m, in: in, g: g, grpc: gs, stopc: stop, fleet: fleet}
+	return &running{mesh: m, in: in, g: g, grpc: gs, srv: srv, stopc: stop, fleet: fleet}
 }
 
 func (r *running) stop() {
@@ -232,132 +232,88 @@ func BenchmarkGraphUpdate(b *testing.B) {
 // proxy holding the final CLA.
 func BenchmarkRollout500(b *testing.B) {
 	size := CurrentSize()
-	const n = 500
-	name := "rollout"
 	// The pause between two pods' restarts (KRTEDS_BENCH_ROLLOUT_PACE, default 2ms; 0 writes
 	// everything back to back, a worst case no Deployment produces).
 	pace := 2 * time.Millisecond
 	if v, err := time.ParseDuration(os.Getenv("KRTEDS_BENCH_ROLLOUT_PACE")); err == nil {
 		pace = v
 	}
-	cluster := fmt.Sprintf("outbound|80||%s.%s.svc.cluster.local", name, meshNamespace)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		m := Generate(size)
-		svc := m.Services[1].DeepCopy()
-		svc.Name, svc.Spec.TrafficDistribution, svc.Spec.Selector = name, nil, map[string]string{"app": name}
-		var extra []any
-		extra = append(extra, svc)
-		slicesOf := make([]*discovery.EndpointSlice, n/sliceSize)
-		podIP := func(gen, k int) string { return fmt.Sprintf("10.200.%d.%d", gen*2+k/256, k%256) }
-		podName := func(gen, k int) string { return fmt.Sprintf("%s-g%d-%d", name, gen, k) }
-		mkPod := func(gen, k int, ready bool) *corev1.Pod {
-			p := Pod(1, 0, m.Nodes[k%len(m.Nodes)].Name)
-			p.Name, p.Status.PodIP, p.Status.PodIPs = podName(gen, k), podIP(gen, k), []corev1.PodIP{{IP: podIP(gen, k)}}
-			p.Labels = map[string]string{"app": name}
-			if !ready {
-				p.Status.Conditions[0].Status = corev1.ConditionFalse
-			}
-			return p
-		}
-		epOf := func(gen, k int, ready, serving, terminating bool) discovery.Endpoint {
-			return discovery.Endpoint{Addresses: []string{podIP(gen, k)},
-				Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
-				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: meshNamespace, Name: podName(gen, k)}}
-		}
-		for s := range slicesOf {
-			slicesOf[s] = &discovery.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, s), Namespace: meshNamespace, Labels: map[string]string{"kubernetes.io/service-name": name}},
-				AddressType: discovery.AddressTypeIPv4,
-				Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr(int32(targetPort)), Protocol: ptr(corev1.ProtocolTCP)}},
-			}
-			for k := s * sliceSize; k < (s+1)*sliceSize; k++ {
-				slicesOf[s].Endpoints = append(slicesOf[s].Endpoints, epOf(0, k, true, true, false))
-				extra = append(extra, mkPod(0, k, true))
-			}
-			extra = append(extra, slicesOf[s])
-		}
-		r := start(b, m, extra...)
-		// Every proxy also watches the rollout service.
-		if err := r.fleet.Subscribe(cluster); err != nil {
+		ro := NewRollout(m, "rollout", 500)
+		r := start(b, m, ro.Objects()...)
+		if err := r.fleet.Subscribe(ro.Cluster); err != nil {
 			b.Fatal(err)
-		}
-		all := make([]int, size.Proxies)
-		for p := range all {
-			all[p] = p
 		}
 		if _, err := r.fleet.WaitAll(10 * time.Minute); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 		var lastWrite time.Time
-		for k := 0; k < n; k++ {
-			s := k / sliceSize
-			sl := slicesOf[s]
-			idx := k % sliceSize
-			// New pod, not ready yet.
-			write := func() {
-				sl = sl.DeepCopy()
-				slicesOf[s] = sl
-				r.in.Apply(sl, false)
-			}
-			r.in.Apply(mkPod(1, k, false), false)
-			sl.Endpoints = append(sl.Endpoints, epOf(1, k, false, false, false))
-			write()
-			// New pod ready.
-			r.in.Apply(mkPod(1, k, true), false)
-			sl.Endpoints[len(sl.Endpoints)-1] = epOf(1, k, true, true, false)
-			write()
-			// Old pod terminating, then gone.
-			sl.Endpoints[idx] = epOf(0, k, false, true, true)
-			write()
-			sl.Endpoints[idx] = sl.Endpoints[len(sl.Endpoints)-1]
-			sl.Endpoints = sl.Endpoints[:len(sl.Endpoints)-1]
-			write()
-			r.in.Apply(mkPod(0, k, true), true)
-			lastWrite = time.Now()
+		ro.Restart(func(o any, del bool) { r.in.Apply(o, del); lastWrite = time.Now() }, func() {
 			if pace > 0 {
 				time.Sleep(pace)
 			}
-		}
-		// The final state: 500 new, healthy endpoints.
-		final := func() *collections.Resource {
-			set := r.g.CLAs.GetKey(cluster)
-			if set == nil || set.Shared == nil || set.Shared.Endpoints != n {
-				return nil
-			}
-			res := set.Shared
-			se := r.g.ServiceEndpoints.GetKey(meshNamespace + "/" + name)
-			if se == nil || len(se.Endpoints) != n {
-				return nil
-			}
-			for _, e := range se.Endpoints {
-				if e.Health != collections.Healthy || e.Pod[len(meshNamespace)+1:len(meshNamespace)+1+len(name)+3] != name+"-g1" {
-					return nil
-				}
-			}
-			return res
-		}
-		var want *collections.Resource
-		deadline := time.Now().Add(5 * time.Minute)
-		for want = final(); want == nil; want = final() {
-			if time.Now().After(deadline) {
-				b.Fatal("the rollout never settled in the graph")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		last, err := r.fleet.WaitVersion(cluster, all, func(int) string { return want.VersionString() }, 5*time.Minute)
+		})
+		last, err := r.waitRolledOut(ro, 5*time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		conv := last.Sub(lastWrite)
-		if conv < 0 {
-			conv = 0
-		}
-		b.ReportMetric(ms(conv), "ms-converged-after-last-write")
+		b.ReportMetric(ms(max(0, last.Sub(lastWrite))), "ms-converged-after-last-write")
 		r.stop()
 	}
+}
+
+// waitRolledOut waits until the graph holds the rollout's final CLA and every proxy has it,
+// returning when the last proxy got it.
+func (r *running) waitRolledOut(ro *Rollout, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	var want *collections.Resource
+	for {
+		// The CLA's content, not only its size: while the graph catches up, a CLA built from an
+		// earlier state may have as many endpoints.
+		if set := r.g.CLAs.GetKey(ro.Cluster); set != nil && set.Shared != nil && ro.FinalCLA(set.Shared.Body) {
+			want = set.Shared
+			break
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("the rollout never settled in the graph")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	last, err := r.fleet.WaitVersion(ro.Cluster, r.fleet.All(), func(int) string { return want.VersionString() }, time.Until(deadline))
+	if err != nil {
+		return last, fmt.Errorf("%w; %s", err, r.lagging(ro.Cluster, want.VersionString()))
+	}
+	return last, nil
+}
+
+// lagging describes the proxies that do not hold version want of cluster, and their streams.
+func (r *running) lagging(cluster, want string) string {
+	var b strings.Builder
+	status := map[string]xds.ConnStatus{}
+	for _, st := range r.srv.Status() {
+		if st.Proxy != nil {
+			status[st.Proxy.ID] = st
+		}
+	}
+	set := r.g.CLAs.GetKey(cluster)
+	fmt.Fprintf(&b, "the server last heard of a change to %s at %v; the graph has version %s with %d endpoints\n", cluster,
+		r.srv.LastChange("type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", cluster).Format(time.RFC3339Nano),
+		set.Shared.VersionString(), set.Shared.Endpoints)
+	for i, v := range r.fleet.Versions(cluster, r.fleet.All()) {
+		if v == want {
+			continue
+		}
+		st := status[r.fleet.NodeID(i)]
+		fmt.Fprintf(&b, "proxy %d holds %s (want %s); stream %+v\n", i, v, want, st.Types)
+		if b.Len() > 4000 {
+			break
+		}
+	}
+	return b.String()
 }
 
 // BenchmarkMemory: heap held per endpoint at the current size, after GC, for the input objects

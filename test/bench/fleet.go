@@ -69,8 +69,7 @@ func Connect(addr string, s Size) (*Fleet, error) {
 			return nil, err
 		}
 		f.conns = append(f.conns, cc)
-		node := adsclient.Node{ID: fmt.Sprintf("sidecar~10.250.%d.%d~proxy-%d.bench~bench.svc.cluster.local", p>>8, p&255, p),
-			Namespace: meshNamespace, Locality: s.ProxyLocality(p)}
+		node := adsclient.Node{ID: f.NodeID(p), Namespace: meshNamespace, Locality: s.ProxyLocality(p)}
 		f.latest = append(f.latest, map[string]arrival{})
 		subs := s.Subscriptions(p)
 		f.subs = append(f.subs, subs)
@@ -209,6 +208,20 @@ func (f *Fleet) Subscribers(cluster string) []int {
 				break
 			}
 		}
+	}
+	return out
+}
+
+// NodeID is proxy p's node id.
+func (f *Fleet) NodeID(p int) string {
+	return fmt.Sprintf("sidecar~10.250.%d.%d~proxy-%d.bench~bench.svc.cluster.local", p>>8, p&255, p)
+}
+
+// All lists every proxy.
+func (f *Fleet) All() []int {
+	out := make([]int, len(f.subs))
+	for p := range out {
+		out[p] = p
 	}
 	return out
 }
