@@ -150,6 +150,9 @@ func isBlank(doc []byte) bool {
 var deserializer = kube.IstioCodec.UniversalDeserializer()
 
 func decodeDoc(doc []byte, h uint64, where string, depth int) ([]Object, map[string]int, error) {
+	if j, ok := fastYAMLToJSON(doc); ok {
+		doc = j
+	}
 	obj, gvk, err := deserializer.Decode(doc, nil, nil)
 	if err != nil {
 		return nil, nil, err

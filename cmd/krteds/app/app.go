@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,6 +79,8 @@ type App struct {
 	http    *http.Server
 	log     *zap.Logger
 	close   context.CancelFunc
+
+	stopOnce sync.Once
 }
 
 // Start builds the source and the graph and starts serving. Serving starts at once; xDS
@@ -232,8 +235,10 @@ func (a *App) DebugHandler() http.Handler {
 // WaitUntilSynced blocks until the graph has synced or stop is closed.
 func (a *App) WaitUntilSynced(stop <-chan struct{}) bool { return a.Graph.WaitUntilSynced(stop) }
 
-// Stop closes every stream and server and stops the graph and the source.
-func (a *App) Stop() {
+// Stop closes every stream and server and stops the graph and the source; later calls do nothing.
+func (a *App) Stop() { a.stopOnce.Do(a.shutdown) }
+
+func (a *App) shutdown() {
 	// Envoy holds xDS streams open forever: stop them rather than wait for them.
 	a.grpc.Stop()
 	if a.secure != nil {
