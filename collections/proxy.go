@@ -206,6 +206,9 @@ type ResourceSet struct {
 	Shared     *Resource  `json:"shared,omitempty"`
 	// ByClass holds the resource per proxy class.
 	ByClass map[string]*Resource `json:"byClass,omitempty"`
+	// Problems are what kept a resource out of the set (it could not be encoded, or is over the
+	// size clients accept).
+	Problems []Problem `json:"problems,omitempty"`
 }
 
 // ResourceName is Key.
@@ -214,7 +217,8 @@ func (s ResourceSet) ResourceName() string { return s.Key }
 // Equals compares identity, visibility and content versions.
 func (s ResourceSet) Equals(o ResourceSet) bool {
 	if s.Key != o.Key || s.Name != o.Name || s.TypeURL != o.TypeURL || s.Service != o.Service ||
-		!s.Visibility.Equals(o.Visibility) || !sameVersion(s.Shared, o.Shared) || len(s.ByClass) != len(o.ByClass) {
+		!s.Visibility.Equals(o.Visibility) || !sameVersion(s.Shared, o.Shared) || len(s.ByClass) != len(o.ByClass) ||
+		!slices.Equal(s.Problems, o.Problems) {
 		return false
 	}
 	for k, r := range s.ByClass {

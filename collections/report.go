@@ -3,7 +3,6 @@ package collections
 import (
 	"fmt"
 	"slices"
-	"sync"
 )
 
 // Reasons for skipping input, used as the metric label of skipped objects.
@@ -18,6 +17,7 @@ const (
 	ReasonInvalidManifest    = "invalid_manifest"
 	ReasonInvalidProtocol    = "invalid_protocol"
 	ReasonResourceTooLarge   = "resource_too_large"
+	ReasonMarshalFailed      = "marshal_failed"
 )
 
 // Problem describes one piece of input that krteds skipped.
@@ -34,46 +34,6 @@ type Problem struct {
 
 func (p Problem) String() string {
 	return fmt.Sprintf("%s %s: %s: %s", p.Kind, p.Object, p.Reason, p.Detail)
-}
-
-// Reporter receives skipped input. Transforms call it as they run, so the same problem may be
-// reported again when a transform is recomputed; implementations de-duplicate.
-type Reporter interface {
-	Report(p Problem)
-}
-
-// NopReporter drops every report.
-type NopReporter struct{}
-
-// Report implements Reporter.
-func (NopReporter) Report(Problem) {}
-
-// RecordingReporter keeps every distinct problem, for tests.
-type RecordingReporter struct {
-	mu       sync.Mutex
-	problems []Problem
-	seen     map[Problem]bool
-}
-
-// Report implements Reporter.
-func (r *RecordingReporter) Report(p Problem) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.seen == nil {
-		r.seen = map[Problem]bool{}
-	}
-	if r.seen[p] {
-		return
-	}
-	r.seen[p] = true
-	r.problems = append(r.problems, p)
-}
-
-// Problems returns the distinct problems reported so far.
-func (r *RecordingReporter) Problems() []Problem {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]Problem(nil), r.problems...)
 }
 
 // ObjectProblems are the problems krteds currently finds in one input object (or file). A

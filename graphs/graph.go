@@ -1,86 +1,161 @@
-// Package graphs wires krteds' transforms into one krt graph and describes it.
+// Package graphs wires krteds' transforms into one krt graph (Build, the whole dataflow in order)
+// and describes it; the xDS server reads the graph through its View, Resolve and List.
 package graphs
 
 import (
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/transforms"
 )
 
-// Names of the derived collections.
+// Names of the derived collections, as /debug/krt and /debug/krtz show them.
 const (
+	NameSystemNetwork    = "SystemNetwork"
 	NameNodeLocalities   = "NodeLocalities"
 	NameWorkloads        = "Workloads"
 	NameServiceInfos     = "ServiceInfos"
 	NameSliceEndpoints   = "SliceEndpoints"
 	NameServiceEndpoints = "ServiceEndpoints"
+	NameDestRules        = "DestinationRules"
+	NameSidecars         = "Sidecars"
+	NamePolicies         = "ServicePolicies"
+	NameConnectedProxies = "ConnectedProxies"
+	NameProxies          = "Proxies"
+	NameProxiesByClass   = "ProxiesByClass"
+	NameProxyClasses     = "ProxyClasses"
+	NameProxiesByView    = "ProxiesByView"
+	NameViews            = "Views"
+	NameCLAs             = "ClusterLoadAssignments"
+	NameClusters         = "Clusters"
+	NameListeners        = "Listeners"
+	NameRoutes           = "Routes"
+	NameProblems         = "Problems"
 )
 
-// EDSGraph is the endpoint half of krteds' dataflow: Kubernetes objects in, per-service
-// de-duplicated, health-classified endpoint shards out.
-type EDSGraph struct {
+// Graph is krteds' whole dataflow: Kubernetes and Istio objects in; per-service endpoint shards,
+// the connected proxies, their classes and views, and the marshalled xDS resources out.
+type Graph struct {
 	Inputs collections.Inputs
 
+	SystemNetwork  krt.Singleton[string]
 	NodeLocalities krt.Collection[collections.NodeLocality]
-	Workloads      krt.Collection[collections.Workload]
 	ServiceInfos   krt.Collection[collections.ServiceInfo]
+	Workloads      krt.Collection[collections.Workload]
 	SliceEndpoints krt.Collection[collections.SliceEndpoints]
 	// ServiceEndpoints holds one shard per Service ("<ns>/<name>"), empty when it has no endpoints.
 	ServiceEndpoints krt.Collection[collections.ServiceEndpoints]
 
-	// Graph describes every collection above and how they depend on each other.
-	Graph *Description
+	DestinationRules krt.Collection[collections.DestinationRule]
+	Sidecars         krt.Collection[collections.Sidecar]
+	// ServicePolicies lists per service the DestinationRules that may apply to it.
+	ServicePolicies krt.Collection[collections.ServicePolicy]
 
-	readyByIP krt.Index[string, collections.Workload]
+	// ConnectedProxies is written by the xDS server as clients connect and leave.
+	ConnectedProxies krt.StaticCollection[collections.ConnectedProxy]
+	Proxies          krt.Collection[collections.Proxy]
+	ProxyClasses     krt.Collection[collections.ProxyClass]
+	// Views are the distinct views of the connected proxies: what resolving a name depends on.
+	Views krt.Collection[collections.View]
+
+	// CLAs, Clusters, Listeners and Routes hold the xDS resources by name; a CLA set holds one
+	// ClusterLoadAssignment per proxy class when its endpoints depend on the proxy.
+	CLAs      krt.Collection[collections.ResourceSet]
+	Clusters  krt.Collection[collections.ResourceSet]
+	Listeners krt.Collection[collections.ResourceSet]
+	Routes    krt.Collection[collections.ResourceSet]
+
+	// Problems are what the transforms found wrong in their inputs, by object.
+	Problems krt.Collection[collections.ObjectProblems]
+
+	// Description describes every collection above and how they depend on each other.
+	Description *Description
+
+	empty emptyCLAs
 }
 
-// BuildEDS wires the EDS graph over the inputs. Every collection is named, registered with the
-// options' debug handler, and stops with the options' stop channel. Nothing is computed until the
-// inputs produce events (for informers: after the client is run).
-func BuildEDS(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilder, report collections.Reporter) *EDSGraph {
+// Build wires the graph over the inputs, in dataflow order. Every collection is named, registered
+// with the options' debug handler, and stops with the options' stop channel. Nothing is computed
+// until the inputs produce events. Adding a transform is one line here.
+func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilder) *Graph {
 	cfg = cfg.WithDefaults()
-	if report == nil {
-		report = collections.NopReporter{}
+	if in.DestinationRules == nil {
+		in.DestinationRules = krt.NewStaticCollection[*networkingclient.DestinationRule](nil, nil, opts.WithName(collections.NameDestRules)...)
 	}
-	d := NewDescription(opts.Debugger())
-	g := &EDSGraph{Inputs: in, Graph: d}
+	if in.Sidecars == nil {
+		in.Sidecars = krt.NewStaticCollection[*networkingclient.Sidecar](nil, nil, opts.WithName(collections.NameSidecars)...)
+	}
+	d := newDescription(opts)
+	g := &Graph{Inputs: in, Description: d}
+	var problems []krt.Collection[collections.ObjectProblems]
+	checked := func(p krt.Collection[collections.ObjectProblems]) { problems = append(problems, p) }
 
-	AddInput(d, collections.NameNamespaces, in.Namespaces)
-	AddInput(d, collections.NameNodes, in.Nodes)
-	AddInput(d, collections.NameServices, in.Services)
-	AddInput(d, collections.NamePods, in.Pods)
-	AddInput(d, collections.NameEndpointSlices, in.EndpointSlices)
+	// Inputs.
+	Input(d, collections.NameNamespaces, in.Namespaces)
+	Input(d, collections.NameNodes, in.Nodes)
+	Input(d, collections.NameServices, in.Services)
+	Input(d, collections.NamePods, in.Pods)
+	Input(d, collections.NameEndpointSlices, in.EndpointSlices)
+	Input(d, collections.NameDestRules, in.DestinationRules)
+	Input(d, collections.NameSidecars, in.Sidecars)
 
-	g.NodeLocalities = Derive(d, opts, NameNodeLocalities, collections.NameNodes, in.Nodes, nil,
-		transforms.NodeLocalities())
-	g.ServiceInfos = Derive(d, opts, NameServiceInfos, collections.NameServices, in.Services,
-		[]string{collections.NameNamespaces},
-		transforms.ServiceInfos(cfg, in.Namespaces))
-	g.Workloads = Derive(d, opts, NameWorkloads, collections.NamePods, in.Pods,
-		[]string{NameNodeLocalities, collections.NameNamespaces},
-		transforms.Workloads(cfg, g.NodeLocalities, in.Namespaces, report))
+	// The registry: services, workloads and their endpoints.
+	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
+	g.SystemNetwork = Singleton(d, NameSystemNetwork, network, reads)
+	g.NodeLocalities = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities())
+	g.ServiceInfos = Derive(d, NameServiceInfos, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
+	var p krt.Collection[collections.ObjectProblems]
+	g.Workloads, p = DeriveChecked(d, NameWorkloads, in.Pods, transforms.Workloads(cfg, g.NodeLocalities, g.SystemNetwork))
+	checked(p)
+	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
+		Services: g.ServiceInfos, Workloads: g.Workloads, SystemNetwork: g.SystemNetwork,
+		ReadyWorkloadsByIP: krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs),
+	}))
+	checked(p)
+	g.ServiceEndpoints = Derive(d, NameServiceEndpoints, g.ServiceInfos, transforms.MergeServiceEndpoints(cfg,
+		g.SliceEndpoints, krt.NewIndex(g.SliceEndpoints, "byService", transforms.SliceService)))
 
-	readyByIP := krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs)
-	g.readyByIP = readyByIP
-	g.SliceEndpoints = Derive(d, opts, NameSliceEndpoints, collections.NameEndpointSlices, in.EndpointSlices,
-		[]string{NameServiceInfos, NameWorkloads, collections.NameNamespaces},
-		transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
-			Services:           g.ServiceInfos,
-			Workloads:          g.Workloads,
-			Namespaces:         in.Namespaces,
-			ReadyWorkloadsByIP: readyByIP,
-		}, report))
+	// Traffic policy.
+	g.DestinationRules, p = DeriveChecked(d, NameDestRules, in.DestinationRules, transforms.DestinationRules())
+	checked(p)
+	g.Sidecars, p = DeriveChecked(d, NameSidecars, in.Sidecars, transforms.Sidecars())
+	checked(p)
+	g.ServicePolicies = Derive(d, NamePolicies, g.ServiceInfos, transforms.ServicePolicies(g.DestinationRules,
+		krt.NewIndex(g.DestinationRules, "byHost", transforms.RuleHostKeys(cfg))))
 
-	slicesBySvc := krt.NewIndex(g.SliceEndpoints, "byService", transforms.SliceService)
-	g.ServiceEndpoints = Derive(d, opts, NameServiceEndpoints, NameServiceInfos, g.ServiceInfos,
-		[]string{NameSliceEndpoints},
-		transforms.MergeServiceEndpoints(cfg, slicesBySvc))
+	// The connected proxies, their classes and views.
+	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)
+	Input(d, NameConnectedProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies))
+	g.Proxies = Derive(d, NameProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies), transforms.Proxies(cfg, transforms.ProxyInputs{
+		Workloads: g.Workloads, ReadyWorkloadsByIP: krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs),
+		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
+	}))
+	g.ProxyClasses = Derive(d, NameProxyClasses,
+		Index(d, NameProxiesByClass, NameProxies, krt.NewIndex(g.Proxies, "byClass", transforms.ProxyClassKey)), transforms.ProxyClassOf())
+	g.Views = Derive(d, NameViews,
+		Index(d, NameProxiesByView, NameProxies, krt.NewIndex(g.Proxies, "byView", transforms.ProxyViewKey)), transforms.ViewOfGroup())
+
+	// The xDS resources.
+	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, transforms.ServiceCLAs(transforms.CLAInputs{
+		RootNamespace: cfg.SystemNamespace, Services: g.ServiceInfos, Policies: g.ServicePolicies, Classes: g.ProxyClasses,
+	}))
+	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.Clusters(g.ServicePolicies))
+	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, transforms.Listeners())
+	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes())
+	checked(Derive(d, NameCLAs+"/problems", g.CLAs, transforms.ResourceProblems()))
+	checked(Derive(d, NameClusters+"/problems", g.Clusters, transforms.ResourceProblems()))
+	checked(Derive(d, NameListeners+"/problems", g.Listeners, transforms.ResourceProblems()))
+	checked(Derive(d, NameRoutes+"/problems", g.Routes, transforms.ResourceProblems()))
+
+	g.Problems = krt.JoinCollection(problems, opts.WithName(NameProblems)...)
 	return g
 }
 
 // HasSynced reports whether every collection of the graph has synced.
-func (g *EDSGraph) HasSynced() bool { return g.Graph.HasSynced() }
+func (g *Graph) HasSynced() bool { return g.Description.HasSynced() }
 
 // WaitUntilSynced blocks until every collection has synced or stop is closed.
-func (g *EDSGraph) WaitUntilSynced(stop <-chan struct{}) bool { return g.Graph.WaitUntilSynced(stop) }
+func (g *Graph) WaitUntilSynced(stop <-chan struct{}) bool {
+	return g.Description.WaitUntilSynced(stop)
+}

@@ -18,11 +18,11 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 )
 
-func newStaticGraph(t *testing.T, stop chan struct{}, objs ...any) (*EDSGraph, sources.Static) {
+func newStaticGraph(t *testing.T, stop chan struct{}, objs ...any) (*Graph, sources.Static) {
 	t.Helper()
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
 	in := sources.NewStatic(opts, nil, objs...)
-	g := BuildEDS(collections.DefaultConfig(), in.Inputs(), opts, nil)
+	g := Build(collections.DefaultConfig(), in.Inputs(), opts)
 	if !g.WaitUntilSynced(stop) {
 		t.Fatal("graph did not sync")
 	}
@@ -35,7 +35,7 @@ type endpointsState struct {
 	Slices   map[string]collections.SliceEndpoints
 }
 
-func stateOf(g *EDSGraph) endpointsState {
+func stateOf(g *Graph) endpointsState {
 	s := endpointsState{Services: map[string]collections.ServiceEndpoints{}, Slices: map[string]collections.SliceEndpoints{}}
 	for _, se := range g.ServiceEndpoints.List() {
 		s.Services[se.ResourceName()] = se
@@ -62,7 +62,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	}
 }
 
-func addrs(g *EDSGraph, key string) []string {
+func addrs(g *Graph, key string) []string {
 	se := g.ServiceEndpoints.GetKey(key)
 	if se == nil {
 		return nil
@@ -74,7 +74,7 @@ func addrs(g *EDSGraph, key string) []string {
 	return out
 }
 
-func expectAddrs(t *testing.T, g *EDSGraph, key string, want ...string) {
+func expectAddrs(t *testing.T, g *Graph, key string, want ...string) {
 	t.Helper()
 	eventually(t, key+" endpoints", func() (bool, string) {
 		got := addrs(g, key)
@@ -340,31 +340,20 @@ func TestDescription(t *testing.T) {
 		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}),
 	)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy")
-	s := g.Graph.Snapshot()
-	want := []string{collections.NameNamespaces, collections.NameNodes, collections.NameServices, collections.NamePods,
-		collections.NameEndpointSlices, NameNodeLocalities, NameServiceInfos, NameWorkloads, NameSliceEndpoints, NameServiceEndpoints}
-	var names []string
+	s := g.Description.Snapshot()
 	for _, n := range s.Nodes {
-		names = append(names, n.Name)
 		if !n.Synced {
 			t.Errorf("%s not synced", n.Name)
 		}
-	}
-	if diff := cmp.Diff(want, names); diff != "" {
-		t.Fatalf("nodes (-want +got):\n%s", diff)
 	}
 	se, _ := s.Node(NameServiceEndpoints)
 	if se.Size != 1 || se.Recomputes == 0 || se.Input != NameServiceInfos {
 		t.Fatalf("ServiceEndpoints node: %+v", se)
 	}
-	// krt really recorded the Fetch of Workloads by the slice transform.
-	found := false
-	for _, e := range s.Edges {
-		if e.From == NameWorkloads && e.To == NameSliceEndpoints && e.Kind == EdgeFetch && e.Observed {
-			found = true
-		}
+	if n, _ := s.Node(NameSliceEndpoints); n.Input != collections.NameEndpointSlices || !slices.Contains(n.Dependencies, NameWorkloads) {
+		t.Fatalf("SliceEndpoints node: %+v", n)
 	}
-	if !found {
-		t.Fatalf("observed fetch edge Workloads→SliceEndpoints missing: %+v", s.Edges)
+	if n, _ := s.Node(NameProxyClasses); n.Input != NameProxiesByClass {
+		t.Fatalf("ProxyClasses node: %+v", n)
 	}
 }

@@ -90,7 +90,7 @@ func TestInformerInputs(t *testing.T) {
 	stop := test.NewStop(t)
 	client := kube.NewFakeClient(objs...)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	g := BuildEDS(collections.DefaultConfig(), sources.Informers(client, opts), opts, nil)
+	g := Build(collections.DefaultConfig(), sources.Informers(client, opts), opts)
 	client.RunAndWait(stop)
 	if !g.WaitUntilSynced(stop) {
 		t.Fatal("not synced")

@@ -19,7 +19,7 @@ import (
 
 // DebugOptions configures the debug HTTP surface.
 type DebugOptions struct {
-	Graph     *graphs.EDSGraph
+	Graph     *graphs.Graph
 	Debugger  *krt.DebugHandler
 	Gatherer  prometheus.Gatherer
 	ClusterID string
@@ -70,7 +70,7 @@ func NewDebugMux(o DebugOptions) http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	}
 	handle("/debug/krt", "the collection graph: ?format=json|dot|html", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeGraph(w, r, o.Graph.Graph.Snapshot())
+		writeGraph(w, r, o.Graph.Description.Snapshot())
 	}))
 	handle("/debug/krtz", "krt's own dump of every collection; ?collection=NAME filters", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		krtz(w, r, o.Debugger)
@@ -172,10 +172,10 @@ func writeGraph(w http.ResponseWriter, r *http.Request, s graphs.Snapshot) {
 	switch r.URL.Query().Get("format") {
 	case "dot":
 		w.Header().Set("Content-Type", "text/vnd.graphviz")
-		fmt.Fprint(w, graphs.Dot(s))
+		fmt.Fprint(w, Dot(s))
 	case "html":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, graphs.Page)
+		fmt.Fprint(w, Page)
 	default:
 		WriteJSON(w, r, s)
 	}

@@ -36,19 +36,19 @@ func ClusterPorts(svc *collections.ServiceInfo) []collections.ServicePort {
 // Clusters builds the CDS resources of a service: one EDS cluster per cluster port, named
 // outbound|<port>||<hostname>, and one per port and subset of the DestinationRules that may
 // apply (outbound|<port>|<subset>|<hostname>), whose endpoints come over ADS.
-func Clusters(policies krt.Collection[collections.ServicePolicy], report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.ResourceSet] {
-	return func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
+func Clusters(policies krt.Collection[collections.ServicePolicy]) Many[collections.ServiceInfo, collections.ResourceSet] {
+	return Many[collections.ServiceInfo, collections.ResourceSet]{Reads: []any{policies}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
 		sp := krt.FetchOne(ctx, policies, krt.FilterKey(svc.ResourceName()))
 		subsets := append([]string{""}, sp.Subsets()...)
 		var out []collections.ResourceSet
 		for _, p := range ClusterPorts(&svc) {
 			for _, subset := range subsets {
 				name := ClusterName(p.Port, subset, svc.Hostname)
-				out = appendResource(out, report, &svc, name, name, TypeCluster, EDSCluster(name))
+				out = appendResource(out, &svc, name, name, TypeCluster, EDSCluster(name))
 			}
 		}
 		return out
-	}
+	}}
 }
 
 // EDSCluster is an EDS cluster fed over ADS, as istiod builds it.
@@ -77,8 +77,8 @@ func ShortListenerKey(namespace, name string) string { return namespace + "/" + 
 // cluster port, under the names a client may dial (<fqdn>:<port>, <name>.<ns>:<port>, and
 // <name>:<port> for clients in the same namespace), each routing through RDS to the port's
 // cluster.
-func Listeners(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.ResourceSet] {
-	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
+func Listeners() Many[collections.ServiceInfo, collections.ResourceSet] {
+	return Many[collections.ServiceInfo, collections.ResourceSet]{Fn: func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
 		var out []collections.ResourceSet
 		for _, p := range ClusterPorts(&svc) {
 			port := ":" + strconv.Itoa(int(p.Port))
@@ -90,14 +90,14 @@ func Listeners(report collections.Reporter) krt.TransformationMulti[collections.
 			} {
 				l, err := APIListener(alias.name, routeName)
 				if err != nil {
-					report.Report(collections.Problem{Kind: "Service", Object: svc.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
+					out = append(out, failedResource(&svc, alias.key, alias.name, TypeListener, err))
 					continue
 				}
-				out = appendResource(out, report, &svc, alias.key, alias.name, TypeListener, l)
+				out = appendResource(out, &svc, alias.key, alias.name, TypeListener, l)
 			}
 		}
 		return out
-	}
+	}}
 }
 
 // APIListener is a gRPC client listener: an HTTP connection manager whose routes come over ADS
@@ -129,15 +129,15 @@ func APIListener(name, routeName string) (*listener.Listener, error) {
 
 // Routes builds the RDS resources of a service: per cluster port, a route configuration named
 // like the cluster that sends everything to it.
-func Routes(report collections.Reporter) krt.TransformationMulti[collections.ServiceInfo, collections.ResourceSet] {
-	return func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
+func Routes() Many[collections.ServiceInfo, collections.ResourceSet] {
+	return Many[collections.ServiceInfo, collections.ResourceSet]{Fn: func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
 		var out []collections.ResourceSet
 		for _, p := range ClusterPorts(&svc) {
 			name := ClusterName(p.Port, "", svc.Hostname)
-			out = appendResource(out, report, &svc, name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
+			out = appendResource(out, &svc, name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
 		}
 		return out
-	}
+	}}
 }
 
 // RouteTo is a route configuration with one catch-all virtual host routing to cluster.
@@ -156,11 +156,26 @@ func RouteTo(clusterName, vhost string) *route.RouteConfiguration {
 }
 
 // appendResource marshals a resource of svc shared by every proxy that sees it.
-func appendResource(out []collections.ResourceSet, report collections.Reporter, svc *collections.ServiceInfo, key, name, typeURL string, m proto.Message) []collections.ResourceSet {
+func appendResource(out []collections.ResourceSet, svc *collections.ServiceInfo, key, name, typeURL string, m proto.Message) []collections.ResourceSet {
 	r, err := Marshal(name, typeURL, m)
 	if err != nil {
-		report.Report(collections.Problem{Kind: "Service", Object: svc.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
-		return out
+		return append(out, failedResource(svc, key, name, typeURL, err))
 	}
 	return append(out, collections.ResourceSet{Key: key, Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(), Shared: r})
+}
+
+// failedResource is the set of a resource that could not be built: no resource, and why.
+func failedResource(svc *collections.ServiceInfo, key, name, typeURL string, err error) collections.ResourceSet {
+	return collections.ResourceSet{Key: key, Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(),
+		Problems: []collections.Problem{{Kind: "Service", Object: svc.ResourceName(), Reason: collections.ReasonMarshalFailed, Detail: err.Error()}}}
+}
+
+// ResourceProblems lists what kept resources out of a set, keyed by the set.
+func ResourceProblems() Single[collections.ResourceSet, collections.ObjectProblems] {
+	return Single[collections.ResourceSet, collections.ObjectProblems]{Fn: func(_ krt.HandlerContext, s collections.ResourceSet) *collections.ObjectProblems {
+		if len(s.Problems) == 0 {
+			return nil
+		}
+		return &collections.ObjectProblems{Kind: s.TypeURL, Object: s.Key, Problems: s.Problems}
+	}}
 }

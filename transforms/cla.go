@@ -225,17 +225,7 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 			plan.Groups = append(plan.Groups, CLAGroup{Locality: l, Priority: uint32(p), Endpoints: byPriority[p]})
 		}
 	}
-	// Compact priorities to 0..N, keeping their order.
-	var used []uint32
-	for _, g := range plan.Groups {
-		if !slices.Contains(used, g.Priority) {
-			used = append(used, g.Priority)
-		}
-	}
-	slices.Sort(used)
-	for i := range plan.Groups {
-		plan.Groups[i].Priority = uint32(slices.Index(used, plan.Groups[i].Priority))
-	}
+	renumberPriorities(len(plan.Groups), func(i int) *uint32 { return &plan.Groups[i].Priority })
 	return plan
 }
 
@@ -288,13 +278,6 @@ func EncodeClusterCLA(plan CLAPlan, cp ClusterPolicy, class collections.ProxyCla
 	return b, nil
 }
 
-// BuildCLA plans and renders the ClusterLoadAssignment of one service port for one class.
-func BuildCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []collections.Endpoint,
-	policy LBPolicy, class collections.ProxyClass,
-) *endpoint.ClusterLoadAssignment {
-	return PlanCLA(clusterName, svc, port, eps, policy, class).Proto()
-}
-
 // FailoverPriority is istiod's per-endpoint priority for failoverPriority labels: walking the
 // labels in order, the first disagreement at index j gives len(labels)-j; a disagreement on a
 // leading topology.istio.io/network label adds len(labels) and the walk goes on. "label=value"
@@ -323,17 +306,23 @@ func FailoverPriority(proxyLabels, epLabels map[string]string, priorities []stri
 	return priority + adjust
 }
 
-// compactPriorities renumbers priorities to 0..N without gaps, keeping their order.
+// compactPriorities renumbers the priorities of localities to 0..N without gaps.
 func compactPriorities(l []*endpoint.LocalityLbEndpoints) {
+	renumberPriorities(len(l), func(i int) *uint32 { return &l[i].Priority })
+}
+
+// renumberPriorities renumbers n priorities to 0..N without gaps, keeping their order (clients
+// reject a gap).
+func renumberPriorities(n int, at func(i int) *uint32) {
 	var used []uint32
-	for _, e := range l {
-		if !slices.Contains(used, e.Priority) {
-			used = append(used, e.Priority)
+	for i := 0; i < n; i++ {
+		if p := *at(i); !slices.Contains(used, p) {
+			used = append(used, p)
 		}
 	}
 	slices.Sort(used)
-	for _, e := range l {
-		e.Priority = uint32(slices.Index(used, e.Priority))
+	for i := 0; i < n; i++ {
+		*at(i) = uint32(slices.Index(used, *at(i)))
 	}
 }
 

@@ -82,7 +82,7 @@ var (
 
 const fooName = "outbound|80||foo.ns1.svc.cluster.local"
 
-func TestBuildCLA(t *testing.T) {
+func TestPlanCLA(t *testing.T) {
 	httpPort := collections.ServicePort{Name: "http", Port: 80, Protocol: "TCP"}
 	plainSvc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local", Ports: []collections.ServicePort{httpPort}}
 	with := func(mut func(s *collections.ServiceInfo)) *collections.ServiceInfo {
@@ -228,7 +228,7 @@ func TestBuildCLA(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			policy := PolicyFor(tc.svc)
-			got := BuildCLA(fooName, tc.svc, httpPort, tc.eps, policy, Project(tc.svc, policy, tc.class))
+			got := PlanCLA(fooName, tc.svc, httpPort, tc.eps, policy, Project(tc.svc, policy, tc.class)).Proto()
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)
 			}

@@ -10,9 +10,11 @@ import (
 
 // CLAInputs are what the per-service CLA transform reads.
 type CLAInputs struct {
-	Services krt.Collection[collections.ServiceInfo]
-	Policies krt.Collection[collections.ServicePolicy]
-	Classes  krt.Collection[collections.ProxyClass]
+	// RootNamespace is istiod's root namespace (mesh-wide DestinationRules).
+	RootNamespace string
+	Services      krt.Collection[collections.ServiceInfo]
+	Policies      krt.Collection[collections.ServicePolicy]
+	Classes       krt.Collection[collections.ProxyClass]
 }
 
 // DependsOnProxy reports whether a service's CLAs differ between proxies.
@@ -39,8 +41,8 @@ func NeedsClasses(svc *collections.ServiceInfo, sp *collections.ServicePolicy) b
 // for each distinct projection of the connected proxy classes, and which class gets which. A
 // service whose CLAs do not depend on the proxy gets one shared CLA per cluster and does not read
 // the classes at all, so proxies connecting and leaving never recompute it.
-func ServiceCLAs(in CLAInputs, report collections.Reporter) krt.TransformationMulti[collections.ServiceEndpoints, collections.ResourceSet] {
-	return func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
+func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.ResourceSet] {
+	return Many[collections.ServiceEndpoints, collections.ResourceSet]{Reads: []any{in.Services, in.Policies, in.Classes}, Fn: func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
 		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName()))
 		if svc == nil {
 			return nil
@@ -59,13 +61,17 @@ func ServiceCLAs(in CLAInputs, report collections.Reporter) krt.TransformationMu
 				set := collections.ResourceSet{Key: name, Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
 				built := map[string]*collections.Resource{}
 				for _, c := range classes {
-					cp := ClusterPolicyFor(svc, sp, c.Namespace, port.Port, subset)
+					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
 					projected := ProjectFor(svc, cp, c)
 					key := CLAKeyFor(name, cp, projected)
 					r, ok := built[key]
 					if !ok {
-						r = buildCLA(name, svc, port, se, cp, projected, report)
+						var problem *collections.Problem
+						r, problem = buildCLA(name, svc, port, se, cp, projected)
 						built[key] = r
+						if problem != nil {
+							set.Problems = append(set.Problems, *problem)
+						}
 					}
 					if r == nil {
 						continue
@@ -83,26 +89,26 @@ func ServiceCLAs(in CLAInputs, report collections.Reporter) krt.TransformationMu
 			}
 		}
 		return out
-	}
+	}}
 }
 
-// buildCLA plans, encodes and versions one CLA; nil (reported) when it cannot be encoded.
+// buildCLA plans, encodes and versions one CLA. It is nil, with the problem, when it cannot be
+// encoded; a CLA over the size clients accept is kept, with the problem.
 func buildCLA(name string, svc *collections.ServiceInfo, port collections.ServicePort, se collections.ServiceEndpoints,
-	cp ClusterPolicy, projected collections.ProxyClass, report collections.Reporter,
-) *collections.Resource {
+	cp ClusterPolicy, projected collections.ProxyClass,
+) (*collections.Resource, *collections.Problem) {
 	plan := PlanClusterCLA(name, svc, port, se.Endpoints, cp, projected)
 	body, err := EncodeClusterCLA(plan, cp, projected)
 	if err != nil {
-		report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: "marshal_failed", Detail: err.Error()})
-		return nil
+		return nil, &collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonMarshalFailed, Detail: err.Error()}
 	}
 	r := Versioned(name, TypeCLA, body)
 	for _, g := range plan.Groups {
 		r.Endpoints += len(g.Endpoints)
 	}
 	if len(r.Body) > MaxResourceBytes {
-		report.Report(collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,
-			Detail: fmt.Sprintf("ClusterLoadAssignment %s is %d bytes, over the 4 MiB default gRPC message limit of xDS clients", name, len(r.Body))})
+		return r, &collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,
+			Detail: fmt.Sprintf("ClusterLoadAssignment %s is %d bytes, over the 4 MiB default gRPC message limit of xDS clients", name, len(r.Body))}
 	}
-	return r
+	return r, nil
 }

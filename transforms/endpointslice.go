@@ -13,9 +13,10 @@ import (
 
 // SliceInputs are the collections the EndpointSlice transform reads.
 type SliceInputs struct {
-	Services   krt.Collection[collections.ServiceInfo]
-	Workloads  krt.Collection[collections.Workload]
-	Namespaces krt.Collection[*corev1.Namespace]
+	Services  krt.Collection[collections.ServiceInfo]
+	Workloads krt.Collection[collections.Workload]
+	// SystemNetwork is the default network (the system namespace's network label).
+	SystemNetwork krt.Singleton[string]
 	// ReadyWorkloadsByIP indexes Workloads that are Ready by each of their IPs.
 	ReadyWorkloadsByIP krt.Index[string, collections.Workload]
 }
@@ -33,24 +34,23 @@ func ReadyIPs(w collections.Workload) []string {
 // Workload (an endpoint whose Pod does not exist yet is left out; krt recomputes it when the Pod
 // arrives), and, for entries without a Pod targetRef, the Ready Workload with that IP in the
 // slice's namespace. Slices from multi-cluster services and FQDN slices give nothing.
-func SliceEndpointsOf(cfg collections.Config, in SliceInputs, report collections.Reporter) krt.TransformationSingle[*discovery.EndpointSlice, collections.SliceEndpoints] {
-	return func(ctx krt.HandlerContext, slice *discovery.EndpointSlice) *collections.SliceEndpoints {
+func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery.EndpointSlice, collections.SliceEndpoints] {
+	return Checked[*discovery.EndpointSlice, collections.SliceEndpoints]{Reads: []any{in.Services, in.Workloads, in.SystemNetwork}, Fn: func(ctx krt.HandlerContext, slice *discovery.EndpointSlice) (*collections.ObjectProblems, *collections.SliceEndpoints) {
 		if _, mcs := slice.Labels[collections.LabelMCSServiceName]; mcs {
-			return nil
+			return nil, nil
 		}
-		object := slice.Namespace + "/" + slice.Name
+		pr := &problems{kind: "EndpointSlice", object: slice.Namespace + "/" + slice.Name}
 		svcName := slice.Labels[collections.LabelServiceName]
 		if svcName == "" {
-			report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
-				Reason: collections.ReasonSliceNoServiceName, Detail: "label " + collections.LabelServiceName + " is missing; slice ignored"})
-			return nil
+			pr.add(collections.ReasonSliceNoServiceName, "label "+collections.LabelServiceName+" is missing; slice ignored")
+			return pr.result(), nil
 		}
 		if slice.AddressType == discovery.AddressTypeFQDN {
-			return nil
+			return nil, nil
 		}
 		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(slice.Namespace+"/"+svcName))
 
-		ports := slicePorts(slice, svc, object, report)
+		ports := slicePorts(slice, svc, pr)
 		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName,
 			Endpoints: make([]collections.Endpoint, 0, len(slice.Endpoints)*len(ports))}
 		workloads := targetWorkloads(ctx, in, slice)
@@ -61,8 +61,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs, report collections
 			for _, addr := range e.Addresses {
 				ip, err := netip.ParseAddr(addr)
 				if err != nil {
-					report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
-						Reason: collections.ReasonInvalidAddress, Detail: fmt.Sprintf("endpoint %d: address %q is not an IP address", i, addr)})
+					pr.add(collections.ReasonInvalidAddress, fmt.Sprintf("endpoint %d: address %q is not an IP address", i, addr))
 					continue
 				}
 				addr = ip.String()
@@ -82,14 +81,13 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs, report collections
 					meta, podKey = w.Meta, w.ResourceName()
 				} else {
 					if ref != nil {
-						report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
-							Reason: collections.ReasonTargetRefKind, Detail: fmt.Sprintf("endpoint %d: targetRef kind %q is not Pod; looking the address up instead", i, ref.Kind)})
+						pr.add(collections.ReasonTargetRefKind, fmt.Sprintf("endpoint %d: targetRef kind %q is not Pod; looking the address up instead", i, ref.Kind))
 					}
 					if w := readyWorkloadByIP(ctx, in, slice.Namespace, addr); w != nil {
 						meta, podKey = w.Meta, w.ResourceName()
 					} else {
 						if registryMeta == nil {
-							registryMeta = RegistryOnlyMeta(cfg, SystemNetwork(ctx, cfg, in.Namespaces))
+							registryMeta = RegistryOnlyMeta(cfg, FetchSystemNetwork(ctx, in.SystemNetwork))
 						}
 						meta = registryMeta
 					}
@@ -107,8 +105,8 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs, report collections
 				}
 			}
 		}
-		return out
-	}
+		return pr.result(), out
+	}}
 }
 
 // targetWorkloads Fetches, in one go, the Workloads of every Pod the slice's endpoints name: one
@@ -142,7 +140,7 @@ type slicePort struct {
 
 // slicePorts returns the usable ports of a slice: a port without a number or outside 1..65535 is
 // skipped, and so is a port whose name the Service (when known) does not have.
-func slicePorts(slice *discovery.EndpointSlice, svc *collections.ServiceInfo, object string, report collections.Reporter) []slicePort {
+func slicePorts(slice *discovery.EndpointSlice, svc *collections.ServiceInfo, pr *problems) []slicePort {
 	out := make([]slicePort, 0, len(slice.Ports))
 	for i, p := range slice.Ports {
 		name := ""
@@ -150,13 +148,11 @@ func slicePorts(slice *discovery.EndpointSlice, svc *collections.ServiceInfo, ob
 			name = *p.Name
 		}
 		if p.Port == nil {
-			report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
-				Reason: collections.ReasonNilPort, Detail: fmt.Sprintf("port %d (%q) has no number; skipped", i, name)})
+			pr.add(collections.ReasonNilPort, fmt.Sprintf("port %d (%q) has no number; skipped", i, name))
 			continue
 		}
 		if *p.Port < 1 || *p.Port > 65535 {
-			report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
-				Reason: collections.ReasonInvalidPort, Detail: fmt.Sprintf("port %d (%q) number %d is out of range; skipped", i, name, *p.Port)})
+			pr.add(collections.ReasonInvalidPort, fmt.Sprintf("port %d (%q) number %d is out of range; skipped", i, name, *p.Port))
 			continue
 		}
 		if p.Protocol != nil && *p.Protocol == corev1.ProtocolUDP {
@@ -165,8 +161,7 @@ func slicePorts(slice *discovery.EndpointSlice, svc *collections.ServiceInfo, ob
 		}
 		if svc != nil {
 			if _, ok := svc.PortByName(name); !ok {
-				report.Report(collections.Problem{Kind: "EndpointSlice", Object: object,
-					Reason: collections.ReasonUnknownPortName, Detail: fmt.Sprintf("port %q is not a port of service %s; skipped", name, svc.ResourceName())})
+				pr.add(collections.ReasonUnknownPortName, fmt.Sprintf("port %q is not a port of service %s; skipped", name, svc.ResourceName()))
 				continue
 			}
 		}
@@ -218,8 +213,8 @@ func EndpointHealth(svc *collections.ServiceInfo, c discovery.EndpointConditions
 // MergeServiceEndpoints merges the endpoints of all slices of one service into its endpoint
 // shard: de-duplicated by (address, port name), healthiest copy first, then lowest slice name,
 // in a stable order.
-func MergeServiceEndpoints(cfg collections.Config, bySvc krt.Index[string, collections.SliceEndpoints]) krt.TransformationSingle[collections.ServiceInfo, collections.ServiceEndpoints] {
-	return func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
+func MergeServiceEndpoints(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[collections.ServiceInfo, collections.ServiceEndpoints] {
+	return Single[collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
 		slicesOf := bySvc.Fetch(ctx, svc.ResourceName())
 		n := 0
 		for _, s := range slicesOf {
@@ -236,7 +231,7 @@ func MergeServiceEndpoints(cfg collections.Config, bySvc krt.Index[string, colle
 			ClusterID: cfg.ClusterID,
 			Endpoints: collections.MergeEndpoints(all),
 		}
-	}
+	}}
 }
 
 // SliceService is the index extractor from a slice's endpoints to its Service key.

@@ -15,7 +15,7 @@ import (
 )
 
 // sliceFixture builds the inputs of the slice transform from plain objects.
-func sliceFixture(t *testing.T, objs ...any) (SliceInputs, *collections.RecordingReporter) {
+func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 	t.Helper()
 	stop := test.NewStop(t)
 	cfg := collections.DefaultConfig()
@@ -32,19 +32,18 @@ func sliceFixture(t *testing.T, objs ...any) (SliceInputs, *collections.Recordin
 		case *corev1.Pod:
 			pods = append(pods, o)
 		case *corev1.Node:
-			nodes = append(nodes, *NodeLocalities()(krt.TestingDummyContext{}, o))
+			nodes = append(nodes, *NodeLocalities().Fn(krt.TestingDummyContext{}, o))
 		case *corev1.Namespace:
 			nss = append(nss, o)
 		default:
 			t.Fatalf("unexpected fixture %T", o)
 		}
 	}
-	rep := &collections.RecordingReporter{}
-	nsc := krt.NewStaticCollection(nil, nss, krt.WithStop(stop))
+	network := networkOf(t, nss...)
 	nodec := krt.NewStaticCollection(nil, nodes, krt.WithStop(stop))
 	var wls []collections.Workload
 	for _, p := range pods {
-		if w := Workloads(cfg, nodec, nsc, rep)(krt.TestingDummyContext{}, p); w != nil {
+		if _, w := Workloads(cfg, nodec, network).Fn(krt.TestingDummyContext{}, p); w != nil {
 			wls = append(wls, *w)
 		}
 	}
@@ -52,16 +51,16 @@ func sliceFixture(t *testing.T, objs ...any) (SliceInputs, *collections.Recordin
 	return SliceInputs{
 		Services:           krt.NewStaticCollection(nil, svcs, krt.WithStop(stop)),
 		Workloads:          wc,
-		Namespaces:         nsc,
+		SystemNetwork:      network,
 		ReadyWorkloadsByIP: krt.NewIndex(wc, "readyByIP", ReadyIPs),
-	}, rep
+	}
 }
 
 func runSlice(t *testing.T, slice *discovery.EndpointSlice, objs ...any) (*collections.SliceEndpoints, []collections.Problem) {
 	t.Helper()
-	in, rep := sliceFixture(t, objs...)
-	out := SliceEndpointsOf(collections.DefaultConfig(), in, rep)(krt.TestingDummyContext{}, slice)
-	return out, rep.Problems()
+	in := sliceFixture(t, objs...)
+	probs, out := SliceEndpointsOf(collections.DefaultConfig(), in).Fn(krt.TestingDummyContext{}, slice)
+	return out, problemsOf(probs)
 }
 
 // health maps address → health of the slice's endpoints.
@@ -127,7 +126,7 @@ func TestSliceEndpointsWholeOutput(t *testing.T) {
 	if len(problems) != 0 {
 		t.Fatalf("problems: %v", problems)
 	}
-	in, _ := sliceFixture(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
+	in := sliceFixture(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
 	podMeta := in.Workloads.GetKey("ns1/foo-1").Meta
 	want := &collections.SliceEndpoints{Namespace: "ns1", Name: "foo-abc", Service: "foo", Endpoints: []collections.Endpoint{
 		{Address: "10.1.0.1", Port: 8080, PortName: "http", Health: collections.Healthy, Slice: "foo-abc", Pod: "ns1/foo-1", Meta: podMeta},
@@ -340,7 +339,7 @@ func TestMergeServiceEndpoints(t *testing.T) {
 		{Namespace: "ns1", Name: "c", Service: "bar", Endpoints: []collections.Endpoint{mk("10.0.0.99", "c", collections.Healthy, 80)}},
 	}, krt.WithStop(stop))
 	idx := krt.NewIndex(slices, "byService", SliceService)
-	out := MergeServiceEndpoints(collections.DefaultConfig(), idx)(krt.TestingDummyContext{},
+	out := MergeServiceEndpoints(collections.DefaultConfig(), slices, idx).Fn(krt.TestingDummyContext{},
 		collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local"})
 	want := &collections.ServiceEndpoints{Hostname: "foo.ns1.svc.cluster.local", Namespace: "ns1", Name: "foo", ClusterID: "Kubernetes",
 		Endpoints: []collections.Endpoint{

@@ -37,23 +37,23 @@ func FuzzSliceEndpoints(f *testing.F) {
 	stop := test.NewStop(f)
 	cfg := collections.DefaultConfig()
 	svc := ConvertService(cfg, fixtures.Service("ns1", "foo", fixtures.HTTP...), nil)
-	w := Workloads(cfg, krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)),
-		krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop)), collections.NopReporter{})(krt.TestingDummyContext{},
+	network := networkOf(f)
+	_, w := Workloads(cfg, krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)), network).Fn(krt.TestingDummyContext{},
 		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"))
 	wc := krt.NewStaticCollection(nil, []collections.Workload{*w}, krt.WithStop(stop))
 	in := SliceInputs{
 		Services:           krt.NewStaticCollection(nil, []collections.ServiceInfo{*svc}, krt.WithStop(stop)),
 		Workloads:          wc,
-		Namespaces:         krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop)),
+		SystemNetwork:      network,
 		ReadyWorkloadsByIP: krt.NewIndex(wc, "ip", ReadyIPs),
 	}
-	fn := SliceEndpointsOf(cfg, in, &collections.RecordingReporter{})
+	fn := SliceEndpointsOf(cfg, in).Fn
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var s discovery.EndpointSlice
 		if json.Unmarshal(data, &s) != nil {
 			return
 		}
-		out := fn(krt.TestingDummyContext{}, &s)
+		_, out := fn(krt.TestingDummyContext{}, &s)
 		if out == nil {
 			return
 		}
@@ -92,14 +92,13 @@ func FuzzWorkloads(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"name":"p","generateName":"cj-12345678-","labels":{"istio-locality":"a.b.c.d","topology.istio.io/locality":""},
 		"ownerReferences":[{"kind":"Job","name":"cj-12345678","controller":true}]},"status":{"phase":"Running","podIPs":[{"ip":""}]}}`))
 	stop := test.NewStop(f)
-	fn := Workloads(collections.DefaultConfig(), krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)),
-		krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop)), collections.NopReporter{})
+	fn := Workloads(collections.DefaultConfig(), krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)), networkOf(f)).Fn
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p corev1.Pod
 		if json.Unmarshal(data, &p) != nil {
 			return
 		}
-		if w := fn(krt.TestingDummyContext{}, &p); w != nil && (w.Meta == nil || !w.Equals(*w)) {
+		if _, w := fn(krt.TestingDummyContext{}, &p); w != nil && (w.Meta == nil || !w.Equals(*w)) {
 			t.Fatalf("bad workload %+v", w)
 		}
 	})

@@ -88,7 +88,7 @@ func EffectiveFailoverPriority(setting *collections.LocalitySetting, enableFailo
 	return setting.FailoverPriority
 }
 
-// LocalityLBPolicy is the LBPolicy under which BuildCLA performs the failoverPriority part of a
+// LocalityLBPolicy is the LBPolicy under which PlanCLA performs the failoverPriority part of a
 // locality setting. The rest (distribute, failover, zone-aware region buckets) is then applied
 // by ApplyLocalityLoadBalancer on the CLA with nil endpoint labels.
 func LocalityLBPolicy(setting *collections.LocalitySetting, enableFailover bool, tp *collections.TrafficPolicy, svc *collections.ServiceInfo) LBPolicy {
@@ -120,12 +120,12 @@ func ProxyLocalityDependence(setting *collections.LocalitySetting, enableFailove
 }
 
 // ApplyLocalityLoadBalancer is istiod's LBSettings.ApplyToLoadAssignment for a setting and
-// enableFailover from LBSettingFor. cla is modified in place; it must come from BuildCLA, with
+// enableFailover from LBSettingFor. cla is modified in place; it must come from PlanCLA, with
 // its localities sorted and every priority 0 when endpointLabels are given.
 //
 // endpointLabels[i][j] are the labels of cla.Endpoints[i].LbEndpoints[j]; with nil labels (or
 // nil proxyLabels) the failoverPriority split is skipped, as istiod skips it, which is what a
-// CLA already split by BuildCLA under LocalityLBPolicy needs.
+// CLA already split by PlanCLA under LocalityLBPolicy needs.
 //
 //   - distribute set → ApplyDistribute;
 //   - else, with failover enabled: failoverPriority → ApplyFailoverPriority, then ApplyFailover

@@ -10,10 +10,10 @@ import (
 // NodeLocalities reads a Node's locality from its topology labels: region and zone from
 // topology.kubernetes.io/{region,zone}, falling back to the beta failure-domain labels, and the
 // subzone from topology.istio.io/subzone.
-func NodeLocalities() krt.TransformationSingle[*corev1.Node, collections.NodeLocality] {
-	return func(_ krt.HandlerContext, n *corev1.Node) *collections.NodeLocality {
+func NodeLocalities() Single[*corev1.Node, collections.NodeLocality] {
+	return Single[*corev1.Node, collections.NodeLocality]{Fn: func(_ krt.HandlerContext, n *corev1.Node) *collections.NodeLocality {
 		return &collections.NodeLocality{Name: n.Name, Locality: NodeLocality(n.Labels)}
-	}
+	}}
 }
 
 // NodeLocality reads the locality from a Node's labels.

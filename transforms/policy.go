@@ -5,26 +5,24 @@ import (
 	"strings"
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/config/labels"
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
 )
 
-// RootNamespace is where mesh-wide DestinationRules and Sidecars live (istiod's root namespace).
-const RootNamespace = "istio-system"
-
 // DestinationRules converts Kubernetes DestinationRules; invalid ones are reported and ignored.
-func DestinationRules(report collections.Reporter) krt.TransformationSingle[*networkingclient.DestinationRule, collections.DestinationRule] {
-	return func(_ krt.HandlerContext, dr *networkingclient.DestinationRule) *collections.DestinationRule {
-		return ConvertDestinationRule(dr, report)
-	}
+func DestinationRules() Checked[*networkingclient.DestinationRule, collections.DestinationRule] {
+	return Checked[*networkingclient.DestinationRule, collections.DestinationRule]{Fn: func(_ krt.HandlerContext, dr *networkingclient.DestinationRule) (*collections.ObjectProblems, *collections.DestinationRule) {
+		return ConvertDestinationRule(dr)
+	}}
 }
 
 // Sidecars converts Kubernetes Sidecars; invalid ones are reported and ignored.
-func Sidecars(report collections.Reporter) krt.TransformationSingle[*networkingclient.Sidecar, collections.Sidecar] {
-	return func(_ krt.HandlerContext, sc *networkingclient.Sidecar) *collections.Sidecar {
-		return ConvertSidecar(sc, report)
-	}
+func Sidecars() Checked[*networkingclient.Sidecar, collections.Sidecar] {
+	return Checked[*networkingclient.Sidecar, collections.Sidecar]{Fn: func(_ krt.HandlerContext, sc *networkingclient.Sidecar) (*collections.ObjectProblems, *collections.Sidecar) {
+		return ConvertSidecar(sc)
+	}}
 }
 
 // DestinationRuleMatches reports whether a rule's host (relative to its namespace) matches the
@@ -33,21 +31,48 @@ func DestinationRuleMatches(dr *collections.DestinationRule, svc *collections.Se
 	return dr.WorkloadSelector == nil && ruleHostMatches(svc.Hostname, resolveRuleHost(dr.Host, dr.Namespace, serviceDomain(svc)))
 }
 
-// ServicePolicies gathers, per service, the DestinationRules that may apply to it. A rule change
-// only changes the policies (and so the CLAs) of the services its host matches.
-func ServicePolicies(rules krt.Collection[collections.DestinationRule]) krt.TransformationSingle[collections.ServiceInfo, collections.ServicePolicy] {
-	return func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServicePolicy {
+// RuleHostKeys is the extractor of the index of DestinationRules by host: the rule's host
+// resolved against its namespace ("reviews" → reviews.<ns>.svc.<domain>; wildcards as written).
+func RuleHostKeys(cfg collections.Config) func(collections.DestinationRule) []string {
+	return func(dr collections.DestinationRule) []string {
+		return []string{resolveRuleHost(dr.Host, dr.Namespace, cfg.Domain)}
+	}
+}
+
+// HostKeys are the index keys of the rule hosts that may match a hostname: the hostname itself,
+// and the wildcards of each of its parent domains ("*.ns.svc.cluster.local", ..., "*").
+func HostKeys(hostname string) []string {
+	keys := []string{hostname, "*"}
+	for rest := hostname; ; {
+		_, after, ok := strings.Cut(rest, ".")
+		if !ok {
+			break
+		}
+		keys = append(keys, "*."+after)
+		rest = after
+	}
+	return keys
+}
+
+// ServicePolicies gathers, per service, the DestinationRules that may apply to it. It Fetches
+// rules through their host index, so a rule change recomputes only the services its host can
+// match.
+func ServicePolicies(rules krt.Collection[collections.DestinationRule], byHost krt.Index[string, collections.DestinationRule]) Single[collections.ServiceInfo, collections.ServicePolicy] {
+	return Single[collections.ServiceInfo, collections.ServicePolicy]{Reads: []any{rules}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServicePolicy {
 		sp := &collections.ServicePolicy{Service: svc.ResourceName()}
-		for _, r := range krt.Fetch(ctx, rules) {
-			if DestinationRuleMatches(&r, &svc) {
-				sp.Rules = append(sp.Rules, r)
+		for _, key := range HostKeys(svc.Hostname) {
+			for _, r := range byHost.Fetch(ctx, key) {
+				if DestinationRuleMatches(&r, &svc) {
+					sp.Rules = append(sp.Rules, r)
+				}
 			}
 		}
 		slices.SortFunc(sp.Rules, func(a, b collections.DestinationRule) int {
 			return strings.Compare(a.ResourceName(), b.ResourceName())
 		})
+		sp.Rules = slices.CompactFunc(sp.Rules, func(a, b collections.DestinationRule) bool { return a.ResourceName() == b.ResourceName() })
 		return sp
-	}
+	}}
 }
 
 // ClusterPolicy is everything that decides one cluster's CLA beyond the endpoints: the
@@ -79,10 +104,10 @@ func (cp ClusterPolicy) PostProcess() bool {
 }
 
 // ClusterPolicyFor resolves the policy of one cluster for proxies of a namespace.
-func ClusterPolicyFor(svc *collections.ServiceInfo, sp *collections.ServicePolicy, proxyNamespace string, port int32, subset string) ClusterPolicy {
+func ClusterPolicyFor(svc *collections.ServiceInfo, sp *collections.ServicePolicy, rootNamespace, proxyNamespace string, port int32, subset string) ClusterPolicy {
 	var dr *collections.DestinationRule
 	if sp != nil && len(sp.Rules) > 0 {
-		dr = ResolveDestinationRule(sp.Rules, proxyNamespace, svc, RootNamespace)
+		dr = ResolveDestinationRule(sp.Rules, proxyNamespace, svc, rootNamespace)
 	}
 	if dr == nil {
 		cp := ClusterPolicy{LB: PolicyFor(svc)}
@@ -131,11 +156,6 @@ func CLAKeyFor(clusterName string, cp ClusterPolicy, projected collections.Proxy
 }
 
 // subsetMatch reports whether the endpoint's labels contain every subset label.
-func subsetMatch(labels, subset map[string]string) bool {
-	for k, v := range subset {
-		if lv, ok := labels[k]; !ok || lv != v {
-			return false
-		}
-	}
-	return true
+func subsetMatch(l, subset map[string]string) bool {
+	return labels.Instance(subset).SubsetOf(l)
 }

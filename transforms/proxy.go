@@ -12,16 +12,20 @@ import (
 type ProxyInputs struct {
 	Workloads          krt.Collection[collections.Workload]
 	ReadyWorkloadsByIP krt.Index[string, collections.Workload]
-	// Sidecars scope what each proxy sees.
-	Sidecars krt.Collection[collections.Sidecar]
+	// Sidecars scope what each proxy sees; they are read by namespace.
+	Sidecars            krt.Collection[collections.Sidecar]
+	SidecarsByNamespace krt.Index[string, collections.Sidecar]
 }
+
+// SidecarNamespace is the extractor of the index of Sidecars by namespace.
+func SidecarNamespace(s collections.Sidecar) []string { return []string{s.Namespace} }
 
 // Proxies enriches a connected proxy from the registry, as istiod's SetWorkloadLabels and
 // setTopologyLabels do: the Pod named by the node id (if its IPs include the proxy IP), else the
 // Ready Pod with the proxy IP in the proxy's namespace, supplies labels, locality and node; without
 // one, the proxy's declared labels and node.locality are used.
-func Proxies(cfg collections.Config, in ProxyInputs) krt.TransformationSingle[collections.ConnectedProxy, collections.Proxy] {
-	return func(ctx krt.HandlerContext, cp collections.ConnectedProxy) *collections.Proxy {
+func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.ConnectedProxy, collections.Proxy] {
+	return Single[collections.ConnectedProxy, collections.Proxy]{Reads: []any{in.Workloads, in.Sidecars}, Fn: func(ctx krt.HandlerContext, cp collections.ConnectedProxy) *collections.Proxy {
 		var w *collections.Workload
 		if cp.PodName != "" {
 			w = krt.FetchOne(ctx, in.Workloads, krt.FilterKey(cp.Namespace+"/"+cp.PodName))
@@ -63,8 +67,12 @@ func Proxies(cfg collections.Config, in ProxyInputs) krt.TransformationSingle[co
 			}
 			p.EffectiveLabels = AugmentLabels(cp.Labels, clusterID, locality, nodeName, network)
 		}
-		if in.Sidecars != nil {
-			if sc := SidecarFor(krt.Fetch(ctx, in.Sidecars), cp.Namespace, p.EffectiveLabels, RootNamespace); sc != nil {
+		if in.SidecarsByNamespace != nil {
+			candidates := in.SidecarsByNamespace.Fetch(ctx, cp.Namespace)
+			if cp.Namespace != cfg.SystemNamespace {
+				candidates = append(candidates, in.SidecarsByNamespace.Fetch(ctx, cfg.SystemNamespace)...)
+			}
+			if sc := SidecarFor(candidates, cp.Namespace, p.EffectiveLabels, cfg.SystemNamespace); sc != nil {
 				p.Sidecar = sc.ResourceName()
 				p.SidecarEgress = sc.EgressHosts
 				if len(p.SidecarEgress) == 0 {
@@ -81,7 +89,7 @@ func Proxies(cfg collections.Config, in ProxyInputs) krt.TransformationSingle[co
 		}
 		p.View = ViewOf(p)
 		return p
-	}
+	}}
 }
 
 // ViewOf is what resolving names for the proxy depends on (see collections.View).
@@ -98,14 +106,14 @@ func ViewOf(p *collections.Proxy) collections.View {
 func ProxyViewKey(p collections.Proxy) []string { return []string{p.View.Key} }
 
 // ViewOfGroup gives the view shared by a group of proxies (one index entry per view).
-func ViewOfGroup() krt.TransformationSingle[krt.IndexObject[string, collections.Proxy], collections.View] {
-	return func(_ krt.HandlerContext, o krt.IndexObject[string, collections.Proxy]) *collections.View {
+func ViewOfGroup() Single[krt.IndexObject[string, collections.Proxy], collections.View] {
+	return Single[krt.IndexObject[string, collections.Proxy], collections.View]{Fn: func(_ krt.HandlerContext, o krt.IndexObject[string, collections.Proxy]) *collections.View {
 		if len(o.Objects) == 0 {
 			return nil
 		}
 		v := o.Objects[0].View
 		return &v
-	}
+	}}
 }
 
 // ProxyClassKey is the index extractor that groups proxies by class.
@@ -113,12 +121,12 @@ func ProxyClassKey(p collections.Proxy) []string { return []string{p.Class.Key()
 
 // ProxyClassOf gives the class shared by a group of proxies (one index entry per class): a
 // proxy joining or leaving a class that stays populated changes nothing downstream.
-func ProxyClassOf() krt.TransformationSingle[krt.IndexObject[string, collections.Proxy], collections.ProxyClass] {
-	return func(_ krt.HandlerContext, o krt.IndexObject[string, collections.Proxy]) *collections.ProxyClass {
+func ProxyClassOf() Single[krt.IndexObject[string, collections.Proxy], collections.ProxyClass] {
+	return Single[krt.IndexObject[string, collections.Proxy], collections.ProxyClass]{Fn: func(_ krt.HandlerContext, o krt.IndexObject[string, collections.Proxy]) *collections.ProxyClass {
 		if len(o.Objects) == 0 {
 			return nil
 		}
 		c := o.Objects[0].Class
 		return &c
-	}
+	}}
 }

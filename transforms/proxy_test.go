@@ -54,17 +54,18 @@ func TestParseProxy(t *testing.T) {
 func TestProxyEnrichment(t *testing.T) {
 	stop := test.NewStop(t)
 	cfg := collections.DefaultConfig()
-	nodes := krt.NewStaticCollection(nil, []collections.NodeLocality{*NodeLocalities()(krt.TestingDummyContext{}, fixtures.ZoneNode("n1", "r1", "z1"))}, krt.WithStop(stop))
-	nss := krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop))
+	nodes := krt.NewStaticCollection(nil, []collections.NodeLocality{*NodeLocalities().Fn(krt.TestingDummyContext{}, fixtures.ZoneNode("n1", "r1", "z1"))}, krt.WithStop(stop))
+	network := networkOf(t)
 	var wls []collections.Workload
 	for _, p := range []*corev1.Pod{
 		fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"),
 		fixtures.Pod("ns2", "other", "other", "10.1.0.2", "n1"),
 	} {
-		wls = append(wls, *Workloads(cfg, nodes, nss, collections.NopReporter{})(krt.TestingDummyContext{}, p))
+		_, w := Workloads(cfg, nodes, network).Fn(krt.TestingDummyContext{}, p)
+		wls = append(wls, *w)
 	}
 	wc := krt.NewStaticCollection(nil, wls, krt.WithStop(stop))
-	f := Proxies(cfg, ProxyInputs{Workloads: wc, ReadyWorkloadsByIP: krt.NewIndex(wc, "ip", ReadyIPs)})
+	f := Proxies(cfg, ProxyInputs{Workloads: wc, ReadyWorkloadsByIP: krt.NewIndex(wc, "ip", ReadyIPs)}).Fn
 
 	declared := collections.Locality{Region: "rd", Zone: "zd"}
 	cases := []struct {

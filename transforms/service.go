@@ -16,14 +16,14 @@ import (
 // ServiceInfos converts a Kubernetes Service into a ServiceInfo. It Fetches the Service's
 // Namespace, whose networking.istio.io/traffic-distribution annotation is the last fallback for
 // the traffic distribution.
-func ServiceInfos(cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) krt.TransformationSingle[*corev1.Service, collections.ServiceInfo] {
-	return func(ctx krt.HandlerContext, svc *corev1.Service) *collections.ServiceInfo {
+func ServiceInfos(cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) Single[*corev1.Service, collections.ServiceInfo] {
+	return Single[*corev1.Service, collections.ServiceInfo]{Reads: []any{namespaces}, Fn: func(ctx krt.HandlerContext, svc *corev1.Service) *collections.ServiceInfo {
 		var nsAnnotations map[string]string
 		if ns := krt.FetchOne(ctx, namespaces, krt.FilterKey(svc.Namespace)); ns != nil {
 			nsAnnotations = (*ns).Annotations
 		}
 		return ConvertService(cfg, svc, nsAnnotations)
-	}
+	}}
 }
 
 // ServiceHostname is <name>.<namespace>.svc.<domain>.

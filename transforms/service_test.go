@@ -111,7 +111,7 @@ func TestConvertService(t *testing.T) {
 			}
 			namespaces := krt.NewStaticCollection(nil, []*corev1.Namespace{fixtures.Namespace("ns1", nil, tc.nsAnno)},
 				krt.WithStop(test.NewStop(t)))
-			got := ServiceInfos(c, namespaces)(krt.TestingDummyContext{}, tc.svc)
+			got := ServiceInfos(c, namespaces).Fn(krt.TestingDummyContext{}, tc.svc)
 			if got == nil {
 				t.Fatal("no ServiceInfo")
 			}
@@ -150,7 +150,7 @@ func TestNodeLocality(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := NodeLocalities()(krt.TestingDummyContext{}, fixtures.Node("n", tc.labels))
+			got := NodeLocalities().Fn(krt.TestingDummyContext{}, fixtures.Node("n", tc.labels))
 			if got.Name != "n" || got.Locality != tc.want {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}

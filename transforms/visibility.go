@@ -1,12 +1,13 @@
 package transforms
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/config/labels"
+	"istio.io/istio/pkg/config/validation"
 
 	"github.com/krteds/krteds/collections"
 )
@@ -144,55 +145,30 @@ func SidecarFor(sidecars []collections.Sidecar, proxyNamespace string, proxyLabe
 	return root
 }
 
-func labelsSubset(sel, labels map[string]string) bool {
-	for k, v := range sel {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
+func labelsSubset(sel, l map[string]string) bool {
+	return labels.Instance(sel).SubsetOf(l)
 }
 
 // ConvertSidecar copies the workload selector and the egress hosts of a Sidecar (see
-// collections.Sidecar). A Sidecar istiod's validation rejects for a reason that concerns these
-// (an empty configuration, a selector with an empty key or a wildcard, an egress listener without
-// hosts, a host not of the form namespace/dnsName with a valid namespace and a fully qualified or
-// wildcard host) is reported as ReasonInvalidSidecar and ignored (nil); rules on ports, binds,
-// capture modes, ingress listeners and outbound traffic policy are not checked.
-func ConvertSidecar(sc *networkingclient.Sidecar, report collections.Reporter) *collections.Sidecar {
+// collections.Sidecar). A Sidecar istiod's validation (pkg/config/validation ValidateSidecar,
+// used as is) rejects is reported as ReasonInvalidSidecar and ignored (nil).
+func ConvertSidecar(sc *networkingclient.Sidecar) (*collections.ObjectProblems, *collections.Sidecar) {
 	if sc == nil {
-		return nil
+		return nil, nil
 	}
+	pr := &problems{kind: KindSidecar, object: sc.Namespace + "/" + sc.Name}
 	spec := &sc.Spec
-	var errs []string
-	if sel := spec.GetWorkloadSelector(); sel != nil {
-		errs = append(errs, validateSelectorLabels(sel.GetLabels())...)
-	}
-	if len(spec.Egress) == 0 && len(spec.Ingress) == 0 && spec.OutboundTrafficPolicy == nil && spec.InboundConnectionPool == nil {
-		errs = append(errs, "sidecar: empty configuration provided")
+	if _, err := validation.ValidateSidecar(istioConfig(sc.ObjectMeta, spec)); err != nil {
+		pr.add(collections.ReasonInvalidSidecar, err.Error())
+		return pr.result(), nil
 	}
 	var hosts []string
 	for _, e := range spec.Egress {
-		if e == nil {
-			errs = append(errs, "egress listener may not be null")
-			continue
-		}
-		if len(e.Hosts) == 0 {
-			errs = append(errs, "sidecar: egress listener must contain at least one host")
-		}
-		for _, h := range e.Hosts {
-			if err := validateEgressHost(h); err != "" {
-				errs = append(errs, err)
-			}
+		for _, h := range e.GetHosts() {
 			if !slices.Contains(hosts, h) {
 				hosts = append(hosts, h)
 			}
 		}
-	}
-	if len(errs) > 0 {
-		reportProblem(report, collections.Problem{Kind: KindSidecar, Object: sc.Namespace + "/" + sc.Name,
-			Reason: collections.ReasonInvalidSidecar, Detail: strings.Join(errs, "; ")})
-		return nil
 	}
 	out := &collections.Sidecar{
 		Name:         sc.Name,
@@ -206,30 +182,5 @@ func ConvertSidecar(sc *networkingclient.Sidecar, report collections.Reporter) *
 			out.WorkloadSelector = map[string]string{}
 		}
 	}
-	return out
-}
-
-// validateEgressHost is istiod's ValidateNamespaceSlashWildcardHostname for Sidecars.
-func validateEgressHost(h string) string {
-	ns, host, ok := strings.Cut(h, "/")
-	if !ok {
-		return "host must be of form namespace/dnsName"
-	}
-	var errs []string
-	if ns == "" || host == "" {
-		errs = append(errs, "config namespace and dnsName in host entry cannot be empty")
-	}
-	if n := strings.TrimPrefix(ns, "~"); n != "" && n != "*" && n != "." && !isDNS1123Label(n) {
-		errs = append(errs, fmt.Sprintf("invalid namespace value %q in sidecar", ns))
-	}
-	if host != "*" && !strings.Contains(host, ".") {
-		errs = append(errs, "short names (non FQDN) are not allowed")
-	}
-	if err := validateWildcardDomain(host); err != nil {
-		errs = append(errs, err.Error())
-	}
-	if strings.Contains(host, "*") && len(host) != 1 && !strings.HasPrefix(host, "*.") {
-		errs = append(errs, fmt.Sprintf("partial wildcard %q not allowed", host))
-	}
-	return strings.Join(errs, "; ")
+	return nil, out
 }

@@ -206,12 +206,11 @@ func TestVisibilityConvertSidecar(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rep := &collections.RecordingReporter{}
-			got := ConvertSidecar(c.in, rep)
+			probs, got := ConvertSidecar(c.in)
 			if diff := cmp.Diff(c.want, got); diff != "" {
 				t.Errorf("ConvertSidecar (-want +got):\n%s", diff)
 			}
-			problems := rep.Problems()
+			problems := problemsOf(probs)
 			if c.detail == "" {
 				if len(problems) > 0 {
 					t.Errorf("unexpected problems %v", problems)

@@ -5,23 +5,19 @@ import (
 	"strings"
 
 	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/spiffe"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
 )
 
 // Workloads derives a Workload from each Pod that is not Failed. It Fetches the Pod's Node (for
-// its locality, unless the Pod carries a locality label) and the system namespace (whose
-// topology.istio.io/network label is the default network).
-func Workloads(
-	cfg collections.Config,
-	nodes krt.Collection[collections.NodeLocality],
-	namespaces krt.Collection[*corev1.Namespace],
-	report collections.Reporter,
-) krt.TransformationSingle[*corev1.Pod, collections.Workload] {
-	return func(ctx krt.HandlerContext, pod *corev1.Pod) *collections.Workload {
+// its locality, unless the Pod carries a locality label) and the default network (the system
+// namespace's topology.istio.io/network label).
+func Workloads(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], systemNetwork krt.Singleton[string]) Checked[*corev1.Pod, collections.Workload] {
+	return Checked[*corev1.Pod, collections.Workload]{Reads: []any{nodes, systemNetwork}, Fn: func(ctx krt.HandlerContext, pod *corev1.Pod) (*collections.ObjectProblems, *collections.Workload) {
 		if pod.Status.Phase == corev1.PodFailed {
-			return nil
+			return nil, nil
 		}
 		labels := pod.Labels
 		localityLabel, locality := podLocality(labels)
@@ -33,14 +29,14 @@ func Workloads(
 		}
 		network := labels[collections.LabelTopologyNetwork]
 		if network == "" {
-			network = SystemNetwork(ctx, cfg, namespaces)
+			network = FetchSystemNetwork(ctx, systemNetwork)
 		}
 		ips := podIPs(pod)
+		pr := &problems{kind: "Pod", object: pod.Namespace + "/" + pod.Name}
 		if len(ips) == 0 && pod.Status.Phase == corev1.PodRunning {
-			report.Report(collections.Problem{Kind: "Pod", Object: pod.Namespace + "/" + pod.Name,
-				Reason: collections.ReasonPodNoIP, Detail: "running pod has no IP; it cannot be found by address"})
+			pr.add(collections.ReasonPodNoIP, "running pod has no IP; it cannot be found by address")
 		}
-		return &collections.Workload{
+		return pr.result(), &collections.Workload{
 			Name:        pod.Name,
 			Namespace:   pod.Namespace,
 			IPs:         ips,
@@ -49,13 +45,25 @@ func Workloads(
 			PodLabels:   labels,
 			Meta:        workloadMeta(cfg, pod, localityLabel, locality, network),
 		}
-	}
+	}}
 }
 
-// SystemNetwork is the topology.istio.io/network label of the system namespace, or "".
-func SystemNetwork(ctx krt.HandlerContext, cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) string {
-	if ns := krt.FetchOne(ctx, namespaces, krt.FilterKey(cfg.SystemNamespace)); ns != nil {
-		return (*ns).Labels[collections.LabelTopologyNetwork]
+// SystemNetwork derives the default network: the topology.istio.io/network label of the system
+// namespace ("" without one). As a singleton, only a change of that label reaches its readers.
+func SystemNetwork(cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) (krt.TransformationEmpty[string], []any) {
+	return func(ctx krt.HandlerContext) *string {
+		network := ""
+		if ns := krt.FetchOne(ctx, namespaces, krt.FilterKey(cfg.SystemNamespace)); ns != nil {
+			network = (*ns).Labels[collections.LabelTopologyNetwork]
+		}
+		return &network
+	}, []any{namespaces}
+}
+
+// FetchSystemNetwork reads the default network.
+func FetchSystemNetwork(ctx krt.HandlerContext, s krt.Singleton[string]) string {
+	if n := krt.FetchOne(ctx, s.AsCollection()); n != nil {
+		return *n
 	}
 	return ""
 }
@@ -157,7 +165,7 @@ func SpiffeIdentity(trustDomain, namespace, serviceAccount string) string {
 	if serviceAccount == "" {
 		serviceAccount = "default"
 	}
-	return "spiffe://" + strings.ReplaceAll(trustDomain, "@", ".") + "/ns/" + namespace + "/sa/" + serviceAccount
+	return spiffe.MustGenSpiffeURIForTrustDomain(trustDomain, namespace, serviceAccount)
 }
 
 // AugmentLabels copies the pod labels and adds the topology labels, as istiod: region, zone and

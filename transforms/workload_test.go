@@ -13,7 +13,7 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 )
 
-func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) (*collections.Workload, *collections.RecordingReporter) {
+func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) (*collections.Workload, []collections.Problem) {
 	t.Helper()
 	stop := test.NewStop(t)
 	var nodes []collections.NodeLocality
@@ -21,16 +21,14 @@ func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) (*collections.Worklo
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *corev1.Node:
-			nodes = append(nodes, *NodeLocalities()(krt.TestingDummyContext{}, o))
+			nodes = append(nodes, *NodeLocalities().Fn(krt.TestingDummyContext{}, o))
 		case *corev1.Namespace:
 			nss = append(nss, o)
 		}
 	}
-	rep := &collections.RecordingReporter{}
-	w := Workloads(collections.DefaultConfig(),
-		krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)),
-		krt.NewStaticCollection(nil, nss, krt.WithStop(stop)), rep)(krt.TestingDummyContext{}, pod)
-	return w, rep
+	probs, w := Workloads(collections.DefaultConfig(),
+		krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)), networkOf(t, nss...)).Fn(krt.TestingDummyContext{}, pod)
+	return w, problemsOf(probs)
 }
 
 func TestWorkloadFacts(t *testing.T) {
@@ -59,8 +57,8 @@ func TestWorkloadFacts(t *testing.T) {
 	if diff := cmp.Diff(want, w); diff != "" {
 		t.Fatalf("workload (-want +got):\n%s", diff)
 	}
-	if len(rep.Problems()) != 0 {
-		t.Fatalf("unexpected problems: %v", rep.Problems())
+	if len(rep) != 0 {
+		t.Fatalf("unexpected problems: %v", rep)
 	}
 }
 
@@ -178,7 +176,7 @@ func TestRunningPodWithoutIPIsReported(t *testing.T) {
 	if w == nil || w.Ready || len(w.IPs) != 0 {
 		t.Fatalf("workload %+v", w)
 	}
-	if p := rep.Problems(); len(p) != 1 || p[0].Reason != collections.ReasonPodNoIP || p[0].Object != "ns1/p" {
+	if p := rep; len(p) != 1 || p[0].Reason != collections.ReasonPodNoIP || p[0].Object != "ns1/p" {
 		t.Fatalf("problems %v", p)
 	}
 }

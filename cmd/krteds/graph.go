@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs"
 )
 
 func newGraphCommand() *cobra.Command {
@@ -48,7 +49,7 @@ func newGraphCommand() *cobra.Command {
 			if err := json.Unmarshal(body, &s); err != nil {
 				return fmt.Errorf("decoding the graph: %w", err)
 			}
-			_, err = io.WriteString(cmd.OutOrStdout(), graphs.Text(s))
+			_, err = io.WriteString(cmd.OutOrStdout(), outputs.Text(s))
 			return err
 		},
 	}

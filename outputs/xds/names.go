@@ -9,8 +9,10 @@ type nameID uint32
 type nameEntry struct {
 	name string
 	refs int32
-	// changedAt is, per type, the input change behind the resource's latest version (unix ns).
+	// changedAt is, per type, the input change behind the resource's latest version (unix ns);
+	// toldAt the same once every stream holding the name has been marked.
 	changedAt [numTypes]int64
+	toldAt    [numTypes]int64
 }
 
 type nameTable struct {
@@ -87,4 +89,16 @@ func (t *nameTable) size() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return len(t.ids)
+}
+
+func (t *nameTable) setTold(id nameID, ty typ, at int64) {
+	t.mu.Lock()
+	t.entries[id].toldAt[ty] = at
+	t.mu.Unlock()
+}
+
+func (t *nameTable) told(id nameID, ty typ) int64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.entries[id].toldAt[ty]
 }

@@ -100,10 +100,12 @@ func (s *Server) onChange(ch collections.Change) {
 		return
 	}
 	touched := map[*conn][]nameID{}
+	var ids []nameID
 	s.mu.RLock()
 	for _, n := range ch.Names {
 		id, known := s.names.lookup(n)
 		if known {
+			ids = append(ids, id)
 			s.names.setChanged(id, t, at)
 			for _, c := range s.subscribers[t][id] {
 				touched[c] = append(touched[c], id)
@@ -121,6 +123,10 @@ func (s *Server) onChange(ch collections.Change) {
 	s.mu.RUnlock()
 	for c, ids := range touched {
 		c.markDirty(t, ids)
+	}
+	// Recorded once every stream holding the names has been told (LastChange says so).
+	for _, id := range ids {
+		s.names.setTold(id, t, at)
 	}
 }
 
@@ -243,8 +249,8 @@ func (s *Server) Status() []ConnStatus {
 // Subscriptions is the number of distinct names streams subscribe to (or hold).
 func (s *Server) Subscriptions() int { return s.names.size() }
 
-// LastChange is when the source last said a subscribed resource changed (zero if never, or if
-// no stream subscribes to it).
+// LastChange is the input change behind the latest change of a subscribed resource that every
+// stream holding it has been told of (zero if none, or if no stream subscribes to it).
 func (s *Server) LastChange(typeURL, name string) time.Time {
 	t, ok := typeOf(typeURL)
 	if !ok {
@@ -254,7 +260,7 @@ func (s *Server) LastChange(typeURL, name string) time.Time {
 	if !known {
 		return time.Time{}
 	}
-	if at := s.names.changed(id, t); at != 0 {
+	if at := s.names.told(id, t); at != 0 {
 		return time.Unix(0, at)
 	}
 	return time.Time{}

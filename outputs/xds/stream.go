@@ -137,11 +137,15 @@ func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty fun
 	unknown := c.unknown
 	c.unknown = nil
 	c.mu.Unlock()
-	for _, u := range unknown {
-		if err := sendEmpty(u); err != nil {
-			return err
+	// Answers to unknown types go last: one proves to a client that everything due before its
+	// request has been sent.
+	defer func() {
+		for _, u := range unknown {
+			if err := sendEmpty(u); err != nil {
+				return
+			}
 		}
-	}
+	}()
 	for t := range numTypes {
 		c.mu.Lock()
 		r := s.next(c, typ(t))

@@ -54,7 +54,7 @@ func start(b testing.TB, m *Mesh, extra ...any) *running {
 		_, _ = kube.StripPodUnusedFields(p)
 	}
 	in := sources.NewStatic(opts, nil, append(m.Objects(), extra...)...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
 	srv := xds.NewServer(g, "Kubernetes", nil, nil)
 	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -340,7 +340,7 @@ func BenchmarkMemory(b *testing.B) {
 		stop := test.NewStop(b)
 		opts := krt.NewOptionsBuilder(stop, "", nil)
 		in := sources.NewStatic(opts, nil, m.Objects()...)
-		g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
+		g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
 		if !g.WaitUntilSynced(stop) {
 			b.Fatal("not synced")
 		}

@@ -94,7 +94,7 @@ func TestGraphPageRendersEveryCollection(t *testing.T) {
 	for _, n := range names {
 		drawn[n] = true
 	}
-	for _, n := range a.Graph.Graph.Snapshot().Nodes {
+	for _, n := range a.Graph.Description.Snapshot().Nodes {
 		if !drawn[n.Name] {
 			t.Errorf("collection %s is not drawn (drawn: %v)", n.Name, names)
 		}

@@ -26,7 +26,7 @@ func TestConvergenceMetricMeasuresInputToWire(t *testing.T) {
 	stop := test.NewStop(t)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
 	in := sources.NewStatic(opts, nil, mesh()...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
 	r := startRigWithMetrics(t, stop, g, in, xds.NewMetrics(reg))
 	s := r.open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)

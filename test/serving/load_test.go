@@ -74,16 +74,25 @@ func TestStalledClientDoesNotGrowMemory(t *testing.T) {
 	r := newRig(t, mesh()...)
 	stalled := r.open(sidecar("10.9.0.5", "ns1"))
 	_ = stalled.Request(adsclient.TypeCLA, fooCluster)
-	time.Sleep(100 * time.Millisecond)
+	// The first response is sent (the server's status says so), and never read.
+	deadline := time.Now().Add(wait)
+	for len(r.srv.Status()) != 1 || r.srv.Status()[0].Types[adsclient.TypeCLA].Responses != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no first response")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	before := heap()
+	var last time.Time
 	for i := 0; i < 1000; i++ {
 		c := fixtures.Ready
 		if i%2 == 0 {
 			c = fixtures.NotReady
 		}
+		last = time.Now()
 		r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, c), false)
 	}
-	time.Sleep(500 * time.Millisecond)
+	waitTold(t, r, adsclient.TypeCLA, fooCluster, last)
 	if after := heap(); after > before+4<<20 {
 		t.Fatalf("heap grew by %d MB while a client stalled", (after-before)>>20)
 	}
@@ -106,7 +115,6 @@ func waitQuiet(t *testing.T, r *rig) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond)
 }
 
 func goroutines() int {

@@ -9,8 +9,6 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
@@ -26,15 +24,6 @@ func decode(t *testing.T, yaml string) []any {
 		t.Fatal(err)
 	}
 	return out
-}
-
-func newRigReporting(t *testing.T, rep collections.Reporter, objs ...any) *rig {
-	t.Helper()
-	stop := test.NewStop(t)
-	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := sources.NewStatic(opts, nil, objs...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, rep)
-	return startRig(t, stop, g, in)
 }
 
 // versioned mesh: foo-1 is v1, foo-2 and foo-3 are v2.
@@ -229,8 +218,10 @@ spec:
 	for _, st := range r.srv.Status() {
 		before[st.Proxy.IP] = st.Types[adsclient.TypeCLA].Responses
 	}
+	changed := time.Now()
 	r.in.Apply(decode(t, strings.Replace(exportedOnlyHere[strings.Index(exportedOnlyHere, "apiVersion: discovery"):], "10.0.7.1", "10.0.7.2", 1))[0], false)
 	resp := recv(t, inside)
+	waitTold(t, r, adsclient.TypeCLA, private, changed)
 	if got := endpointsOf(onlyCLA(t, resp)); len(got) != 1 || !strings.HasPrefix(got[0], "10.0.7.2") {
 		t.Fatalf("visible proxy: %v", got)
 	}
@@ -255,9 +246,8 @@ func TestDestinationRuleEditRecomputesOnlyItsHosts(t *testing.T) {
 	s := r.open(n)
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	_ = s.Ack(recv(t, s), fooCluster)
-	time.Sleep(100 * time.Millisecond)
 	count := func() uint64 {
-		n, _ := r.g.Graph.Snapshot().Node(graphs.NameCLAs)
+		n, _ := r.g.Description.Snapshot().Node(graphs.NameCLAs)
 		return n.Recomputes
 	}
 	before := count()
@@ -267,9 +257,22 @@ func TestDestinationRuleEditRecomputesOnlyItsHosts(t *testing.T) {
 		t.Fatalf("after the DestinationRule: %v", got)
 	}
 	_ = s.Ack(resp, fooCluster)
-	time.Sleep(100 * time.Millisecond)
-	if d := count() - before; d != 1 {
-		t.Fatalf("a DestinationRule for foo recomputed %d services' CLAs, want 1", d)
+	// A rule for another service, after it: once its CLA has changed, every recomputation the
+	// first rule caused has happened (the CLA collection works through its changes in order).
+	otherCLA := r.g.CLAs.GetKey("outbound|80||other-a.ns1.svc.cluster.local").Shared.Version
+	r.in.Apply(decode(t, strings.NewReplacer("host: foo", "host: other-a", "{name: foo,", "{name: other-a,").Replace(drSubsets))[0], false)
+	deadline := time.Now().Add(wait)
+	for {
+		if set := r.g.CLAs.GetKey("outbound|80||other-a.ns1.svc.cluster.local"); set != nil && (set.Shared == nil || set.Shared.Version != otherCLA) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second rule never reached its service's CLA")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if d := count() - before; d != 2 {
+		t.Fatalf("two DestinationRules, each for one service, recomputed %d services' CLAs, want 2", d)
 	}
 }
 
@@ -284,22 +287,15 @@ spec:
   - name: v1
     labels: {"not a label": x}
 `
-	rep := &collections.RecordingReporter{}
-	r := newRigReporting(t, rep, append(mesh(), decode(t, bad)...)...)
+	r := newRig(t, append(mesh(), decode(t, bad)...)...)
 	s := r.open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	if n := len(endpointsOf(onlyCLA(t, recv(t, s)))); n != 3 {
 		t.Fatalf("the mesh must be unaffected: %d endpoints", n)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		ps := rep.Problems()
-		if len(ps) == 1 && ps[0].Kind == "DestinationRule" && ps[0].Object == "ns1/bad" && ps[0].Reason == collections.ReasonInvalidDestinationRule {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("problems %+v", ps)
-		}
-		time.Sleep(5 * time.Millisecond)
+	// Problems is computed with the graph, which has synced: the rule's entry is there.
+	ps := r.g.Problems.List()
+	if len(ps) != 1 || ps[0].ResourceName() != "DestinationRule/ns1/bad" || ps[0].Problems[0].Reason != collections.ReasonInvalidDestinationRule {
+		t.Fatalf("problems %+v", ps)
 	}
 }

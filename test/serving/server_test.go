@@ -30,7 +30,6 @@ import (
 const (
 	fooCluster = "outbound|80||foo.ns1.svc.cluster.local"
 	wait       = 10 * time.Second
-	quiet      = 300 * time.Millisecond
 )
 
 type rig struct {
@@ -46,7 +45,7 @@ func newRig(t *testing.T, objs ...any) *rig {
 	stop := test.NewStop(t)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
 	in := sources.NewStatic(opts, nil, objs...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
 	return startRig(t, stop, g, in)
 }
 
@@ -100,10 +99,45 @@ func recv(t *testing.T, s *adsclient.Stream) *discovery.DiscoveryResponse {
 	return resp
 }
 
+// probeType is a type krteds does not serve: it answers a request for it with an empty response,
+// after everything that was due.
+const probeType = "type.googleapis.com/krteds.test.Probe"
+
+// settle returns the responses the server sends before it has handled every request the stream
+// sent so far: the answer to a probe comes after everything that was due when it was handled.
+func settle(t *testing.T, s *adsclient.Stream) []*discovery.DiscoveryResponse {
+	t.Helper()
+	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: probeType}); err != nil {
+		t.Fatal(err)
+	}
+	var out []*discovery.DiscoveryResponse
+	for {
+		resp := recv(t, s)
+		if resp.TypeUrl == probeType {
+			return out
+		}
+		out = append(out, resp)
+	}
+}
+
+// expectNone checks that nothing was due on the stream.
 func expectNone(t *testing.T, s *adsclient.Stream) {
 	t.Helper()
-	if resp, err := s.Recv(quiet); err == nil {
-		t.Fatalf("expected no response, got version %s with %d resources", resp.VersionInfo, len(resp.Resources))
+	if got := settle(t, s); len(got) > 0 {
+		t.Fatalf("expected no response, got %s version %s with %d resources", got[0].TypeUrl, got[0].VersionInfo, len(got[0].Resources))
+	}
+}
+
+// waitTold waits until the server has told every stream holding name of a change made at or
+// after since.
+func waitTold(t *testing.T, r *rig, typeURL, name string, since time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for r.srv.LastChange(typeURL, name).Before(since) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never heard of the change to %s", name)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -309,21 +343,11 @@ func TestSlowClientGetsOnlyTheLatest(t *testing.T) {
 		}
 		r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, c), false)
 	}
+	last := time.Now()
 	r.in.Apply(fixtures.Pod("ns1", "foo-3", "foo", "10.0.0.3", "n1"), false) // the pod moves to n1
+	// The server has heard of the last change, and sent nothing while the client did not ACK.
+	waitTold(t, r, adsclient.TypeCLA, fooCluster, last)
 	expectNone(t, s)
-	// Wait until the graph has settled on the last state, then catch up.
-	deadline := time.Now().Add(wait)
-	for {
-		se := r.g.ServiceEndpoints.GetKey("ns1/foo")
-		if se != nil && len(se.Endpoints) == 3 && se.Endpoints[2].Health == collections.Healthy && se.Endpoints[2].Meta.NodeName == "n1" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("graph did not settle")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
 	_ = s.Ack(first, fooCluster)
 	latest := recv(t, s)
 	if got := endpointsOf(onlyCLA(t, latest)); !slices.Equal(got, []string{
@@ -361,7 +385,7 @@ func TestNoResponseBeforeSync(t *testing.T) {
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
 	synced := &gate{ch: make(chan struct{})}
 	in := sources.NewStatic(opts, synced, fixtures.Service("ns1", "foo", fixtures.HTTP...))
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts, nil)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
 	r := startRig(t, stop, g, in)
 	s := r.open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
@@ -389,7 +413,10 @@ func TestDeltaSubscribeAckNackUnsubscribe(t *testing.T) {
 	}
 	noneD := func() {
 		t.Helper()
-		if resp, err := s.Recv(quiet); err == nil {
+		if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: probeType}); err != nil {
+			t.Fatal(err)
+		}
+		if resp := recvD(); resp.TypeUrl != probeType {
 			t.Fatalf("expected no delta response, got %v", resp)
 		}
 	}

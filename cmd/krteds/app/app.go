@@ -134,10 +134,11 @@ func Start(o Options) (*App, error) {
 		return fail(errors.New("app: no source of objects (cluster, manifests or objects)"))
 	}
 
-	a.Graph = graphs.Build(o.Config, in, opts, outputs.NewProblemReporter(log.Named("registry"), problems.Counter()))
+	a.Graph = graphs.Build(o.Config, in, opts)
+	problems.Watch(a.Graph.Problems)
 	cfg := o.Config.WithDefaults()
 	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
-	reg.MustRegister(graphs.NewCollector(a.Graph.Graph))
+	reg.MustRegister(outputs.NewCollector(a.Graph.Description))
 	a.XDS.SetTrustDomain(cfg.TrustDomain)
 	var debugAuth func(*http.Request) error
 	if len(o.TokenAudiences) > 0 && o.Cluster != nil {
@@ -216,7 +217,7 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 		}
 	}
 	return outputs.NewDebugMux(outputs.DebugOptions{
-		Graph: a.Graph.EDSGraph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
+		Graph: a.Graph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
 		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced, ReadyNotes: notes, Authenticate: auth, Extra: extra,
 	})
 }

@@ -1,19 +1,21 @@
-package graphs
+package outputs
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/krteds/krteds/graphs"
 )
 
 // Collector exports every collection's size, recomputations and output events as metrics.
 type Collector struct {
-	d          *Description
+	d          *graphs.Description
 	size       *prometheus.Desc
 	recomputes *prometheus.Desc
 	events     *prometheus.Desc
 }
 
 // NewCollector exports d's live counters.
-func NewCollector(d *Description) *Collector {
+func NewCollector(d *graphs.Description) *Collector {
 	return &Collector{
 		d:          d,
 		size:       prometheus.NewDesc("krteds_collection_size", "Number of objects in a krt collection.", []string{"collection"}, nil),
@@ -31,10 +33,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, n := range c.d.Counters() {
+	for _, n := range c.d.Snapshot().Nodes {
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(n.Size), n.Name)
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(n.Events), n.Name)
-		if n.Kind == KindDerived {
+		if n.Kind == graphs.KindDerived {
 			ch <- prometheus.MustNewConstMetric(c.recomputes, prometheus.CounterValue, float64(n.Recomputes), n.Name)
 		}
 	}

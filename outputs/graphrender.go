@@ -1,18 +1,20 @@
-package graphs
+package outputs
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/krteds/krteds/graphs"
 )
 
 // Dot renders a snapshot as a Graphviz digraph: inputs as boxes, derived collections as
 // ellipses labelled with their size and recomputations; primary inputs solid, Fetches dashed.
-func Dot(s Snapshot) string {
+func Dot(s graphs.Snapshot) string {
 	var b strings.Builder
 	b.WriteString("digraph krteds {\n  rankdir=LR;\n  node [fontname=\"Helvetica\"];\n")
 	for _, n := range s.Nodes {
 		shape := "ellipse"
-		if n.Kind == KindInput {
+		if n.Kind == graphs.KindInput {
 			shape = "box"
 		}
 		fmt.Fprintf(&b, "  %q [shape=%s, label=%q];\n", n.Name, shape,
@@ -20,7 +22,7 @@ func Dot(s Snapshot) string {
 	}
 	for _, e := range s.Edges {
 		style := "solid"
-		if e.Kind == EdgeFetch {
+		if e.Kind == graphs.EdgeFetch {
 			style = "dashed"
 		}
 		fmt.Fprintf(&b, "  %q -> %q [style=%s];\n", e.From, e.To, style)
@@ -30,7 +32,7 @@ func Dot(s Snapshot) string {
 }
 
 // Text renders a snapshot as an aligned table of collections followed by their inputs.
-func Text(s Snapshot) string {
+func Text(s graphs.Snapshot) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-26s %-8s %8s %8s %14s  %s\n", "COLLECTION", "KIND", "SIZE", "SYNCED", "RECOMPUTATIONS", "READS")
 	for _, n := range s.Nodes {

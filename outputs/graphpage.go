@@ -1,4 +1,4 @@
-package graphs
+package outputs
 
 // Page is the self-contained HTML view of /debug/krt: it loads the graph as JSON from the same
 // server, lays the collections out in columns by depth (inputs on the left), draws primary

@@ -1,0 +1,280 @@
+package graphs
+
+import (
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"istio.io/istio/pkg/kube/controllers"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/transforms"
+)
+
+// Node kinds.
+const (
+	KindInput   = "input"
+	KindDerived = "derived"
+	KindIndex   = "index"
+)
+
+// node is one collection of the graph with its live counters, kept from its own events so that
+// reading them costs nothing per object.
+type node struct {
+	name   string
+	kind   string
+	input  string
+	reads  []string
+	syncer krt.Syncer
+	// uid is krt's identity of the collection.
+	uid uint64
+
+	size       atomic.Int64
+	recomputes atomic.Uint64
+	events     atomic.Uint64
+	lastChange atomic.Int64 // unix nanoseconds; 0 = never
+}
+
+// Description is a read-only view of a krt graph: its collections, their primary inputs and the
+// collections their transforms read, with sizes and live counters.
+type Description struct {
+	opts krt.OptionsBuilder
+
+	mu    sync.RWMutex
+	nodes []*node
+}
+
+func newDescription(opts krt.OptionsBuilder) *Description { return &Description{opts: opts} }
+
+func (d *Description) add(n *node) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nodes = append(d.nodes, n)
+}
+
+// nameOf finds the collection a transform reads among the nodes.
+func (d *Description) nameOf(c any) string {
+	uid, ok := collectionUID(reflect.ValueOf(c))
+	if !ok {
+		return ""
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, n := range d.nodes {
+		if n.uid == uid {
+			return n.name
+		}
+	}
+	return ""
+}
+
+// collectionUID reads krt's identity of a collection (its unexported uid), looking through the
+// wrappers krt returns (a static collection, a singleton, an index's collection).
+func collectionUID(v reflect.Value) (uint64, bool) {
+	for depth := 0; depth < 8; depth++ {
+		switch v.Kind() {
+		case reflect.Interface, reflect.Pointer:
+			if v.IsNil() {
+				return 0, false
+			}
+			v = v.Elem()
+			continue
+		case reflect.Struct:
+			if f := v.FieldByName("id"); f.IsValid() && f.CanUint() {
+				return f.Uint(), true
+			}
+			if v.NumField() == 0 {
+				return 0, false
+			}
+			v = v.Field(0)
+			continue
+		}
+		return 0, false
+	}
+	return 0, false
+}
+
+// Input records an input collection.
+func Input[T any](d *Description, name string, c krt.Collection[T]) krt.Collection[T] {
+	return register(d, &node{name: name, kind: KindInput}, c)
+}
+
+// Index groups a collection by an index key, as a collection of its own.
+func Index[K comparable, T any](d *Description, name, input string, idx krt.Index[K, T]) krt.Collection[krt.IndexObject[K, T]] {
+	return register(d, &node{name: name, kind: KindIndex, input: input}, krt.Collection[krt.IndexObject[K, T]](idx.AsCollection(d.opts.WithName(name)...)))
+}
+
+// Derive builds the collection of a one-to-one transform over its primary input.
+func Derive[I, O any](d *Description, name string, parent krt.Collection[I], t transforms.Single[I, O]) krt.Collection[O] {
+	n := d.derived(name, parent, t.Reads)
+	return register(d, n, krt.NewCollection(parent, func(ctx krt.HandlerContext, i I) *O {
+		n.recomputes.Add(1)
+		return t.Fn(ctx, i)
+	}, d.opts.WithName(name)...))
+}
+
+// DeriveMany builds the collection of a one-to-many transform.
+func DeriveMany[I, O any](d *Description, name string, parent krt.Collection[I], t transforms.Many[I, O]) krt.Collection[O] {
+	n := d.derived(name, parent, t.Reads)
+	return register(d, n, krt.NewManyCollection(parent, func(ctx krt.HandlerContext, i I) []O {
+		n.recomputes.Add(1)
+		return t.Fn(ctx, i)
+	}, d.opts.WithName(name)...))
+}
+
+// DeriveChecked builds the collection of a checked transform, and the collection of the problems
+// it finds in its inputs (named name+"/problems"), which follows the inputs: an entry appears
+// when an object is found wrong and goes when it is fixed or removed.
+func DeriveChecked[I controllers.Object, O any](d *Description, name string, parent krt.Collection[I], t transforms.Checked[I, O]) (krt.Collection[O], krt.Collection[collections.ObjectProblems]) {
+	n := d.derived(name, parent, t.Reads)
+	status, out := krt.NewStatusCollection(parent, func(ctx krt.HandlerContext, i I) (*collections.ObjectProblems, *O) {
+		n.recomputes.Add(1)
+		return t.Fn(ctx, i)
+	}, d.opts.WithName(name)...)
+	register(d, n, out)
+	problems := Derive(d, name+"/problems", status, transforms.Single[krt.ObjectWithStatus[I, collections.ObjectProblems], collections.ObjectProblems]{
+		Fn: func(_ krt.HandlerContext, s krt.ObjectWithStatus[I, collections.ObjectProblems]) *collections.ObjectProblems {
+			p := s.Status
+			return &p
+		}})
+	return out, problems
+}
+
+// Singleton builds a derived single value.
+func Singleton[T any](d *Description, name string, f krt.TransformationEmpty[T], reads []any) krt.Singleton[T] {
+	n := d.derived(name, nil, reads)
+	s := krt.NewSingleton(func(ctx krt.HandlerContext) *T {
+		n.recomputes.Add(1)
+		return f(ctx)
+	}, d.opts.WithName(name)...)
+	register(d, n, s.AsCollection())
+	return s
+}
+
+func (d *Description) derived(name string, parent any, reads []any) *node {
+	n := &node{name: name, kind: KindDerived, input: d.nameOf(parent)}
+	for _, r := range reads {
+		if rn := d.nameOf(r); rn != "" && !slices.Contains(n.reads, rn) {
+			n.reads = append(n.reads, rn)
+		}
+	}
+	slices.Sort(n.reads)
+	return n
+}
+
+// register completes a node with its collection, follows its events and adds it.
+func register[T any](d *Description, n *node, c krt.Collection[T]) krt.Collection[T] {
+	n.syncer = c
+	n.uid, _ = collectionUID(reflect.ValueOf(c))
+	c.RegisterBatch(func(evs []krt.Event[T]) {
+		for _, e := range evs {
+			switch {
+			case e.Old == nil && e.New != nil:
+				n.size.Add(1)
+			case e.Old != nil && e.New == nil:
+				n.size.Add(-1)
+			}
+		}
+		n.events.Add(uint64(len(evs)))
+		n.lastChange.Store(time.Now().UnixNano())
+	}, true)
+	d.add(n)
+	return c
+}
+
+// HasSynced reports whether every collection has synced.
+func (d *Description) HasSynced() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, n := range d.nodes {
+		if !n.syncer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitUntilSynced blocks until every collection has synced, or stop is closed.
+func (d *Description) WaitUntilSynced(stop <-chan struct{}) bool {
+	d.mu.RLock()
+	nodes := slices.Clone(d.nodes)
+	d.mu.RUnlock()
+	for _, n := range nodes {
+		if !n.syncer.WaitUntilSynced(stop) {
+			return false
+		}
+	}
+	return true
+}
+
+// NodeInfo describes one collection.
+type NodeInfo struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// Input is the primary input collection of a derived collection.
+	Input        string     `json:"input,omitempty"`
+	Size         int        `json:"size"`
+	Synced       bool       `json:"synced"`
+	Recomputes   uint64     `json:"recomputations"`
+	Events       uint64     `json:"events"`
+	LastChange   *time.Time `json:"lastChange,omitempty"`
+	Dependencies []string   `json:"dependencies,omitempty"`
+}
+
+// Edge kinds.
+const (
+	EdgeInput = "input"
+	EdgeFetch = "fetch"
+)
+
+// EdgeInfo is a dependency: To reads From, either as its primary input or through Fetch.
+type EdgeInfo struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	Kind string `json:"kind"`
+}
+
+// Snapshot is the whole graph at one moment.
+type Snapshot struct {
+	Nodes []NodeInfo `json:"nodes"`
+	Edges []EdgeInfo `json:"edges"`
+}
+
+// Node returns the named node, if present.
+func (s Snapshot) Node(name string) (NodeInfo, bool) {
+	for _, n := range s.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return NodeInfo{}, false
+}
+
+// Snapshot reads sizes, counters and dependencies now, at a cost per collection, not per object.
+func (d *Description) Snapshot() Snapshot {
+	d.mu.RLock()
+	nodes := slices.Clone(d.nodes)
+	d.mu.RUnlock()
+	var s Snapshot
+	for _, n := range nodes {
+		ni := NodeInfo{
+			Name: n.name, Kind: n.kind, Input: n.input, Size: int(n.size.Load()), Synced: n.syncer.HasSynced(),
+			Recomputes: n.recomputes.Load(), Events: n.events.Load(), Dependencies: n.reads,
+		}
+		if t := n.lastChange.Load(); t != 0 {
+			tt := time.Unix(0, t).UTC()
+			ni.LastChange = &tt
+		}
+		if n.input != "" {
+			s.Edges = append(s.Edges, EdgeInfo{From: n.input, To: n.name, Kind: EdgeInput})
+		}
+		for _, dep := range n.reads {
+			s.Edges = append(s.Edges, EdgeInfo{From: dep, To: n.name, Kind: EdgeFetch})
+		}
+		s.Nodes = append(s.Nodes, ni)
+	}
+	return s
+}

@@ -1,0 +1,134 @@
+package graphs
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	networking "istio.io/api/networking/v1"
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+// TestReadsAreWhatKrtRecords: the edges /debug/krt draws come from the collections each
+// transform declares it reads; they must be exactly the collections krt recorded the transform
+// Fetching, on a mesh that exercises every transform.
+func TestReadsAreWhatKrtRecords(t *testing.T) {
+	stop := test.NewStop(t)
+	debugger := new(krt.DebugHandler)
+	opts := krt.NewOptionsBuilder(stop, "", debugger)
+	dr := &networkingclient.DestinationRule{ObjectMeta: metav1.ObjectMeta{Name: "dr", Namespace: "ns1"},
+		Spec: networking.DestinationRule{Host: "foo", Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"app": "foo"}}}}}
+	sc := &networkingclient.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "ns1"},
+		Spec: networking.Sidecar{Egress: []*networking.IstioEgressListener{{Hosts: []string{"./*"}}}}}
+	in := sources.NewStatic(opts, nil,
+		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net1"}, nil),
+		fixtures.ZoneNode("n1", "r1", "z1"),
+		fixtures.Service("ns1", "foo", fixtures.HTTP...),
+		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"),
+		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
+			fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}, fixtures.Endpoint{IP: "10.0.0.9", Cond: fixtures.Ready}),
+		dr, sc)
+	g := Build(collections.DefaultConfig(), in.Inputs(), opts)
+	if !g.WaitUntilSynced(stop) {
+		t.Fatal("not synced")
+	}
+	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.0.0.1~foo-1.ns1~ns1.svc.cluster.local", Type: "sidecar",
+		IP: "10.0.0.1", PodName: "foo-1", Namespace: "ns1"})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(g.Views.List()) == 0 || g.CLAs.GetKey("outbound|80|v1|foo.ns1.svc.cluster.local") == nil ||
+		len(g.CLAs.GetKey("outbound|80|v1|foo.ns1.svc.cluster.local").ByClass) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the graph never computed the proxy's CLAs")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	raw, err := json.Marshal(debugger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dump []struct {
+		Name  string `json:"name"`
+		State struct {
+			Inputs map[string]struct {
+				Dependencies []string `json:"dependencies"`
+			} `json:"inputs"`
+		} `json:"state"`
+	}
+	if err := json.Unmarshal(raw, &dump); err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string][]string{}
+	for _, c := range dump {
+		for _, in := range c.State.Inputs {
+			for _, dep := range in.Dependencies {
+				if !slices.Contains(recorded[c.Name], dep) {
+					recorded[c.Name] = append(recorded[c.Name], dep)
+				}
+			}
+		}
+	}
+	for _, n := range g.Description.Snapshot().Nodes {
+		if n.Kind != KindDerived {
+			continue
+		}
+		got := slices.Sorted(slices.Values(recorded[n.Name]))
+		if !slices.Equal(got, n.Dependencies) {
+			t.Errorf("%s: declares it reads %v; krt recorded %v", n.Name, n.Dependencies, got)
+		}
+	}
+}
+
+// TestRuleChangeRecomputesOnlyItsServices: DestinationRules are read through their host index, so
+// a rule recomputes the policies of the services its host can match and no others.
+func TestRuleChangeRecomputesOnlyItsServices(t *testing.T) {
+	stop := test.NewStop(t)
+	var objs []any
+	for i := 0; i < 50; i++ {
+		objs = append(objs, fixtures.Service("ns1", fmt.Sprintf("s%d", i), fixtures.HTTP...))
+	}
+	g, in := newStaticGraph(t, stop, objs...)
+	changed := make(chan string, 100)
+	g.ServicePolicies.RegisterBatch(func(evs []krt.Event[collections.ServicePolicy]) {
+		for _, e := range evs {
+			changed <- e.Latest().Service
+		}
+	}, false)
+	recomputes := func() uint64 {
+		n, _ := g.Description.Snapshot().Node(NamePolicies)
+		return n.Recomputes
+	}
+	before := recomputes()
+	rule := func(name, host string) *networkingclient.DestinationRule {
+		return &networkingclient.DestinationRule{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns1"},
+			Spec: networking.DestinationRule{Host: host, Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"v": "1"}}}}}
+	}
+	in.Apply(rule("a", "s7"), false)
+	if got := <-changed; got != "ns1/s7" {
+		t.Fatalf("policy of %s changed", got)
+	}
+	// A second rule, for another host: its event proves the first change is fully processed.
+	in.Apply(rule("b", "s8.ns1.svc.cluster.local"), false)
+	if got := <-changed; got != "ns1/s8" {
+		t.Fatalf("policy of %s changed", got)
+	}
+	if d := recomputes() - before; d != 2 {
+		t.Fatalf("two rules for one service each recomputed %d service policies, want 2", d)
+	}
+	// A wildcard rule matches every service of the namespace.
+	in.Apply(rule("c", "*.ns1.svc.cluster.local"), false)
+	for i := 0; i < 50; i++ {
+		<-changed
+	}
+	if d := recomputes() - before; d != 52 {
+		t.Fatalf("a wildcard rule recomputed %d policies, want 50 more", d-2)
+	}
+}

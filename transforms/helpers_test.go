@@ -1,0 +1,31 @@
+package transforms
+
+import (
+	"testing"
+
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// networkOf is the default-network singleton the namespaces give (the system namespace's label).
+func networkOf(t testing.TB, nss ...*corev1.Namespace) krt.Singleton[string] {
+	t.Helper()
+	v := ""
+	for _, ns := range nss {
+		if ns.Name == collections.DefaultSystemNamespace {
+			v = ns.Labels[collections.LabelTopologyNetwork]
+		}
+	}
+	return krt.NewStatic(&v, true, krt.WithStop(test.NewStop(t)))
+}
+
+// problemsOf lists the problems of a checked transform's result.
+func problemsOf(p *collections.ObjectProblems) []collections.Problem {
+	if p == nil {
+		return nil
+	}
+	return p.Problems
+}

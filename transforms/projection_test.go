@@ -1,0 +1,60 @@
+package transforms
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// TestCLAOfAClassEqualsCLAOfItsProjection: a CLA depends on a proxy only through the projection
+// of its class, so that proxies with equal projections can share one CLA. For every traffic
+// distribution, node-local or not, under every locality setting, the CLA built for a class is
+// byte for byte the CLA built for its projection.
+func TestCLAOfAClassEqualsCLAOfItsProjection(t *testing.T) {
+	port := collections.ServicePort{Name: "http", Port: 80}
+	var eps []collections.Endpoint
+	for _, e := range lbtEndpoints {
+		e.PortName, e.Port = "http", 8080
+		eps = append(eps, e)
+	}
+	var classes []collections.ProxyClass
+	for _, c := range lbtProxies {
+		for _, ns := range []string{"ns1", "ns2"} {
+			c.Namespace = ns
+			classes = append(classes, c)
+		}
+	}
+	for _, td := range []collections.TrafficDistribution{collections.TrafficDistributionAny,
+		collections.TrafficDistributionPreferSameZone, collections.TrafficDistributionPreferSameNode} {
+		for _, nodeLocal := range []bool{false, true} {
+			svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local",
+				TrafficDistribution: td, NodeLocal: nodeLocal, Ports: []collections.ServicePort{port}}
+			policies := map[string]ClusterPolicy{"no rule": ClusterPolicyFor(svc, nil, "istio-system", "ns1", 80, "")}
+			for name, s := range lbtSettings() {
+				cp := ClusterPolicy{Setting: s.setting, EnableFailover: s.failover}
+				cp.LB = LocalityLBPolicy(s.setting, s.failover, nil, svc)
+				policies[name] = cp
+			}
+			for pname, cp := range policies {
+				for _, c := range classes {
+					t.Run(fmt.Sprintf("%s/nodeLocal=%v/%s/%s", td, nodeLocal, pname, c.Key()), func(t *testing.T) {
+						proj := ProjectFor(svc, cp, c)
+						full, err := EncodeClusterCLA(PlanClusterCLA(fooName, svc, port, eps, cp, c), cp, c)
+						if err != nil {
+							t.Fatal(err)
+						}
+						projected, err := EncodeClusterCLA(PlanClusterCLA(fooName, svc, port, eps, cp, proj), cp, proj)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !bytes.Equal(full, projected) {
+							t.Fatalf("the CLA for class %q differs from the CLA for its projection %q", c.Key(), proj.Key())
+						}
+					})
+				}
+			}
+		}
+	}
+}

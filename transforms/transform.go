@@ -1,0 +1,50 @@
+package transforms
+
+import (
+	"istio.io/istio/pkg/kube/controllers"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// A derivation is a pure function of its input and of what it Fetches, built by a constructor
+// that closes over the collections it reads. The constructor lists them in Reads (an index is
+// listed as the collection it indexes), so that the graph can be drawn without asking krt to
+// dump every object; a test holds Reads to what krt records.
+
+// Single derives at most one output from each input.
+type Single[I, O any] struct {
+	Fn    krt.TransformationSingle[I, O]
+	Reads []any
+}
+
+// Many derives any number of outputs from each input.
+type Many[I, O any] struct {
+	Fn    krt.TransformationMulti[I, O]
+	Reads []any
+}
+
+// Checked derives at most one output from each input object, and says what it found wrong with
+// the object (nil: nothing).
+type Checked[I controllers.Object, O any] struct {
+	Fn    krt.TransformationSingleStatus[I, collections.ObjectProblems, O]
+	Reads []any
+}
+
+// problems collects what a transform finds wrong with one object.
+type problems struct {
+	kind, object string
+	list         []collections.Problem
+}
+
+func (p *problems) add(reason, detail string) {
+	p.list = append(p.list, collections.Problem{Kind: p.kind, Object: p.object, Reason: reason, Detail: detail})
+}
+
+// result is the transform's problems, nil when there are none.
+func (p *problems) result() *collections.ObjectProblems {
+	if len(p.list) == 0 {
+		return nil
+	}
+	return &collections.ObjectProblems{Kind: p.kind, Object: p.object, Problems: p.list}
+}
