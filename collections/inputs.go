@@ -26,15 +26,16 @@ type Inputs struct {
 	Clock *InputClock
 }
 
-// Input collection names, as they appear in /debug/krt and /debug/krtz.
+// Input collection names, as they appear in /debug/krt and /debug/krtz, whichever source (informers,
+// manifests, static) feeds them.
 const (
-	NameNamespaces     = "informer/Namespaces"
-	NameNodes          = "informer/Nodes"
-	NamePods           = "informer/Pods"
-	NameServices       = "informer/Services"
-	NameEndpointSlices = "informer/EndpointSlices"
-	NameDestRules      = "informer/DestinationRules"
-	NameSidecars       = "informer/Sidecars"
+	NameNamespaces     = "input/Namespaces"
+	NameNodes          = "input/Nodes"
+	NamePods           = "input/Pods"
+	NameServices       = "input/Services"
+	NameEndpointSlices = "input/EndpointSlices"
+	NameDestRules      = "input/DestinationRules"
+	NameSidecars       = "input/Sidecars"
 )
 
 // InputClock records when an input last changed, at the moment the source writes the change and

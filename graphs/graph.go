@@ -108,9 +108,10 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	var p krt.Collection[collections.ObjectProblems]
 	g.Workloads, p = DeriveChecked(d, NameWorkloads, in.Pods, transforms.Workloads(cfg, g.NodeLocalities, g.SystemNetwork))
 	checked(p)
+	readyByIP := krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs)
 	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
 		Services: g.ServiceInfos, Workloads: g.Workloads, SystemNetwork: g.SystemNetwork,
-		ReadyWorkloadsByIP: krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs),
+		ReadyWorkloadsByIP: readyByIP,
 	}))
 	checked(p)
 	g.ServiceEndpoints = Derive(d, NameServiceEndpoints, g.ServiceInfos, transforms.MergeServiceEndpoints(cfg,
@@ -128,7 +129,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)
 	Input(d, NameConnectedProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies))
 	g.Proxies = Derive(d, NameProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies), transforms.Proxies(cfg, transforms.ProxyInputs{
-		Workloads: g.Workloads, ReadyWorkloadsByIP: krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs),
+		Workloads: g.Workloads, ReadyWorkloadsByIP: readyByIP,
 		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
 	}))
 	g.ProxyClasses = Derive(d, NameProxyClasses,

@@ -36,9 +36,6 @@ func NewProblemLog(log *zap.Logger, reg prometheus.Registerer) *ProblemLog {
 	return l
 }
 
-// Counter is krteds_skipped_objects_total.
-func (l *ProblemLog) Counter() *prometheus.CounterVec { return l.skipped }
-
 // Watch logs and counts the problems of c as they come and go.
 func (l *ProblemLog) Watch(c krt.Collection[collections.ObjectProblems]) {
 	c.RegisterBatch(func(evs []krt.Event[collections.ObjectProblems]) {

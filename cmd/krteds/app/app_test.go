@@ -183,7 +183,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 			n, _ := snap.Node(graphs.NameSliceEndpoints)
 			return n.Size == 2 && n.Recomputes >= 2 && n.LastChange != nil
 		})
-		if _, body := r.get("/debug/krt?format=dot"); !strings.Contains(body, `"informer/EndpointSlices" -> "SliceEndpoints"`) {
+		if _, body := r.get("/debug/krt?format=dot"); !strings.Contains(body, `"input/EndpointSlices" -> "SliceEndpoints"`) {
 			t.Fatalf("dot:\n%s", body)
 		}
 		_, body := r.get("/debug/krt?format=html")
@@ -269,7 +269,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 			`krteds_skipped_objects_total{kind="EndpointSlice",reason="invalid_address"} 1`,
 			`krteds_collection_size{collection="SliceEndpoints"} 2`,
 			`krteds_collection_recomputations_total{collection="SliceEndpoints"}`,
-			`krteds_collection_events_total{collection="informer/EndpointSlices"}`,
+			`krteds_collection_events_total{collection="input/EndpointSlices"}`,
 		}
 		var body string
 		eventuallyTrue(t, "metrics", func() bool {
