@@ -45,6 +45,28 @@ type Description struct {
 
 	mu    sync.RWMutex
 	nodes []*node
+	// held are collections krt builds alongside a node (a checked transform's status), which hold
+	// memory but are not drawn.
+	held []NamedCollection
+}
+
+// NamedCollection is one collection of the graph.
+type NamedCollection struct {
+	Name       string
+	Kind       string
+	Collection any
+}
+
+// Collections lists the graph's collections in dataflow order, inputs first, then the
+// collections krt keeps alongside them.
+func (d *Description) Collections() []NamedCollection {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]NamedCollection, 0, len(d.nodes)+len(d.held))
+	for _, n := range d.nodes {
+		out = append(out, NamedCollection{Name: n.name, Kind: n.kind, Collection: n.syncer})
+	}
+	return append(out, d.held...)
 }
 
 func newDescription(opts krt.OptionsBuilder) *Description { return &Description{opts: opts} }
@@ -135,6 +157,9 @@ func DeriveChecked[I controllers.Object, O any](d *Description, name string, par
 		return t.Fn(ctx, i)
 	}, d.opts.WithName(name)...)
 	register(d, n, out)
+	d.mu.Lock()
+	d.held = append(d.held, NamedCollection{Name: name + "/status", Kind: KindDerived, Collection: status})
+	d.mu.Unlock()
 	problems := Derive(d, name+"/problems", status, transforms.Single[krt.ObjectWithStatus[I, collections.ObjectProblems], collections.ObjectProblems]{
 		Fn: func(_ krt.HandlerContext, s krt.ObjectWithStatus[I, collections.ObjectProblems]) *collections.ObjectProblems {
 			p := s.Status

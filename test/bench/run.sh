@@ -44,5 +44,6 @@ run BenchmarkEndpointFlip 200x
 run BenchmarkGraphUpdate 500x
 run BenchmarkRollout500 1x
 run BenchmarkMemory 1x
+run BenchmarkBudget 1x
 (cd ../../transforms && go test -c -o "$work/transforms.test" .)
 run BenchmarkBuildAndMarshalCLA 50x "$work/transforms.test"

@@ -198,6 +198,7 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 		"/debug/adsz": {Help: "connected xDS clients, their class and what they watch", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			outputs.WriteJSON(w, r, a.XDS.Adsz())
 		})},
+		"/debug/memz": {Help: "live heap by collection and structure, per endpoint and per proxy", Handler: outputs.MemoryPage(a.Graph, a.XDS, a.grpcServers()...)},
 	}
 	var notes func() []string
 	if a.Files != nil {
@@ -220,6 +221,14 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 		Graph: a.Graph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
 		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced, ReadyNotes: notes, Authenticate: auth, Extra: extra,
 	})
+}
+
+func (a *App) grpcServers() []any {
+	out := []any{a.grpc}
+	if a.secure != nil {
+		out = append(out, a.secure)
+	}
+	return out
 }
 
 // Cluster is the Kubernetes client the graph reads, nil unless the source is a cluster.

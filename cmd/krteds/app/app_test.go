@@ -17,6 +17,7 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 )
@@ -170,7 +171,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 	})
 	t.Run("index", func(t *testing.T) {
 		_, body := r.get("/debug")
-		for _, p := range []string{"/debug/krt", "/debug/krtz", "/debug/endpointShardz", "/debug/registryz", "/debug/syncz", "/debug/adsz", "/debug/pprof/", "/metrics"} {
+		for _, p := range []string{"/debug/krt", "/debug/krtz", "/debug/endpointShardz", "/debug/registryz", "/debug/syncz", "/debug/adsz", "/debug/memz", "/debug/pprof/", "/metrics"} {
 			if !strings.Contains(body, `href="`+p+`"`) {
 				t.Errorf("index lacks %s", p)
 			}
@@ -252,6 +253,18 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 		r.getJSON("/debug/adsz", &a)
 		if a.Total != 1 || a.Clients[0].Address != "10.0.0.9" || a.Clients[0].Watches[adsclient.TypeCLA][0] != cluster {
 			t.Fatalf("adsz %+v", a)
+		}
+	})
+	t.Run("memz", func(t *testing.T) {
+		var m outputs.MemoryReport
+		r.getJSON("/debug/memz", &m)
+		held := map[string]int64{}
+		for _, root := range m.Roots {
+			held[root.Name] = root.Bytes
+		}
+		if m.Endpoints == 0 || m.Proxies != 1 || m.Subscriptions != 1 || m.PerEndpoint <= 0 || m.PerProxy <= 0 ||
+			held["input/Pods"] == 0 || held[graphs.NameCLAs] == 0 || held["xDS server"] == 0 || len(m.Types) == 0 {
+			t.Fatalf("memz %+v", m)
 		}
 	})
 	t.Run("pprof", func(t *testing.T) {

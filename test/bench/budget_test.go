@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs"
+	"github.com/krteds/krteds/outputs/memz"
+	"github.com/krteds/krteds/outputs/xds"
+)
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// budget is the memory of krteds over a mesh: the heap measured around it and the attribution of
+// that heap to the graph's collections, the xDS server and the in-process clients.
+type budget struct {
+	size Size
+	// graphHeap is the live heap the inputs and the graph added; proxyHeap what connecting the
+	// proxies added (server and in-process clients).
+	graphHeap, proxyHeap int64
+	graph, proxies       memz.Report
+	// server is the part of proxies held by the xDS server (not the clients).
+	server int64
+	subs   int
+}
+
+// measureBudget loads the mesh into static inputs (objects reduced as the informers reduce
+// them), waits for every CLA, measures, then connects the proxies and measures again.
+func measureBudget(tb testing.TB, size Size) budget {
+	warmUp(tb)
+	b := budget{size: size}
+	base := liveHeap()
+	stop := test.NewStop(tb)
+	opts := krt.NewOptionsBuilder(stop, "", nil)
+	in := sources.NewStatic(opts, nil, Generate(size).Objects()...)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
+	if !g.WaitUntilSynced(stop) {
+		tb.Fatal("not synced")
+	}
+	waitCLAs(tb, g, size)
+	b.graphHeap = int64(liveHeap() - base)
+	b.graph = memz.Measure(outputs.MemoryRoots(g, nil))
+
+	srv := xds.NewServer(g, "Kubernetes", nil, nil)
+	srv.Start(stop)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gs := xds.NewGRPCServer(context.Background(), srv)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	before := liveHeap()
+	fleet, err := Connect(lis.Addr().String(), size)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer fleet.Close()
+	if _, err := fleet.WaitAll(10 * time.Minute); err != nil {
+		tb.Fatal(err)
+	}
+	b.proxyHeap = int64(liveHeap() - before)
+	all := memz.Measure(append(outputs.MemoryRoots(g, srv, gs),
+		memz.Root{Group: "clients", Name: "in-process ADS clients", Value: fleet}))
+	for _, r := range all.Roots {
+		if r.Group == "xds" {
+			b.server += r.Bytes
+		}
+	}
+	b.proxies = all
+	for p := 0; p < size.Proxies; p++ {
+		b.subs += len(size.Subscriptions(p))
+	}
+	runtime.KeepAlive(in)
+	return b
+}
+
+// warmUp runs a tiny mesh through the graph once, so that process-wide state initialised on
+// first use (protobuf's type metadata for every xDS message, krt's and gRPC's registries) is in
+// place before the heap is measured.
+func warmUp(tb testing.TB) {
+	size := Size{Name: "warm-up", Services: 10, EndpointsPerService: 2, Nodes: 2, Zones: 2, Regions: 1, Proxies: 2, Classes: 1, PreferCloseEvery: 2}
+	stop := make(chan struct{})
+	defer close(stop)
+	opts := krt.NewOptionsBuilder(stop, "", nil)
+	in := sources.NewStatic(opts, nil, Generate(size).Objects()...)
+	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
+	if !g.WaitUntilSynced(stop) {
+		tb.Fatal("not synced")
+	}
+	waitCLAs(tb, g, size)
+	srv := xds.NewServer(g, "Kubernetes", nil, nil)
+	srv.Start(stop)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gs := xds.NewGRPCServer(context.Background(), srv)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	fleet, err := Connect(lis.Addr().String(), size)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer fleet.Close()
+	if _, err := fleet.WaitAll(time.Minute); err != nil {
+		tb.Fatal(err)
+	}
+	_ = memz.Measure(outputs.MemoryRoots(g, srv))
+}
+
+func waitCLAs(tb testing.TB, g *graphs.Graph, size Size) {
+	plain := size.Services
+	if size.PreferCloseEvery > 0 {
+		plain -= (size.Services + size.PreferCloseEvery - 1) / size.PreferCloseEvery
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for len(g.CLAs.List()) < plain || len(g.ServiceEndpoints.List()) < size.Services {
+		if time.Now().After(deadline) {
+			tb.Fatal("CLAs never computed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// table renders the attribution, in bytes per endpoint.
+func (b budget) table() string {
+	var s strings.Builder
+	eps := float64(b.size.Endpoints())
+	fmt.Fprintf(&s, "%-40s %12s %10s\n", "collection", "bytes", "B/endpoint")
+	for _, r := range b.graph.Roots {
+		if r.Bytes == 0 {
+			continue
+		}
+		fmt.Fprintf(&s, "%-40s %12d %10.0f", r.Name, r.Bytes, float64(r.Bytes)/eps)
+		for i, p := range r.Parts {
+			if i == 4 {
+				break
+			}
+			fmt.Fprintf(&s, "  %s=%.0f", p.Field, float64(p.Bytes)/eps)
+		}
+		s.WriteString("\n")
+	}
+	fmt.Fprintf(&s, "%-40s %12d %10.0f\n", "accounted", b.graph.Total, float64(b.graph.Total)/eps)
+	fmt.Fprintf(&s, "%-40s %12d %10.0f\n", "measured heap", b.graphHeap, float64(b.graphHeap)/eps)
+	s.WriteString("largest types:\n")
+	for i, t := range b.graph.Types {
+		if i == 12 {
+			break
+		}
+		fmt.Fprintf(&s, "  %-70s %10.0f B/endpoint\n", t.Type, float64(t.Bytes)/eps)
+	}
+	return s.String()
+}
+
+// TestBudgetAddsUp holds the memory accounting to the heap: at the small size, what the budget
+// attributes to the collections adds up to the heap the inputs and the graph hold within 10%, and
+// what it attributes to the server and clients to the heap the proxies add.
+func TestBudgetAddsUp(t *testing.T) {
+	b := measureBudget(t, Sizes["small"])
+	t.Log("\n" + b.table())
+	within := func(what string, accounted, heap int64) {
+		d := math.Abs(float64(accounted)-float64(heap)) / float64(heap)
+		t.Logf("%s: accounted %d B, heap %d B (%.1f%% apart)", what, accounted, heap, 100*d)
+		if d > 0.10 {
+			t.Errorf("%s: the budget accounts for %d bytes where the heap holds %d (%.1f%% apart, more than 10%%)", what, accounted, heap, 100*d)
+		}
+	}
+	for _, r := range b.proxies.Roots {
+		if r.Group == "xds" || r.Group == "clients" {
+			t.Logf("%s: %d B %+v", r.Name, r.Bytes, r.Parts)
+		}
+	}
+	within("inputs and graph", b.graph.Total, b.graphHeap)
+	within("proxies (server and clients)", b.proxies.Total-b.graph.Total, b.proxyHeap)
+}
+
+// BenchmarkBudget reports the memory budget at the current size: heap per endpoint of the inputs
+// and the graph, per collection, and per proxy and subscription of the server.
+func BenchmarkBudget(bm *testing.B) {
+	size := CurrentSize()
+	for i := 0; i < bm.N; i++ {
+		b := measureBudget(bm, size)
+		eps := float64(size.Endpoints())
+		if os.Getenv("KRTEDS_BUDGET_TABLE") != "" {
+			fmt.Fprintln(os.Stderr, b.table())
+		}
+		bm.ReportMetric(float64(b.graphHeap)/eps, "heap-B/endpoint")
+		bm.ReportMetric(float64(b.graph.Total)/eps, "accounted-B/endpoint")
+		var inputs int64
+		for _, r := range b.graph.Roots {
+			if r.Group == graphs.KindInput {
+				inputs += r.Bytes
+			}
+		}
+		bm.ReportMetric(float64(inputs)/eps, "inputs-B/endpoint")
+		bm.ReportMetric(float64(b.server)/float64(size.Proxies), "server-B/proxy")
+		bm.ReportMetric(float64(b.server)/float64(b.subs), "server-B/subscription")
+		bm.ReportMetric(float64(b.proxyHeap)/float64(size.Proxies), "heap-B/proxy(incl-client)")
+	}
+}
