@@ -54,6 +54,10 @@ func fill(v reflect.Value, depth int) {
 			v.Set(reflect.ValueOf(time.Unix(1000, 0)))
 			return
 		}
+		if v.Type() == reflect.TypeOf(Labels{}) {
+			v.Set(reflect.ValueOf(InternLabels(map[string]string{"a": "a"})))
+			return
+		}
 		for i := 0; i < v.NumField(); i++ {
 			if v.Type().Field(i).IsExported() {
 				fill(v.Field(i), depth)
@@ -80,6 +84,10 @@ func change(v reflect.Value) {
 	case reflect.Struct:
 		if v.Type() == reflect.TypeOf(time.Time{}) {
 			v.Set(reflect.ValueOf(time.Unix(2000, 0)))
+			return
+		}
+		if v.Type() == reflect.TypeOf(Labels{}) {
+			v.Set(reflect.ValueOf(InternLabels(map[string]string{"a": "b"})))
 			return
 		}
 		for i := 0; i < v.NumField(); i++ {
@@ -136,6 +144,7 @@ func TestEqualsComparesEveryField(t *testing.T) {
 	checkEquals(t, NodeLocality.Equals, nil)
 	checkEquals(t, func(a, b EndpointMeta) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, Workload.Equals, nil)
+	checkEquals(t, Pod.Equals, nil)
 	checkEquals(t, Endpoint.Equals, nil)
 	checkEquals(t, SliceEndpoints.Equals, nil)
 	checkEquals(t, ServiceEndpoints.Equals, nil)

@@ -13,7 +13,6 @@ const (
 	ReasonInvalidPort        = "invalid_port"
 	ReasonUnknownPortName    = "unknown_port_name"
 	ReasonTargetRefKind      = "target_ref_not_pod"
-	ReasonPodNoIP            = "pod_without_ip"
 	ReasonInvalidManifest    = "invalid_manifest"
 	ReasonInvalidProtocol    = "invalid_protocol"
 	ReasonResourceTooLarge   = "resource_too_large"

@@ -61,9 +61,9 @@ func (n NodeLocality) Equals(o NodeLocality) bool { return n == o }
 // EndpointMeta is what an endpoint inherits from its workload (or, without a Pod, from the
 // registry alone). It is immutable once built and shared by every endpoint of the workload.
 type EndpointMeta struct {
-	// Labels are the pod labels augmented with the topology labels (region, zone, subzone,
-	// cluster, hostname, network), as istiod's AugmentLabels.
-	Labels map[string]string `json:"Labels"`
+	// PodLabels are the pod's own labels, shared with the Pod. Label and AugmentedLabels read
+	// them augmented with the topology labels, as istiod's AugmentLabels writes them.
+	PodLabels Labels `json:"PodLabels"`
 	// ServiceAccount is the SPIFFE identity spiffe://<trust-domain>/ns/<ns>/sa/<sa>, or "".
 	ServiceAccount string `json:"ServiceAccount"`
 	// TLSMode is the pod's security.istio.io/tlsMode label, default "disabled".
@@ -81,9 +81,54 @@ type EndpointMeta struct {
 	NodeName      string   `json:"NodeName"`
 	HostName      string   `json:"HostName"`
 	SubDomain     string   `json:"SubDomain"`
-	// PodTemplateHash / RolloutsHash are kept for local-cluster matching.
-	PodTemplateHash string `json:"-"`
-	RolloutsHash    string `json:"-"`
+}
+
+// Label is the endpoint's label k as istiod's augmented labels have it: the topology labels
+// (region, zone and subzone when the locality has them, topology.istio.io/cluster, and
+// kubernetes.io/hostname when the node is known) override the pod's; topology.istio.io/network
+// is the pod's own when set, else the endpoint's network, and is always present.
+func (m *EndpointMeta) Label(k string) (string, bool) {
+	var v string
+	switch k {
+	case LabelTopologyRegion:
+		v = m.Locality.Region
+	case LabelTopologyZone:
+		v = m.Locality.Zone
+	case LabelTopologySubzone:
+		v = m.Locality.Subzone
+	case LabelTopologyCluster:
+		v = m.ClusterID
+	case LabelHostname:
+		v = m.NodeName
+	case LabelTopologyNetwork:
+		if v := m.PodLabels.Value(k); v != "" {
+			return v, true
+		}
+		return m.Network, true
+	}
+	if v != "" {
+		return v, true
+	}
+	return m.PodLabels.Get(k)
+}
+
+// LabelValue is Label's value, "" when absent.
+func (m *EndpointMeta) LabelValue(k string) string {
+	v, _ := m.Label(k)
+	return v
+}
+
+// AugmentedLabels is every label Label answers for, as a new map.
+func (m *EndpointMeta) AugmentedLabels() map[string]string {
+	out := make(map[string]string, m.PodLabels.Len()+6)
+	maps.Copy(out, m.PodLabels.Map())
+	for _, k := range []string{LabelTopologyRegion, LabelTopologyZone, LabelTopologySubzone,
+		LabelTopologyCluster, LabelHostname, LabelTopologyNetwork} {
+		if v, ok := m.Label(k); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Equals compares every field; identical pointers compare equal at once.
@@ -107,9 +152,7 @@ func (m *EndpointMeta) Equals(o *EndpointMeta) bool {
 		m.NodeName == o.NodeName &&
 		m.HostName == o.HostName &&
 		m.SubDomain == o.SubDomain &&
-		m.PodTemplateHash == o.PodTemplateHash &&
-		m.RolloutsHash == o.RolloutsHash &&
-		maps.Equal(m.Labels, o.Labels)
+		m.PodLabels.Equal(o.PodLabels)
 }
 
 // Workload is what krteds knows of one Pod: its identity and topology, and whether it can be
@@ -123,9 +166,8 @@ type Workload struct {
 	Ready bool `json:"ready"`
 	// HostNetwork pods share the node IP.
 	HostNetwork bool `json:"hostNetwork,omitempty"`
-	// PodLabels are the pod's own labels, unaugmented.
-	PodLabels map[string]string `json:"podLabels,omitempty"`
-	Meta      *EndpointMeta     `json:"meta"`
+	// Meta holds the pod's labels (Meta.PodLabels) with everything endpoints inherit.
+	Meta *EndpointMeta `json:"meta"`
 }
 
 // ResourceName is "<namespace>/<name>", the Pod's key.
@@ -138,6 +180,5 @@ func (w Workload) Equals(o Workload) bool {
 		w.Ready == o.Ready &&
 		w.HostNetwork == o.HostNetwork &&
 		slices.Equal(w.IPs, o.IPs) &&
-		maps.Equal(w.PodLabels, o.PodLabels) &&
 		w.Meta.Equals(o.Meta)
 }

@@ -105,9 +105,8 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.SystemNetwork = Singleton(d, NameSystemNetwork, network, reads)
 	g.NodeLocalities = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities())
 	g.ServiceInfos = Derive(d, NameServiceInfos, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
+	g.Workloads = Derive(d, NameWorkloads, in.Pods, transforms.Workloads(cfg, g.NodeLocalities, g.SystemNetwork))
 	var p krt.Collection[collections.ObjectProblems]
-	g.Workloads, p = DeriveChecked(d, NameWorkloads, in.Pods, transforms.Workloads(cfg, g.NodeLocalities, g.SystemNetwork))
-	checked(p)
 	readyByIP := krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs)
 	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
 		Services: g.ServiceInfos, Workloads: g.Workloads, SystemNetwork: g.SystemNetwork,

@@ -118,7 +118,7 @@ func TestNodeRelabelReachesEndpoints(t *testing.T) {
 	eventually(t, "relabelled locality", func() (bool, string) {
 		se := g.ServiceEndpoints.GetKey("ns1/foo")
 		m := se.Endpoints[0].Meta
-		return m.LocalityLabel == "r2/z9/" && m.Labels["topology.kubernetes.io/zone"] == "z9", m.LocalityLabel
+		return m.LocalityLabel == "r2/z9/" && m.LabelValue("topology.kubernetes.io/zone") == "z9", m.LocalityLabel
 	})
 }
 

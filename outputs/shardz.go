@@ -56,7 +56,7 @@ func EndpointShardz(all []collections.ServiceEndpoints) map[string]map[string]en
 				sas[m.ServiceAccount] = struct{}{}
 			}
 			eps = append(eps, istioEndpoint{
-				Labels:                 m.Labels,
+				Labels:                 m.AugmentedLabels(),
 				Addresses:              []string{e.Address},
 				ServicePortName:        e.PortName,
 				ServiceAccount:         m.ServiceAccount,

@@ -213,7 +213,7 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 		g := groups[l]
 		byPriority := map[int][]collections.Endpoint{}
 		for _, e := range g.Endpoints {
-			p := FailoverPriority(proxyLabels, e.Meta.Labels, policy.FailoverPriority)
+			p := FailoverPriority(proxyLabels, e.Meta.LabelValue, policy.FailoverPriority)
 			byPriority[p] = append(byPriority[p], e)
 		}
 		prios := make([]int, 0, len(byPriority))
@@ -252,7 +252,7 @@ func PlanClusterCLA(clusterName string, svc *collections.ServiceInfo, port colle
 	if len(cp.SubsetLabels) > 0 {
 		sel := make([]collections.Endpoint, 0, len(eps))
 		for _, e := range eps {
-			if subsetMatch(e.Meta.Labels, cp.SubsetLabels) {
+			if subsetMatch(e.Meta.Label, cp.SubsetLabels) {
 				sel = append(sel, e)
 			}
 		}
@@ -282,7 +282,7 @@ func EncodeClusterCLA(plan CLAPlan, cp ClusterPolicy, class collections.ProxyCla
 // labels in order, the first disagreement at index j gives len(labels)-j; a disagreement on a
 // leading topology.istio.io/network label adds len(labels) and the walk goes on. "label=value"
 // entries compare the endpoint with value instead of the proxy's label.
-func FailoverPriority(proxyLabels, epLabels map[string]string, priorities []string) int {
+func FailoverPriority(proxyLabels map[string]string, epLabel func(string) string, priorities []string) int {
 	n := len(priorities)
 	includesNetwork := n > 0 && priorities[0] == collections.LabelTopologyNetwork
 	priority, adjust := 0, 0
@@ -294,7 +294,7 @@ func FailoverPriority(proxyLabels, epLabels map[string]string, priorities []stri
 		if len(parts) == 2 {
 			want = parts[1]
 		}
-		if want != epLabels[name] {
+		if want != epLabel(name) {
 			if j == 0 && includesNetwork {
 				adjust = n
 				continue

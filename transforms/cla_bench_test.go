@@ -16,8 +16,8 @@ func syntheticEndpoints(n int) []collections.Endpoint {
 	metas := make([]*collections.EndpointMeta, len(locs))
 	for i, l := range locs {
 		metas[i] = &collections.EndpointMeta{
-			Labels:  AugmentLabels(map[string]string{"app": "foo", "version": "v1"}, "Kubernetes", l, fmt.Sprintf("node-%d", i), ""),
-			TLSMode: "istio", Namespace: "ns1", WorkloadName: "foo", CanonicalName: "foo", CanonicalRevision: "v1",
+			PodLabels: collections.InternLabels(map[string]string{"app": "foo", "version": "v1"}),
+			TLSMode:   "istio", Namespace: "ns1", WorkloadName: "foo", CanonicalName: "foo", CanonicalRevision: "v1",
 			ClusterID: "Kubernetes", Locality: l, LocalityLabel: l.String(), NodeName: fmt.Sprintf("node-%d", i),
 		}
 	}

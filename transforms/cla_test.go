@@ -17,7 +17,7 @@ import (
 // ep builds an endpoint on a node/locality with pod-like metadata.
 func ep(ip string, h collections.HealthStatus, loc collections.Locality, node string, mut ...func(*collections.EndpointMeta)) collections.Endpoint {
 	m := &collections.EndpointMeta{
-		Labels:    AugmentLabels(map[string]string{"app": "foo"}, "Kubernetes", loc, node, ""),
+		PodLabels: collections.InternLabels(map[string]string{"app": "foo"}),
 		TLSMode:   "istio",
 		Namespace: "ns1", WorkloadName: "foo", CanonicalName: "foo", ClusterID: "Kubernetes",
 		Locality: loc, LocalityLabel: loc.String(), NodeName: node,
@@ -295,7 +295,7 @@ func TestFailoverPriority(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := FailoverPriority(proxy, tc.ep, tc.labels); got != tc.want {
+			if got := FailoverPriority(proxy, func(k string) string { return tc.ep[k] }, tc.labels); got != tc.want {
 				t.Fatalf("got %d want %d", got, tc.want)
 			}
 		})

@@ -42,8 +42,9 @@ func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 	network := networkOf(t, nss...)
 	nodec := krt.NewStaticCollection(nil, nodes, krt.WithStop(stop))
 	var wls []collections.Workload
+	wf := workloadFn(cfg, nodec, network)
 	for _, p := range pods {
-		if _, w := Workloads(cfg, nodec, network).Fn(krt.TestingDummyContext{}, p); w != nil {
+		if w := wf(p); w != nil {
 			wls = append(wls, *w)
 		}
 	}
@@ -132,7 +133,6 @@ func TestSliceEndpointsWholeOutput(t *testing.T) {
 		{Address: "10.1.0.1", Port: 8080, PortName: "http", Health: collections.Healthy, Slice: "foo-abc", Pod: "ns1/foo-1", Meta: podMeta},
 		{Address: "10.9.9.9", Port: 8080, PortName: "http", Health: collections.UnHealthy, Slice: "foo-abc",
 			Meta: &collections.EndpointMeta{
-				Labels:  map[string]string{"topology.istio.io/cluster": "Kubernetes", "topology.istio.io/network": ""},
 				TLSMode: "disabled", ClusterID: "Kubernetes",
 			}},
 	}}

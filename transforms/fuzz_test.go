@@ -38,7 +38,7 @@ func FuzzSliceEndpoints(f *testing.F) {
 	cfg := collections.DefaultConfig()
 	svc := ConvertService(cfg, fixtures.Service("ns1", "foo", fixtures.HTTP...), nil)
 	network := networkOf(f)
-	_, w := Workloads(cfg, krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)), network).Fn(krt.TestingDummyContext{},
+	w := workloadFn(cfg, krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)), network)(
 		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"))
 	wc := krt.NewStaticCollection(nil, []collections.Workload{*w}, krt.WithStop(stop))
 	in := SliceInputs{
@@ -92,13 +92,13 @@ func FuzzWorkloads(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"name":"p","generateName":"cj-12345678-","labels":{"istio-locality":"a.b.c.d","topology.istio.io/locality":""},
 		"ownerReferences":[{"kind":"Job","name":"cj-12345678","controller":true}]},"status":{"phase":"Running","podIPs":[{"ip":""}]}}`))
 	stop := test.NewStop(f)
-	fn := Workloads(collections.DefaultConfig(), krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)), networkOf(f)).Fn
+	fn := workloadFn(collections.DefaultConfig(), krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)), networkOf(f))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p corev1.Pod
 		if json.Unmarshal(data, &p) != nil {
 			return
 		}
-		if _, w := fn(krt.TestingDummyContext{}, &p); w != nil && (w.Meta == nil || !w.Equals(*w)) {
+		if w := fn(&p); w != nil && (w.Meta == nil || !w.Equals(*w)) {
 			t.Fatalf("bad workload %+v", w)
 		}
 	})

@@ -29,3 +29,16 @@ func problemsOf(p *collections.ObjectProblems) []collections.Problem {
 	}
 	return p.Problems
 }
+
+// workloadFn derives workloads from Kubernetes Pods, reduced as every source reduces them (a
+// Failed Pod gives none).
+func workloadFn(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], network krt.Singleton[string]) func(*corev1.Pod) *collections.Workload {
+	fn := Workloads(cfg, nodes, network).Fn
+	return func(k *corev1.Pod) *collections.Workload {
+		p, ok := collections.NewPod(k)
+		if !ok {
+			return nil
+		}
+		return fn(krt.TestingDummyContext{}, p)
+	}
+}

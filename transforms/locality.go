@@ -180,7 +180,7 @@ func ApplyFailoverPriority(cla *endpoint.ClusterLoadAssignment, proxyLabels map[
 			if j < len(labels) {
 				epLabels = labels[j]
 			}
-			p := FailoverPriority(proxyLabels, epLabels, priorities)
+			p := FailoverPriority(proxyLabels, func(k string) string { return epLabels[k] }, priorities)
 			byPriority[p] = append(byPriority[p], lb)
 		}
 		for _, p := range slices.Sorted(maps.Keys(byPriority)) {

@@ -425,7 +425,7 @@ func TestLocalityZoneAware(t *testing.T) {
 func lbtEndpoint(ip string, loc collections.Locality, node, network string) collections.Endpoint {
 	return collections.Endpoint{Address: ip, Port: 8080, PortName: "http", Health: collections.Healthy, Slice: "s",
 		Meta: &collections.EndpointMeta{
-			Labels:    AugmentLabels(map[string]string{"app": "foo"}, "Kubernetes", loc, node, network),
+			PodLabels: collections.InternLabels(map[string]string{"app": "foo"}),
 			TLSMode:   collections.TLSModeIstio,
 			Namespace: "ns1", WorkloadName: "foo", CanonicalName: "foo", ClusterID: "Kubernetes",
 			Locality: loc, LocalityLabel: loc.String(), NodeName: node, Network: network,
@@ -436,7 +436,7 @@ func lbtEndpoint(ip string, loc collections.Locality, node, network string) coll
 func lbtEndpointLabels(cla *endpoint.ClusterLoadAssignment, eps []collections.Endpoint) [][]map[string]string {
 	byIP := map[string]map[string]string{}
 	for _, e := range eps {
-		byIP[e.Address] = e.Meta.Labels
+		byIP[e.Address] = e.Meta.AugmentedLabels()
 	}
 	var out [][]map[string]string
 	for _, l := range cla.Endpoints {

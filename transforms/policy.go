@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
-	"istio.io/istio/pkg/config/labels"
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
@@ -155,7 +154,13 @@ func CLAKeyFor(clusterName string, cp ClusterPolicy, projected collections.Proxy
 	return k
 }
 
-// subsetMatch reports whether the endpoint's labels contain every subset label.
-func subsetMatch(l, subset map[string]string) bool {
-	return labels.Instance(subset).SubsetOf(l)
+// subsetMatch reports whether the endpoint carries every subset label (istiod's
+// labels.Instance.SubsetOf over the augmented labels, read without building them).
+func subsetMatch(label func(string) (string, bool), subset map[string]string) bool {
+	for k, want := range subset {
+		if v, ok := label(k); !ok || v != want {
+			return false
+		}
+	}
+	return true
 }

@@ -58,9 +58,9 @@ func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.Connecte
 			if network == "" {
 				network = w.Meta.Network
 			}
-			p.EffectiveLabels = AugmentLabels(w.PodLabels, clusterID, locality, nodeName, network)
+			p.EffectiveLabels = AugmentLabels(w.Meta.PodLabels.Map(), clusterID, locality, nodeName, network)
 		} else {
-			if _, l := podLocality(cp.Labels); !l.IsEmpty() {
+			if _, l := podLocality(func(k string) string { return cp.Labels[k] }); !l.IsEmpty() {
 				locality = l
 			} else {
 				locality = cp.Locality

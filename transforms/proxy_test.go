@@ -61,8 +61,7 @@ func TestProxyEnrichment(t *testing.T) {
 		fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"),
 		fixtures.Pod("ns2", "other", "other", "10.1.0.2", "n1"),
 	} {
-		_, w := Workloads(cfg, nodes, network).Fn(krt.TestingDummyContext{}, p)
-		wls = append(wls, *w)
+		wls = append(wls, *workloadFn(cfg, nodes, network)(p))
 	}
 	wc := krt.NewStaticCollection(nil, wls, krt.WithStop(stop))
 	f := Proxies(cfg, ProxyInputs{Workloads: wc, ReadyWorkloadsByIP: krt.NewIndex(wc, "ip", ReadyIPs)}).Fn

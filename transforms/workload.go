@@ -14,35 +14,29 @@ import (
 // Workloads derives a Workload from each Pod that is not Failed. It Fetches the Pod's Node (for
 // its locality, unless the Pod carries a locality label) and the default network (the system
 // namespace's topology.istio.io/network label).
-func Workloads(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], systemNetwork krt.Singleton[string]) Checked[*corev1.Pod, collections.Workload] {
-	return Checked[*corev1.Pod, collections.Workload]{Reads: []any{nodes, systemNetwork}, Fn: func(ctx krt.HandlerContext, pod *corev1.Pod) (*collections.ObjectProblems, *collections.Workload) {
-		if pod.Status.Phase == corev1.PodFailed {
-			return nil, nil
+func Workloads(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], systemNetwork krt.Singleton[string]) Single[collections.Pod, collections.Workload] {
+	return Single[collections.Pod, collections.Workload]{Reads: []any{nodes, systemNetwork}, Fn: func(ctx krt.HandlerContext, pod collections.Pod) *collections.Workload {
+		if pod.Phase == corev1.PodFailed {
+			return nil
 		}
-		labels := pod.Labels
-		localityLabel, locality := podLocality(labels)
-		if localityLabel == "" && pod.Spec.NodeName != "" {
-			if n := krt.FetchOne(ctx, nodes, krt.FilterKey(pod.Spec.NodeName)); n != nil {
+		localityLabel, locality := podLocality(pod.Labels.Value)
+		if localityLabel == "" && pod.NodeName != "" {
+			if n := krt.FetchOne(ctx, nodes, krt.FilterKey(pod.NodeName)); n != nil {
 				locality = n.Locality
 				localityLabel = locality.String()
 			}
 		}
-		network := labels[collections.LabelTopologyNetwork]
+		network := pod.Labels.Value(collections.LabelTopologyNetwork)
 		if network == "" {
 			network = FetchSystemNetwork(ctx, systemNetwork)
 		}
-		ips := podIPs(pod)
-		pr := &problems{kind: "Pod", object: pod.Namespace + "/" + pod.Name}
-		if len(ips) == 0 && pod.Status.Phase == corev1.PodRunning {
-			pr.add(collections.ReasonPodNoIP, "running pod has no IP; it cannot be found by address")
-		}
-		return pr.result(), &collections.Workload{
+		ips := pod.IPs
+		return &collections.Workload{
 			Name:        pod.Name,
 			Namespace:   pod.Namespace,
 			IPs:         ips,
 			Ready:       len(ips) > 0 && podReadyForIPLookup(pod),
-			HostNetwork: pod.Spec.HostNetwork,
-			PodLabels:   labels,
+			HostNetwork: pod.HostNetwork,
 			Meta:        workloadMeta(cfg, pod, localityLabel, locality, network),
 		}
 	}}
@@ -71,10 +65,10 @@ func FetchSystemNetwork(ctx krt.HandlerContext, s krt.Singleton[string]) string 
 // podLocality reads the pod's own locality label (topology.istio.io/locality, then the legacy
 // istio-locality), with dots turned into slashes. The label is kept as given (it may have fewer
 // than three segments).
-func podLocality(labels map[string]string) (string, collections.Locality) {
-	v := labels[collections.LabelLocality]
+func podLocality(label func(string) string) (string, collections.Locality) {
+	v := label(collections.LabelLocality)
 	if v == "" {
-		v = labels[collections.LabelLegacyLocality]
+		v = label(collections.LabelLegacyLocality)
 	}
 	if v == "" {
 		return "", collections.Locality{}
@@ -85,62 +79,41 @@ func podLocality(labels map[string]string) (string, collections.Locality) {
 	return v, collections.ParseLocality(v)
 }
 
-func podIPs(pod *corev1.Pod) []string {
-	var ips []string
-	for _, ip := range pod.Status.PodIPs {
-		if ip.IP != "" {
-			ips = append(ips, ip.IP)
-		}
-	}
-	if len(ips) == 0 && pod.Status.PodIP != "" {
-		ips = []string{pod.Status.PodIP}
-	}
-	return ips
-}
-
 // podReadyForIPLookup mirrors istiod's podsByIP admission: Running or Pending, not being deleted,
 // Ready condition True.
-func podReadyForIPLookup(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil {
+func podReadyForIPLookup(pod collections.Pod) bool {
+	if pod.Deleting {
 		return false
 	}
-	if pod.Status.Phase != corev1.PodRunning && pod.Status.Phase != corev1.PodPending {
+	if pod.Phase != corev1.PodRunning && pod.Phase != corev1.PodPending {
 		return false
 	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return pod.Ready
 }
 
-func workloadMeta(cfg collections.Config, pod *corev1.Pod, localityLabel string, locality collections.Locality, network string) *collections.EndpointMeta {
+func workloadMeta(cfg collections.Config, pod collections.Pod, localityLabel string, locality collections.Locality, network string) *collections.EndpointMeta {
 	workloadName := WorkloadName(pod)
-	labels := AugmentLabels(pod.Labels, cfg.ClusterID, locality, pod.Spec.NodeName, network)
 	tlsMode := collections.TLSModeDisabled
-	if v, ok := pod.Labels[collections.LabelTLSMode]; ok {
+	if v, ok := pod.Labels.Get(collections.LabelTLSMode); ok {
 		tlsMode = v
 	}
 	m := &collections.EndpointMeta{
-		Labels:            labels,
-		ServiceAccount:    SpiffeIdentity(cfg.TrustDomain, pod.Namespace, pod.Spec.ServiceAccountName),
+		PodLabels:         pod.Labels,
+		ServiceAccount:    SpiffeIdentity(cfg.TrustDomain, pod.Namespace, pod.ServiceAccount),
 		TLSMode:           tlsMode,
 		Namespace:         pod.Namespace,
 		WorkloadName:      workloadName,
-		CanonicalName:     CanonicalName(labels, workloadName),
-		CanonicalRevision: CanonicalRevision(labels),
+		CanonicalName:     CanonicalName(pod.Labels.Value, workloadName),
+		CanonicalRevision: CanonicalRevision(pod.Labels.Value),
 		LocalityLabel:     localityLabel,
 		Locality:          locality,
 		ClusterID:         cfg.ClusterID,
 		Network:           network,
-		NodeName:          pod.Spec.NodeName,
-		PodTemplateHash:   pod.Labels[collections.LabelPodTemplateHash],
-		RolloutsHash:      pod.Labels[collections.LabelRolloutsHash],
+		NodeName:          pod.NodeName,
 	}
-	if pod.Spec.Subdomain != "" {
-		m.SubDomain = pod.Spec.Subdomain
-		m.HostName = pod.Spec.Hostname
+	if pod.Subdomain != "" {
+		m.SubDomain = pod.Subdomain
+		m.HostName = pod.Hostname
 		if m.HostName == "" {
 			m.HostName = pod.Name
 		}
@@ -151,9 +124,7 @@ func workloadMeta(cfg collections.Config, pod *corev1.Pod, localityLabel string,
 // RegistryOnlyMeta is the metadata of an endpoint without a known Pod: only the cluster and
 // network labels, tlsMode disabled, no identity.
 func RegistryOnlyMeta(cfg collections.Config, network string) *collections.EndpointMeta {
-	labels := AugmentLabels(nil, cfg.ClusterID, collections.Locality{}, "", network)
 	return &collections.EndpointMeta{
-		Labels:    labels,
 		TLSMode:   collections.TLSModeDisabled,
 		ClusterID: cfg.ClusterID,
 		Network:   network,
@@ -203,43 +174,36 @@ var cronJobName = regexp.MustCompile(`(.+)-\d{8,10}$`)
 // else, for a pod with a generateName and a controller owner, the owner's name with the
 // Deployment (pod-template-hash) or Argo Rollout suffix removed, the OpenShift deploymentconfig
 // label, or the CronJob name of a "<cronjob>-<8..10 digits>" Job; else the pod name.
-func WorkloadName(pod *corev1.Pod) string {
-	if v, ok := pod.Labels[collections.LabelWorkloadName]; ok {
+func WorkloadName(pod collections.Pod) string {
+	if v, ok := pod.Labels.Get(collections.LabelWorkloadName); ok {
 		return v
 	}
-	name := pod.Name
-	if pod.GenerateName == "" {
-		return name
+	ref := pod.Controller
+	if !pod.Generated || ref.Kind == "" {
+		return pod.Name
 	}
-	for _, ref := range pod.OwnerReferences {
-		if ref.Controller == nil || !*ref.Controller {
-			continue
+	hash := pod.Labels.Value(collections.LabelPodTemplateHash)
+	rollouts := pod.Labels.Value(collections.LabelRolloutsHash)
+	switch {
+	case ref.Kind == "ReplicaSet" && hash != "" && strings.HasSuffix(ref.Name, hash):
+		return strings.TrimSuffix(ref.Name, "-"+hash)
+	case ref.Kind == "ReplicaSet" && rollouts != "" && strings.HasSuffix(ref.Name, rollouts):
+		return strings.TrimSuffix(ref.Name, "-"+rollouts)
+	case ref.Kind == "ReplicationController" && pod.Labels.Value(collections.LabelDeploymentConfig) != "":
+		return pod.Labels.Value(collections.LabelDeploymentConfig)
+	case ref.Kind == "Job":
+		if m := cronJobName.FindStringSubmatch(ref.Name); len(m) == 2 {
+			return m[1]
 		}
-		name = ref.Name
-		hash := pod.Labels[collections.LabelPodTemplateHash]
-		rollouts := pod.Labels[collections.LabelRolloutsHash]
-		switch {
-		case ref.Kind == "ReplicaSet" && hash != "" && strings.HasSuffix(ref.Name, hash):
-			name = strings.TrimSuffix(ref.Name, "-"+hash)
-		case ref.Kind == "ReplicaSet" && rollouts != "" && strings.HasSuffix(ref.Name, rollouts):
-			name = strings.TrimSuffix(ref.Name, "-"+rollouts)
-		case ref.Kind == "ReplicationController" && pod.Labels[collections.LabelDeploymentConfig] != "":
-			name = pod.Labels[collections.LabelDeploymentConfig]
-		case ref.Kind == "Job":
-			if m := cronJobName.FindStringSubmatch(ref.Name); len(m) == 2 {
-				name = m[1]
-			}
-		}
-		break
 	}
-	return name
+	return ref.Name
 }
 
 // CanonicalName is the first of service.istio.io/canonical-name, app.kubernetes.io/name, app,
 // else the workload name.
-func CanonicalName(labels map[string]string, workloadName string) string {
+func CanonicalName(label func(string) string, workloadName string) string {
 	for _, k := range []string{collections.LabelCanonicalName, collections.LabelAppName, collections.LabelApp} {
-		if v := labels[k]; v != "" {
+		if v := label(k); v != "" {
 			return v
 		}
 	}
@@ -248,9 +212,9 @@ func CanonicalName(labels map[string]string, workloadName string) string {
 
 // CanonicalRevision is the first of service.istio.io/canonical-revision, app.kubernetes.io/version,
 // version; istiod's default "latest" is written as "".
-func CanonicalRevision(labels map[string]string) string {
+func CanonicalRevision(label func(string) string) string {
 	for _, k := range []string{collections.LabelCanonicalRevision, collections.LabelAppVersion, collections.LabelVersion} {
-		if v := labels[k]; v != "" {
+		if v := label(k); v != "" {
 			if v == "latest" {
 				return ""
 			}

@@ -13,7 +13,7 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 )
 
-func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) (*collections.Workload, []collections.Problem) {
+func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) *collections.Workload {
 	t.Helper()
 	stop := test.NewStop(t)
 	var nodes []collections.NodeLocality
@@ -26,39 +26,41 @@ func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) (*collections.Worklo
 			nss = append(nss, o)
 		}
 	}
-	probs, w := Workloads(collections.DefaultConfig(),
-		krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)), networkOf(t, nss...)).Fn(krt.TestingDummyContext{}, pod)
-	return w, problemsOf(probs)
+	return workloadFn(collections.DefaultConfig(), krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)), networkOf(t, nss...))(pod)
 }
 
 func TestWorkloadFacts(t *testing.T) {
 	pod := fixtures.Pod("ns1", "foo-abc12-x1", "foo", "10.1.0.1", "n1")
 	pod.Labels["security.istio.io/tlsMode"] = "istio"
 	pod.Labels["service.istio.io/canonical-name"] = "foo-canon"
-	w, rep := workloadOf(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
+	w := workloadOf(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
 	want := &collections.Workload{
 		Name: "foo-abc12-x1", Namespace: "ns1", IPs: []string{"10.1.0.1"}, Ready: true,
-		PodLabels: pod.Labels,
 		Meta: &collections.EndpointMeta{
-			Labels: map[string]string{
-				"app": "foo", "pod-template-hash": "abc12", "security.istio.io/tlsMode": "istio",
-				"service.istio.io/canonical-name": "foo-canon",
-				"topology.kubernetes.io/region":   "r1", "topology.kubernetes.io/zone": "z1",
-				"topology.istio.io/cluster": "Kubernetes", "kubernetes.io/hostname": "n1",
-				"topology.istio.io/network": "",
-			},
+			PodLabels:      collections.InternLabels(pod.Labels),
 			ServiceAccount: "spiffe://cluster.local/ns/ns1/sa/foo-sa",
 			TLSMode:        "istio", Namespace: "ns1", WorkloadName: "foo",
 			CanonicalName: "foo-canon", CanonicalRevision: "",
 			LocalityLabel: "r1/z1/", Locality: collections.Locality{Region: "r1", Zone: "z1"},
-			ClusterID: "Kubernetes", NodeName: "n1", PodTemplateHash: "abc12",
+			ClusterID: "Kubernetes", NodeName: "n1",
 		},
 	}
 	if diff := cmp.Diff(want, w); diff != "" {
 		t.Fatalf("workload (-want +got):\n%s", diff)
 	}
-	if len(rep) != 0 {
-		t.Fatalf("unexpected problems: %v", rep)
+	// The labels endpoints carry: the pod's, augmented with the topology labels as istiod's.
+	augmented := map[string]string{
+		"app": "foo", "pod-template-hash": "abc12", "security.istio.io/tlsMode": "istio",
+		"service.istio.io/canonical-name": "foo-canon",
+		"topology.kubernetes.io/region":   "r1", "topology.kubernetes.io/zone": "z1",
+		"topology.istio.io/cluster": "Kubernetes", "kubernetes.io/hostname": "n1",
+		"topology.istio.io/network": "",
+	}
+	if diff := cmp.Diff(augmented, w.Meta.AugmentedLabels()); diff != "" {
+		t.Fatalf("augmented labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(augmented, AugmentLabels(pod.Labels, "Kubernetes", w.Meta.Locality, "n1", "")); diff != "" {
+		t.Fatalf("AugmentLabels (-want +got):\n%s", diff)
 	}
 }
 
@@ -94,8 +96,8 @@ func TestWorkloadRules(t *testing.T) {
 				if w.Meta.LocalityLabel != "rx/zx" || w.Meta.Locality != (collections.Locality{Region: "rx", Zone: "zx"}) {
 					t.Fatalf("locality %q %+v", w.Meta.LocalityLabel, w.Meta.Locality)
 				}
-				if w.Meta.Labels["topology.kubernetes.io/zone"] != "zx" {
-					t.Fatalf("labels %v", w.Meta.Labels)
+				if w.Meta.LabelValue("topology.kubernetes.io/zone") != "zx" {
+					t.Fatalf("labels %v", w.Meta.AugmentedLabels())
 				}
 			}},
 		{name: "topology.istio.io/locality wins over istio-locality",
@@ -116,7 +118,7 @@ func TestWorkloadRules(t *testing.T) {
 		{name: "network from pod label", mut: func(p *corev1.Pod) { p.Labels["topology.istio.io/network"] = "netA" },
 			objs: []any{fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "netB"}, nil)},
 			check: func(t *testing.T, w *collections.Workload) {
-				if w.Meta.Network != "netA" || w.Meta.Labels["topology.istio.io/network"] != "netA" {
+				if w.Meta.Network != "netA" || w.Meta.LabelValue("topology.istio.io/network") != "netA" {
 					t.Fatalf("network %q", w.Meta.Network)
 				}
 			}},
@@ -163,21 +165,20 @@ func TestWorkloadRules(t *testing.T) {
 			if tc.mut != nil {
 				tc.mut(pod)
 			}
-			w, _ := workloadOf(t, pod, tc.objs...)
+			w := workloadOf(t, pod, tc.objs...)
 			tc.check(t, w)
 		})
 	}
 }
 
-func TestRunningPodWithoutIPIsReported(t *testing.T) {
+// A Running Pod without an IP (a transient API state) is a workload that cannot be found by
+// address; endpoints naming it by targetRef still get its metadata.
+func TestRunningPodWithoutIP(t *testing.T) {
 	pod := fixtures.Pod("ns1", "p", "foo", "", "n1")
 	pod.Status.PodIPs = nil
-	w, rep := workloadOf(t, pod)
-	if w == nil || w.Ready || len(w.IPs) != 0 {
+	w := workloadOf(t, pod)
+	if w == nil || w.Ready || len(w.IPs) != 0 || w.Meta == nil {
 		t.Fatalf("workload %+v", w)
-	}
-	if p := rep; len(p) != 1 || p[0].Reason != collections.ReasonPodNoIP || p[0].Object != "ns1/p" {
-		t.Fatalf("problems %v", p)
 	}
 }
 
@@ -211,7 +212,8 @@ func TestWorkloadName(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := WorkloadName(&tc.pod); got != tc.expect {
+			p, _ := collections.NewPod(&tc.pod)
+			if got := WorkloadName(p); got != tc.expect {
 				t.Fatalf("got %q want %q", got, tc.expect)
 			}
 		})

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/krteds/krteds/collections"
 )
 
 // Kind is one kind of object krteds reads. The order of the constants is the order in which
@@ -50,8 +52,9 @@ type Object struct {
 	// Key is "<Kind>/<namespace>/<name>" ("<Kind>/<name>" for cluster-scoped kinds).
 	Key  string
 	Kind Kind
-	// Obj is the typed object (*corev1.Pod, ...), already transformed as the informers
-	// transform it (Pods and Nodes stripped of the fields krteds does not read).
+	// Obj is the typed object (*corev1.Service, ...), already transformed as the informers
+	// transform it (Nodes stripped of the fields krteds does not read, Pods reduced to a
+	// collections.Pod).
 	Obj any
 	// Hash identifies the document the object was decoded from; equal hashes mean equal objects.
 	Hash uint64
@@ -218,9 +221,6 @@ func classify(obj runtime.Object, h uint64, where string) (Object, bool, error) 
 		kind = KindService
 	case *corev1.Pod:
 		kind = KindPod
-		if _, err := kube.StripPodUnusedFields(o); err != nil {
-			return Object{}, false, err
-		}
 	case *discovery.EndpointSlice:
 		kind = KindEndpointSlice
 	case *networkingclient.DestinationRule:
@@ -244,8 +244,12 @@ func classify(obj runtime.Object, h uint64, where string) (Object, bool, error) 
 		key = kind.String() + "/" + m.GetNamespace() + "/" + m.GetName()
 	}
 	o := Object{Key: key, Kind: kind, Obj: obj, Hash: h, Doc: where}
-	if p, isPod := obj.(*corev1.Pod); isPod && p.Status.Phase == corev1.PodFailed {
+	if p, isPod := obj.(*corev1.Pod); isPod {
+		// Pods are kept as the informers keep them: reduced, Failed ones absent.
 		o.Obj = nil
+		if cp, ok := collections.NewPod(p); ok {
+			o.Obj = cp
+		}
 	}
 	return o, true, nil
 }

@@ -819,6 +819,9 @@ func (s *Files) setOwner(key, p string, obj *Object) {
 }
 
 func krtKey(obj any) string {
+	if p, ok := obj.(collections.Pod); ok {
+		return p.Key
+	}
 	m := obj.(metav1.Object)
 	if ns := m.GetNamespace(); ns != "" {
 		return ns + "/" + m.GetName()

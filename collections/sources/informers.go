@@ -23,8 +23,8 @@ var (
 )
 
 // Informers builds the input collections as krt informers over the client, with the same
-// filters and memory-saving transforms as istiod: Pods exclude phase Failed and keep only the
-// fields krteds reads; Nodes keep only labels and addresses. Nothing starts until the caller runs
+// filters as istiod: Pods exclude phase Failed and are kept as collections.Pod (only the fields
+// krteds reads); Nodes keep only labels and addresses. Nothing starts until the caller runs
 // the client (client.RunAndWait).
 func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 	if client.CrdWatcher() == nil {
@@ -44,12 +44,10 @@ func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 			return o, nil
 		}}
 	}
-	pods := marked(kube.StripPodUnusedFields)
-	pods.FieldSelector = "status.phase!=Failed"
 	return collections.Inputs{
 		Namespaces:     krt.NewFilteredInformer[*corev1.Namespace](client, marked(nil), opts.WithName(collections.NameNamespaces)...),
 		Nodes:          krt.NewFilteredInformer[*corev1.Node](client, marked(kube.StripNodeUnusedFields), opts.WithName(collections.NameNodes)...),
-		Pods:           krt.NewFilteredInformer[*corev1.Pod](client, pods, opts.WithName(collections.NamePods)...),
+		Pods:           podInformer(client, clock, opts),
 		Services:       krt.NewFilteredInformer[*corev1.Service](client, marked(nil), opts.WithName(collections.NameServices)...),
 		EndpointSlices: krt.NewFilteredInformer[*discovery.EndpointSlice](client, marked(nil), opts.WithName(collections.NameEndpointSlices)...),
 		// Delayed informers start when the CRD appears; until then they are empty and synced.

@@ -14,7 +14,7 @@ import (
 type Static struct {
 	Namespaces       krt.StaticCollection[*corev1.Namespace]
 	Nodes            krt.StaticCollection[*corev1.Node]
-	Pods             krt.StaticCollection[*corev1.Pod]
+	Pods             krt.StaticCollection[collections.Pod]
 	Services         krt.StaticCollection[*corev1.Service]
 	EndpointSlices   krt.StaticCollection[*discovery.EndpointSlice]
 	DestinationRules krt.StaticCollection[*networkingclient.DestinationRule]
@@ -23,13 +23,14 @@ type Static struct {
 	Clock *collections.InputClock
 }
 
-// NewStatic makes static input collections holding objs (objects of other types are ignored).
+// NewStatic makes static input collections holding objs (objects of other types are ignored;
+// Kubernetes Pods are reduced to collections.Pod, Failed ones left out, as every source does).
 // They report synced once synced does (nil: at once).
 func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 	var (
 		ns    []*corev1.Namespace
 		nodes []*corev1.Node
-		pods  []*corev1.Pod
+		pods  []collections.Pod
 		svcs  []*corev1.Service
 		eps   []*discovery.EndpointSlice
 		drs   []*networkingclient.DestinationRule
@@ -42,6 +43,10 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		case *corev1.Node:
 			nodes = append(nodes, o)
 		case *corev1.Pod:
+			if p, ok := collections.NewPod(o); ok {
+				pods = append(pods, p)
+			}
+		case collections.Pod:
 			pods = append(pods, o)
 		case *corev1.Service:
 			svcs = append(svcs, o)
@@ -79,7 +84,8 @@ func (s Static) Inputs() collections.Inputs {
 	}
 }
 
-// Apply writes obj (upsert) or, with del, removes it, in the collection of its type.
+// Apply writes obj (upsert) or, with del, removes it, in the collection of its type. A Failed
+// Pod is removed.
 func (s Static) Apply(obj any, del bool) {
 	s.Clock.Mark()
 	switch o := obj.(type) {
@@ -88,7 +94,17 @@ func (s Static) Apply(obj any, del bool) {
 	case *corev1.Node:
 		apply(s.Nodes, o, del)
 	case *corev1.Pod:
-		apply(s.Pods, o, del)
+		if p, ok := collections.NewPod(o); ok && !del {
+			s.Pods.UpdateObject(p)
+		} else {
+			s.Pods.DeleteObject(o.Namespace + "/" + o.Name)
+		}
+	case collections.Pod:
+		if del {
+			s.Pods.DeleteObject(o.Key)
+		} else {
+			s.Pods.UpdateObject(o)
+		}
 	case *corev1.Service:
 		apply(s.Services, o, del)
 	case *discovery.EndpointSlice:

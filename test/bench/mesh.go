@@ -124,8 +124,9 @@ func Generate(s Size) *Mesh {
 			slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{
 				Addresses:  []string{pod.Status.PodIP},
 				Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ptr(false)},
-				NodeName:   &pod.Spec.NodeName,
-				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: meshNamespace, Name: pod.Name},
+				// A pointer of its own, as a decoded slice has: one into the Pod would keep it alive.
+				NodeName:  ptr(pod.Spec.NodeName),
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: meshNamespace, Name: pod.Name},
 			})
 		}
 	}

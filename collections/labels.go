@@ -1,0 +1,113 @@
+package collections
+
+import (
+	"encoding/json"
+	"maps"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"weak"
+)
+
+// Labels is an immutable label set. Sets with the same content are one shared set while any
+// holder keeps them (the pods of one ReplicaSet hold their labels once), and are freed when no
+// holder is left. The zero value is the empty set.
+type Labels struct{ s *labelSet }
+
+type labelSet struct {
+	m map[string]string
+}
+
+// interned maps a set's canonical form to the shared set.
+var interned sync.Map // string → weak.Pointer[labelSet]
+
+// InternLabels returns the shared set holding m's labels (m is copied, not kept).
+func InternLabels(m map[string]string) Labels {
+	if len(m) == 0 {
+		return Labels{}
+	}
+	key := canonicalLabels(m)
+	for {
+		if v, ok := interned.Load(key); ok {
+			if s := v.(weak.Pointer[labelSet]).Value(); s != nil {
+				return Labels{s}
+			}
+			// Collected: replace the dead entry below.
+		}
+		s := &labelSet{m: maps.Clone(m)}
+		wp := weak.Make(s)
+		if old, loaded := interned.LoadOrStore(key, wp); loaded {
+			if o := old.(weak.Pointer[labelSet]).Value(); o != nil {
+				return Labels{o}
+			}
+			if !interned.CompareAndSwap(key, old, wp) {
+				continue
+			}
+		}
+		runtime.AddCleanup(s, func(e internEntry) { interned.CompareAndDelete(e.key, e.wp) }, internEntry{key, wp})
+		return Labels{s}
+	}
+}
+
+type internEntry struct {
+	key string
+	wp  weak.Pointer[labelSet]
+}
+
+// canonicalLabels is an unambiguous rendering of a label set: its pairs sorted by key, each part
+// prefixed with its length.
+func canonicalLabels(m map[string]string) string {
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	for _, k := range keys {
+		v := m[k]
+		b.WriteString(strconv.Itoa(len(k)))
+		b.WriteByte(':')
+		b.WriteString(k)
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+	}
+	return b.String()
+}
+
+// Get returns the value of label k.
+func (l Labels) Get(k string) (string, bool) {
+	if l.s == nil {
+		return "", false
+	}
+	v, ok := l.s.m[k]
+	return v, ok
+}
+
+// Value returns the value of label k, "" when absent.
+func (l Labels) Value(k string) string {
+	v, _ := l.Get(k)
+	return v
+}
+
+// Len is the number of labels.
+func (l Labels) Len() int {
+	if l.s == nil {
+		return 0
+	}
+	return len(l.s.m)
+}
+
+// Map is the set as a map, shared by every holder: it must not be modified.
+func (l Labels) Map() map[string]string {
+	if l.s == nil {
+		return nil
+	}
+	return l.s.m
+}
+
+// Equal compares the two sets' content (interned sets compare by identity first).
+func (l Labels) Equal(o Labels) bool {
+	return l.s == o.s || maps.Equal(l.Map(), o.Map())
+}
+
+// MarshalJSON renders the set as a JSON object.
+func (l Labels) MarshalJSON() ([]byte, error) { return json.Marshal(l.Map()) }

@@ -1,0 +1,52 @@
+package collections
+
+import (
+	"runtime"
+	"testing"
+)
+
+func TestLabelsInterned(t *testing.T) {
+	a := InternLabels(map[string]string{"app": "foo", "version": "v1"})
+	b := InternLabels(map[string]string{"version": "v1", "app": "foo"})
+	if a.s != b.s {
+		t.Fatal("equal label sets are not shared")
+	}
+	// Keys and values are length-prefixed: no two different sets render alike.
+	c := InternLabels(map[string]string{"a": "b:c"})
+	d := InternLabels(map[string]string{"a": "b", "c": ""})
+	if c.s == d.s || c.Equal(d) {
+		t.Fatal("different sets were merged")
+	}
+	if (Labels{}).Len() != 0 || InternLabels(nil) != (Labels{}) || a.Value("app") != "foo" || a.Len() != 2 {
+		t.Fatal("accessors")
+	}
+	src := map[string]string{"k": "v"}
+	e := InternLabels(src)
+	src["k"] = "changed"
+	if e.Value("k") != "v" {
+		t.Fatal("the set shares the caller's map")
+	}
+}
+
+// A set no holder keeps is freed, and its entry goes with it.
+func TestLabelsFreed(t *testing.T) {
+	m := map[string]string{"only": "here"}
+	present := func() bool { _, ok := interned.Load(canonicalLabels(m)); return ok }
+	l := InternLabels(m)
+	if !present() {
+		t.Fatal("no entry for a live set")
+	}
+	runtime.KeepAlive(l)
+	l = Labels{}
+	for i := 0; i < 20 && present(); i++ {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	if present() {
+		t.Fatal("the entry outlived its set")
+	}
+	// Interning the same content again makes a new, live set.
+	if again := InternLabels(m); again.Value("only") != "here" || !present() {
+		t.Fatal("re-interned set")
+	}
+}

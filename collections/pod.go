@@ -1,0 +1,110 @@
+package collections
+
+import (
+	"slices"
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Pod is what krteds keeps of a Kubernetes Pod: the fields its transforms read, and nothing
+// else. Every source (informers, manifests, static collections) holds Pods in this form, so a
+// Pod costs a few hundred bytes instead of the kilobytes of a decoded object.
+type Pod struct {
+	// Key is "<namespace>/<name>"; Name and Namespace are its two parts.
+	Key       string `json:"key"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Labels    Labels `json:"labels"`
+	NodeName  string `json:"nodeName,omitempty"`
+	// ServiceAccount is the service account's name ("" when not set).
+	ServiceAccount string          `json:"serviceAccount,omitempty"`
+	IPs            []string        `json:"ips,omitempty"`
+	Phase          corev1.PodPhase `json:"phase"`
+	// Ready is the Ready condition being True.
+	Ready bool `json:"ready"`
+	// Deleting is set once the Pod has a deletion timestamp.
+	Deleting    bool `json:"deleting,omitempty"`
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// Generated is set for a Pod named from a generateName (made by a controller).
+	Generated bool `json:"generated,omitempty"`
+	// Controller is the Pod's controlling owner, if any.
+	Controller PodOwner `json:"controller,omitzero"`
+	// Hostname and Subdomain are the Pod's spec fields (DNS names of StatefulSet pods).
+	Hostname  string `json:"hostname,omitempty"`
+	Subdomain string `json:"subdomain,omitempty"`
+}
+
+// PodOwner is a controlling owner reference.
+type PodOwner struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+// ResourceName is "<namespace>/<name>".
+func (p Pod) ResourceName() string { return p.Key }
+
+// Equals compares every field.
+func (p Pod) Equals(o Pod) bool {
+	return p.Key == o.Key && p.Name == o.Name && p.Namespace == o.Namespace &&
+		p.NodeName == o.NodeName && p.ServiceAccount == o.ServiceAccount &&
+		p.Phase == o.Phase && p.Ready == o.Ready && p.Deleting == o.Deleting &&
+		p.HostNetwork == o.HostNetwork && p.Generated == o.Generated && p.Controller == o.Controller &&
+		p.Hostname == o.Hostname && p.Subdomain == o.Subdomain &&
+		slices.Equal(p.IPs, o.IPs) && p.Labels.Equal(o.Labels)
+}
+
+// intern returns the canonical copy of s: strings that many Pods repeat (namespaces, nodes,
+// service accounts, owners) are held once.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+// NewPod reduces a Kubernetes Pod to what krteds keeps. Failed Pods give false: istiod ignores
+// them, and so do the informers (their field selector) and every other source.
+func NewPod(k *corev1.Pod) (Pod, bool) {
+	if k == nil || k.Status.Phase == corev1.PodFailed {
+		return Pod{}, false
+	}
+	ns := intern(k.Namespace)
+	key := ns + "/" + k.Name
+	p := Pod{
+		Key:            key,
+		Namespace:      key[:len(ns)],
+		Name:           key[len(ns)+1:],
+		Labels:         InternLabels(k.Labels),
+		NodeName:       intern(k.Spec.NodeName),
+		ServiceAccount: intern(k.Spec.ServiceAccountName),
+		Phase:          corev1.PodPhase(intern(string(k.Status.Phase))),
+		Deleting:       k.DeletionTimestamp != nil,
+		HostNetwork:    k.Spec.HostNetwork,
+		Generated:      k.GenerateName != "",
+		Hostname:       k.Spec.Hostname,
+		Subdomain:      k.Spec.Subdomain,
+	}
+	for _, ip := range k.Status.PodIPs {
+		if ip.IP != "" {
+			p.IPs = append(p.IPs, ip.IP)
+		}
+	}
+	if len(p.IPs) == 0 && k.Status.PodIP != "" {
+		p.IPs = []string{k.Status.PodIP}
+	}
+	p.IPs = slices.Clip(p.IPs)
+	for _, c := range k.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			p.Ready = c.Status == corev1.ConditionTrue
+			break
+		}
+	}
+	for _, ref := range k.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller {
+			p.Controller = PodOwner{Kind: intern(ref.Kind), Name: intern(ref.Name)}
+			break
+		}
+	}
+	return p, true
+}
