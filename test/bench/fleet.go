@@ -32,7 +32,9 @@ type Fleet struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	latest []map[string]arrival
-	subs   [][]string
+	// deliveries counts, per cluster, the CLAs every proxy received.
+	deliveries map[string]int
+	subs       [][]string
 	errs   []error
 	cancel context.CancelFunc
 }
@@ -60,7 +62,7 @@ func Protocol() string {
 // for its subscriptions.
 func Connect(addr string, s Size) (*Fleet, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Fleet{Size: s, cancel: cancel, Delta: Protocol() == "delta"}
+	f := &Fleet{Size: s, cancel: cancel, Delta: Protocol() == "delta", deliveries: map[string]int{}}
 	f.cond = sync.NewCond(&f.mu)
 	for p := 0; p < s.Proxies; p++ {
 		cc, err := adsclient.Dial(addr)
@@ -118,6 +120,7 @@ func (f *Fleet) pump(p int, recv func() (map[string]string, func() error, error)
 		f.mu.Lock()
 		for name, v := range got {
 			f.latest[p][name] = arrival{version: v, at: now}
+			f.deliveries[name]++
 		}
 		f.cond.Broadcast()
 		f.mu.Unlock()
@@ -155,6 +158,13 @@ func (f *Fleet) readDelta(p int) {
 		}
 		return got, func() error { return st.Ack(resp) }, nil
 	})
+}
+
+// Deliveries is how many CLAs of the cluster the proxies have received, all together.
+func (f *Fleet) Deliveries(cluster string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deliveries[cluster]
 }
 
 // Subscribe adds a cluster to every proxy's subscription.
