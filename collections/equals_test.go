@@ -144,7 +144,7 @@ func TestEqualsComparesEveryField(t *testing.T) {
 	checkEquals(t, NodeLocality.Equals, nil)
 	checkEquals(t, func(a, b EndpointMeta) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, Workload.Equals, nil)
-	checkEquals(t, Pod.Equals, nil)
+	checkEquals(t, func(a, b Pod) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, Endpoint.Equals, nil)
 	checkEquals(t, SliceEndpoints.Equals, nil)
 	checkEquals(t, ServiceEndpoints.Equals, nil)

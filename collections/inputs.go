@@ -15,7 +15,7 @@ import (
 type Inputs struct {
 	Namespaces     krt.Collection[*corev1.Namespace]
 	Nodes          krt.Collection[*corev1.Node]
-	Pods           krt.Collection[Pod]
+	Pods           krt.Collection[*Pod]
 	Services       krt.Collection[*corev1.Service]
 	EndpointSlices krt.Collection[*discovery.EndpointSlice]
 	// DestinationRules and Sidecars (networking.istio.io) stay empty where their CRDs are not

@@ -45,7 +45,7 @@ type PodOwner struct {
 func (p Pod) ResourceName() string { return p.Key }
 
 // Equals compares every field.
-func (p Pod) Equals(o Pod) bool {
+func (p *Pod) Equals(o *Pod) bool {
 	return p.Key == o.Key && p.Name == o.Name && p.Namespace == o.Namespace &&
 		p.NodeName == o.NodeName && p.ServiceAccount == o.ServiceAccount &&
 		p.Phase == o.Phase && p.Ready == o.Ready && p.Deleting == o.Deleting &&
@@ -63,15 +63,15 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
-// NewPod reduces a Kubernetes Pod to what krteds keeps. Failed Pods give false: istiod ignores
+// NewPod reduces a Kubernetes Pod to what krteds keeps. Failed Pods give nil: istiod ignores
 // them, and so do the informers (their field selector) and every other source.
-func NewPod(k *corev1.Pod) (Pod, bool) {
+func NewPod(k *corev1.Pod) *Pod {
 	if k == nil || k.Status.Phase == corev1.PodFailed {
-		return Pod{}, false
+		return nil
 	}
 	ns := intern(k.Namespace)
 	key := ns + "/" + k.Name
-	p := Pod{
+	p := &Pod{
 		Key:            key,
 		Namespace:      key[:len(ns)],
 		Name:           key[len(ns)+1:],
@@ -106,5 +106,5 @@ func NewPod(k *corev1.Pod) (Pod, bool) {
 			break
 		}
 	}
-	return p, true
+	return p
 }

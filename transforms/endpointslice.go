@@ -3,7 +3,10 @@ package transforms
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
 
+	"github.com/cespare/xxhash/v2"
 	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -17,16 +20,54 @@ type SliceInputs struct {
 	Workloads krt.Collection[collections.Workload]
 	// SystemNetwork is the default network (the system namespace's network label).
 	SystemNetwork krt.Singleton[string]
-	// ReadyWorkloadsByIP indexes Workloads that are Ready by each of their IPs.
+	// ReadyWorkloadsByIP indexes Workloads that are Ready by the IPBucket of each of their IPs.
 	ReadyWorkloadsByIP krt.Index[string, collections.Workload]
 }
 
-// ReadyIPs is the extractor of the ReadyWorkloadsByIP index.
+// ipBuckets is the number of keys of the ready-by-IP index. Workloads are indexed by a hash of
+// each IP, many to a key, so that the index holds one set per bucket rather than one set (a few
+// hundred bytes) per IP; a lookup reads its bucket and keeps the workloads with that IP. A change
+// of any workload in a bucket re-evaluates the few transforms that looked an IP up in it.
+const ipBuckets = 1024
+
+var ipBucketKeys = func() (k [ipBuckets]string) {
+	for i := range k {
+		k[i] = strconv.Itoa(i)
+	}
+	return k
+}()
+
+// IPBucket is the ready-by-IP index key of an IP.
+func IPBucket(ip string) string { return ipBucketKeys[xxhash.Sum64String(ip)%ipBuckets] }
+
+// ReadyIPs is the extractor of the ReadyWorkloadsByIP index: the buckets of a Ready workload's IPs.
 func ReadyIPs(w collections.Workload) []string {
-	if !w.Ready {
+	if !w.Ready || len(w.IPs) == 0 {
 		return nil
 	}
-	return w.IPs
+	out := make([]string, 0, len(w.IPs))
+	for _, ip := range w.IPs {
+		if b := IPBucket(ip); !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// ReadyWorkloadWithIP finds the Ready workload with that IP in the namespace. Several matches
+// (host-network pods) resolve to the lowest name, so the result never depends on event order.
+func ReadyWorkloadWithIP(ctx krt.HandlerContext, byIP krt.Index[string, collections.Workload], namespace, ip string) *collections.Workload {
+	var best *collections.Workload
+	for _, w := range byIP.Fetch(ctx, IPBucket(ip)) {
+		if w.Namespace != namespace || !slices.Contains(w.IPs, ip) {
+			continue
+		}
+		if best == nil || w.Name < best.Name {
+			w := w
+			best = &w
+		}
+	}
+	return best
 }
 
 // SliceEndpointsOf builds the endpoints of one EndpointSlice: one per (endpoint, address, slice
@@ -83,7 +124,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 					if ref != nil {
 						pr.add(collections.ReasonTargetRefKind, fmt.Sprintf("endpoint %d: targetRef kind %q is not Pod; looking the address up instead", i, ref.Kind))
 					}
-					if w := readyWorkloadByIP(ctx, in, slice.Namespace, addr); w != nil {
+					if w := ReadyWorkloadWithIP(ctx, in.ReadyWorkloadsByIP, slice.Namespace, addr); w != nil {
 						meta, podKey = w.Meta, w.ResourceName()
 					} else {
 						if registryMeta == nil {
@@ -168,22 +209,6 @@ func slicePorts(slice *discovery.EndpointSlice, svc *collections.ServiceInfo, pr
 		out = append(out, slicePort{name: name, port: uint32(*p.Port)})
 	}
 	return out
-}
-
-// readyWorkloadByIP finds the Ready workload with that IP in the namespace. Several matches
-// (host-network pods) resolve to the lowest name, so the result never depends on event order.
-func readyWorkloadByIP(ctx krt.HandlerContext, in SliceInputs, namespace, ip string) *collections.Workload {
-	var best *collections.Workload
-	for _, w := range in.ReadyWorkloadsByIP.Fetch(ctx, ip) {
-		if w.Namespace != namespace {
-			continue
-		}
-		if best == nil || w.Name < best.Name {
-			w := w
-			best = &w
-		}
-	}
-	return best
 }
 
 // EndpointHealth classifies a slice endpoint as istiod's endpointHealthStatus does:

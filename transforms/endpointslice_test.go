@@ -356,3 +356,32 @@ func ExampleParseExportTo() {
 	fmt.Println(ParseExportTo("ns-b, ., ns-a"))
 	// Output: [. ns-a ns-b]
 }
+
+// The ready-by-IP index holds many IPs per key: a lookup finds only the workload with that exact
+// IP, never another Pod whose IP shares the bucket.
+func TestIPLookupKeepsOnlyThatIP(t *testing.T) {
+	owner := "10.1.0.1"
+	neighbour := ""
+	for i := 2; i < 1<<16 && neighbour == ""; i++ {
+		if ip := fmt.Sprintf("10.1.%d.%d", i>>8, i&255); IPBucket(ip) == IPBucket(owner) {
+			neighbour = ip
+		}
+	}
+	if neighbour == "" {
+		t.Fatal("no IP shares a bucket with " + owner)
+	}
+	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
+	pod := fixtures.Pod("ns1", "foo-1", "foo", owner, "n1")
+	slice := fixtures.Slice("ns1", "foo-abc", "foo", fixtures.HTTPSlice,
+		fixtures.Endpoint{IP: owner, Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: neighbour, Cond: fixtures.Ready},
+	)
+	out, _ := runSlice(t, slice, svc, pod)
+	pods := map[string]string{}
+	for _, e := range out.Endpoints {
+		pods[e.Address] = e.Pod
+	}
+	if pods[owner] != "ns1/foo-1" || pods[neighbour] != "" || len(pods) != 2 {
+		t.Fatalf("endpoint pods %v (neighbour %s)", pods, neighbour)
+	}
+}

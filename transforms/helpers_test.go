@@ -35,8 +35,8 @@ func problemsOf(p *collections.ObjectProblems) []collections.Problem {
 func workloadFn(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], network krt.Singleton[string]) func(*corev1.Pod) *collections.Workload {
 	fn := Workloads(cfg, nodes, network).Fn
 	return func(k *corev1.Pod) *collections.Workload {
-		p, ok := collections.NewPod(k)
-		if !ok {
+		p := collections.NewPod(k)
+		if p == nil {
 			return nil
 		}
 		return fn(krt.TestingDummyContext{}, p)

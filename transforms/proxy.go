@@ -34,12 +34,7 @@ func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.Connecte
 			}
 		}
 		if w == nil {
-			for _, c := range in.ReadyWorkloadsByIP.Fetch(ctx, cp.IP) {
-				if c.Namespace == cp.Namespace && (w == nil || c.Name < w.Name) {
-					c := c
-					w = &c
-				}
-			}
+			w = ReadyWorkloadWithIP(ctx, in.ReadyWorkloadsByIP, cp.Namespace, cp.IP)
 		}
 		clusterID := cp.ClusterID
 		if clusterID == "" {

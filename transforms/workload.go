@@ -14,8 +14,8 @@ import (
 // Workloads derives a Workload from each Pod that is not Failed. It Fetches the Pod's Node (for
 // its locality, unless the Pod carries a locality label) and the default network (the system
 // namespace's topology.istio.io/network label).
-func Workloads(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], systemNetwork krt.Singleton[string]) Single[collections.Pod, collections.Workload] {
-	return Single[collections.Pod, collections.Workload]{Reads: []any{nodes, systemNetwork}, Fn: func(ctx krt.HandlerContext, pod collections.Pod) *collections.Workload {
+func Workloads(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], systemNetwork krt.Singleton[string]) Single[*collections.Pod, collections.Workload] {
+	return Single[*collections.Pod, collections.Workload]{Reads: []any{nodes, systemNetwork}, Fn: func(ctx krt.HandlerContext, pod *collections.Pod) *collections.Workload {
 		if pod.Phase == corev1.PodFailed {
 			return nil
 		}
@@ -81,7 +81,7 @@ func podLocality(label func(string) string) (string, collections.Locality) {
 
 // podReadyForIPLookup mirrors istiod's podsByIP admission: Running or Pending, not being deleted,
 // Ready condition True.
-func podReadyForIPLookup(pod collections.Pod) bool {
+func podReadyForIPLookup(pod *collections.Pod) bool {
 	if pod.Deleting {
 		return false
 	}
@@ -91,7 +91,7 @@ func podReadyForIPLookup(pod collections.Pod) bool {
 	return pod.Ready
 }
 
-func workloadMeta(cfg collections.Config, pod collections.Pod, localityLabel string, locality collections.Locality, network string) *collections.EndpointMeta {
+func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel string, locality collections.Locality, network string) *collections.EndpointMeta {
 	workloadName := WorkloadName(pod)
 	tlsMode := collections.TLSModeDisabled
 	if v, ok := pod.Labels.Get(collections.LabelTLSMode); ok {
@@ -174,7 +174,7 @@ var cronJobName = regexp.MustCompile(`(.+)-\d{8,10}$`)
 // else, for a pod with a generateName and a controller owner, the owner's name with the
 // Deployment (pod-template-hash) or Argo Rollout suffix removed, the OpenShift deploymentconfig
 // label, or the CronJob name of a "<cronjob>-<8..10 digits>" Job; else the pod name.
-func WorkloadName(pod collections.Pod) string {
+func WorkloadName(pod *collections.Pod) string {
 	if v, ok := pod.Labels.Get(collections.LabelWorkloadName); ok {
 		return v
 	}

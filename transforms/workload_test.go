@@ -212,7 +212,7 @@ func TestWorkloadName(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, _ := collections.NewPod(&tc.pod)
+			p := collections.NewPod(&tc.pod)
 			if got := WorkloadName(p); got != tc.expect {
 				t.Fatalf("got %q want %q", got, tc.expect)
 			}

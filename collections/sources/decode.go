@@ -247,7 +247,7 @@ func classify(obj runtime.Object, h uint64, where string) (Object, bool, error) 
 	if p, isPod := obj.(*corev1.Pod); isPod {
 		// Pods are kept as the informers keep them: reduced, Failed ones absent.
 		o.Obj = nil
-		if cp, ok := collections.NewPod(p); ok {
+		if cp := collections.NewPod(p); cp != nil {
 			o.Obj = cp
 		}
 	}

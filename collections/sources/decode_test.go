@@ -151,7 +151,7 @@ status: {phase: Running, podIP: 10.0.0.1}
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, ok := d.Objects[0].Obj.(collections.Pod)
+	p, ok := d.Objects[0].Obj.(*collections.Pod)
 	if !ok || p.Key != "x/p" || p.NodeName != "n1" || !slices.Equal(p.IPs, []string{"10.0.0.1"}) || p.Phase != corev1.PodRunning {
 		t.Fatalf("pod not reduced like the informer's: %#v", d.Objects[0].Obj)
 	}

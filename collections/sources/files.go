@@ -819,7 +819,7 @@ func (s *Files) setOwner(key, p string, obj *Object) {
 }
 
 func krtKey(obj any) string {
-	if p, ok := obj.(collections.Pod); ok {
+	if p, ok := obj.(*collections.Pod); ok {
 		return p.Key
 	}
 	m := obj.(metav1.Object)

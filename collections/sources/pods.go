@@ -24,10 +24,10 @@ const podsFieldSelector = "status.phase!=Failed"
 // graph reads. It is a client-go Reflector writing into a krt static collection, which gives the
 // collection the informer's semantics (a relist replaces the contents and emits only what
 // changed; an unchanged object emits nothing).
-func podInformer(client kube.Client, clock *collections.InputClock, opts krt.OptionsBuilder) krt.Collection[collections.Pod] {
+func podInformer(client kube.Client, clock *collections.InputClock, opts krt.OptionsBuilder) krt.Collection[*collections.Pod] {
 	synced := make(chan struct{})
 	store := &podStore{
-		pods:   krt.NewStaticCollection[collections.Pod](syncedChan(synced), nil, opts.WithName(collections.NamePods)...),
+		pods:   krt.NewStaticCollection[*collections.Pod](syncedChan(synced), nil, opts.WithName(collections.NamePods)...),
 		clock:  clock,
 		synced: synced,
 	}
@@ -52,7 +52,7 @@ func podInformer(client kube.Client, clock *collections.InputClock, opts krt.Opt
 
 // podStore is the Reflector's store: every object is reduced on arrival.
 type podStore struct {
-	pods   krt.StaticCollection[collections.Pod]
+	pods   krt.StaticCollection[*collections.Pod]
 	clock  *collections.InputClock
 	synced chan struct{}
 	once   sync.Once
@@ -70,7 +70,7 @@ func (s *podStore) Update(obj any) error {
 		return fmt.Errorf("pod store: unexpected %T", obj)
 	}
 	s.clock.Mark()
-	if p, ok := collections.NewPod(k); ok {
+	if p := collections.NewPod(k); p != nil {
 		s.pods.ConditionalUpdateObject(p)
 	} else {
 		s.pods.DeleteObject(k.Namespace + "/" + k.Name)
@@ -94,13 +94,13 @@ func (s *podStore) delete(obj any) error {
 // Replace is a (re)list: the collection becomes exactly the listed Pods, and is synced from the
 // first one on.
 func (s *podStore) Replace(list []any, _ string) error {
-	pods := make([]collections.Pod, 0, len(list))
+	pods := make([]*collections.Pod, 0, len(list))
 	for _, o := range list {
 		k, ok := o.(*corev1.Pod)
 		if !ok {
 			return fmt.Errorf("pod store: unexpected %T in list", o)
 		}
-		if p, ok := collections.NewPod(k); ok {
+		if p := collections.NewPod(k); p != nil {
 			pods = append(pods, p)
 		}
 	}

@@ -18,7 +18,7 @@ func TestPodStore(t *testing.T) {
 	stop := test.NewStop(t)
 	synced := make(chan struct{})
 	s := &podStore{
-		pods:   krt.NewStaticCollection[collections.Pod](syncedChan(synced), nil, krt.WithStop(stop)),
+		pods:   krt.NewStaticCollection[*collections.Pod](syncedChan(synced), nil, krt.WithStop(stop)),
 		clock:  new(collections.InputClock),
 		synced: synced,
 	}
@@ -54,7 +54,7 @@ func TestPodStore(t *testing.T) {
 		t.Fatal("not synced after the first list")
 	}
 	expect("ns/a", "ns/b")
-	if p := s.pods.GetKey("ns/a"); p.Labels.Value("app") != "app" || p.NodeName != "n1" || !p.Ready {
+	if p := *s.pods.GetKey("ns/a"); p.Labels.Value("app") != "app" || p.NodeName != "n1" || !p.Ready {
 		t.Fatalf("reduced pod %+v", p)
 	}
 

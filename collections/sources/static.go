@@ -14,7 +14,7 @@ import (
 type Static struct {
 	Namespaces       krt.StaticCollection[*corev1.Namespace]
 	Nodes            krt.StaticCollection[*corev1.Node]
-	Pods             krt.StaticCollection[collections.Pod]
+	Pods             krt.StaticCollection[*collections.Pod]
 	Services         krt.StaticCollection[*corev1.Service]
 	EndpointSlices   krt.StaticCollection[*discovery.EndpointSlice]
 	DestinationRules krt.StaticCollection[*networkingclient.DestinationRule]
@@ -30,7 +30,7 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 	var (
 		ns    []*corev1.Namespace
 		nodes []*corev1.Node
-		pods  []collections.Pod
+		pods  []*collections.Pod
 		svcs  []*corev1.Service
 		eps   []*discovery.EndpointSlice
 		drs   []*networkingclient.DestinationRule
@@ -43,10 +43,10 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		case *corev1.Node:
 			nodes = append(nodes, o)
 		case *corev1.Pod:
-			if p, ok := collections.NewPod(o); ok {
+			if p := collections.NewPod(o); p != nil {
 				pods = append(pods, p)
 			}
-		case collections.Pod:
+		case *collections.Pod:
 			pods = append(pods, o)
 		case *corev1.Service:
 			svcs = append(svcs, o)
@@ -94,12 +94,12 @@ func (s Static) Apply(obj any, del bool) {
 	case *corev1.Node:
 		apply(s.Nodes, o, del)
 	case *corev1.Pod:
-		if p, ok := collections.NewPod(o); ok && !del {
+		if p := collections.NewPod(o); p != nil && !del {
 			s.Pods.UpdateObject(p)
 		} else {
 			s.Pods.DeleteObject(o.Namespace + "/" + o.Name)
 		}
-	case collections.Pod:
+	case *collections.Pod:
 		if del {
 			s.Pods.DeleteObject(o.Key)
 		} else {

@@ -35,8 +35,8 @@ type Fleet struct {
 	// deliveries counts, per cluster, the CLAs every proxy received.
 	deliveries map[string]int
 	subs       [][]string
-	errs   []error
-	cancel context.CancelFunc
+	errs       []error
+	cancel     context.CancelFunc
 }
 
 type arrival struct {

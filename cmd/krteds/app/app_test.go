@@ -314,10 +314,14 @@ func TestDebugIsLoopbackOnly(t *testing.T) {
 // TestMissingIstioCRDsDoNotStopKrteds runs over a client without the DestinationRule and Sidecar
 // CRDs: the graph still syncs and serves, with those collections empty.
 func TestMissingIstioCRDsDoNotStopKrteds(t *testing.T) {
-	objs, _ := sources.ObjectsOf([]byte(appManifests))
+	// The API server holds whole objects (the manifests source would reduce Pods).
 	var ros []runtime.Object
-	for _, o := range objs {
-		ros = append(ros, o.(runtime.Object))
+	for _, doc := range strings.Split(appManifests, "\n---\n") {
+		o, _, err := kube.IstioCodec.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("decoding %q: %v", doc, err)
+		}
+		ros = append(ros, o)
 	}
 	r := startAppRigWith(t, Options{Cluster: kube.NewFakeClient(ros...)})
 	app := r.app
