@@ -54,9 +54,9 @@ func (p *Pod) Equals(o *Pod) bool {
 		slices.Equal(p.IPs, o.IPs) && p.Labels.Equal(o.Labels)
 }
 
-// intern returns the canonical copy of s: strings that many Pods repeat (namespaces, nodes,
-// service accounts, owners) are held once.
-func intern(s string) string {
+// Intern returns the canonical copy of s: strings that many objects repeat (namespaces, nodes,
+// service accounts, owners, identities) are held once.
+func Intern(s string) string {
 	if s == "" {
 		return ""
 	}
@@ -69,16 +69,16 @@ func NewPod(k *corev1.Pod) *Pod {
 	if k == nil || k.Status.Phase == corev1.PodFailed {
 		return nil
 	}
-	ns := intern(k.Namespace)
+	ns := Intern(k.Namespace)
 	key := ns + "/" + k.Name
 	p := &Pod{
 		Key:            key,
 		Namespace:      key[:len(ns)],
 		Name:           key[len(ns)+1:],
 		Labels:         InternLabels(k.Labels),
-		NodeName:       intern(k.Spec.NodeName),
-		ServiceAccount: intern(k.Spec.ServiceAccountName),
-		Phase:          corev1.PodPhase(intern(string(k.Status.Phase))),
+		NodeName:       Intern(k.Spec.NodeName),
+		ServiceAccount: Intern(k.Spec.ServiceAccountName),
+		Phase:          corev1.PodPhase(Intern(string(k.Status.Phase))),
 		Deleting:       k.DeletionTimestamp != nil,
 		HostNetwork:    k.Spec.HostNetwork,
 		Generated:      k.GenerateName != "",
@@ -102,7 +102,7 @@ func NewPod(k *corev1.Pod) *Pod {
 	}
 	for _, ref := range k.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller {
-			p.Controller = PodOwner{Kind: intern(ref.Kind), Name: intern(ref.Name)}
+			p.Controller = PodOwner{Kind: Intern(ref.Kind), Name: Intern(ref.Name)}
 			break
 		}
 	}

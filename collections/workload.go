@@ -46,10 +46,15 @@ func ParseLocality(s string) Locality {
 	return l
 }
 
-// NodeLocality is the locality of one Kubernetes Node.
+// NodeLocality is the topology of one Kubernetes Node as its pods inherit it: the locality (and
+// its label form), and the default network, so that a pod reads both in one fetch.
 type NodeLocality struct {
 	Name     string   `json:"name"`
 	Locality Locality `json:"locality"`
+	// LocalityLabel is Locality in istiod's "region/zone/subzone" form.
+	LocalityLabel string `json:"localityLabel"`
+	// Network is the default network (the system namespace's topology.istio.io/network label).
+	Network string `json:"network"`
 }
 
 // ResourceName is the node name.

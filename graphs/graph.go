@@ -103,7 +103,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	// The registry: services, workloads and their endpoints.
 	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
 	g.SystemNetwork = Singleton(d, NameSystemNetwork, network, reads)
-	g.NodeLocalities = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities())
+	g.NodeLocalities = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(g.SystemNetwork))
 	g.ServiceInfos = Derive(d, NameServiceInfos, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
 	g.Workloads = Derive(d, NameWorkloads, in.Pods, transforms.Workloads(cfg, g.NodeLocalities, g.SystemNetwork))
 	var p krt.Collection[collections.ObjectProblems]

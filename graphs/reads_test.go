@@ -34,6 +34,8 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 		fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"),
+		// Not scheduled yet: reads the default network itself.
+		fixtures.Pod("ns1", "foo-2", "foo", "", ""),
 		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
 			fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}, fixtures.Endpoint{IP: "10.0.0.9", Cond: fixtures.Ready}),
 		dr, sc)

@@ -20,10 +20,10 @@ func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 	stop := test.NewStop(t)
 	cfg := collections.DefaultConfig()
 	var (
-		svcs  []collections.ServiceInfo
-		pods  []*corev1.Pod
-		nodes []collections.NodeLocality
-		nss   []*corev1.Namespace
+		svcs []collections.ServiceInfo
+		pods []*corev1.Pod
+		raw  []*corev1.Node
+		nss  []*corev1.Namespace
 	)
 	for _, o := range objs {
 		switch o := o.(type) {
@@ -32,7 +32,7 @@ func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 		case *corev1.Pod:
 			pods = append(pods, o)
 		case *corev1.Node:
-			nodes = append(nodes, *NodeLocalities().Fn(krt.TestingDummyContext{}, o))
+			raw = append(raw, o)
 		case *corev1.Namespace:
 			nss = append(nss, o)
 		default:
@@ -40,6 +40,10 @@ func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 		}
 	}
 	network := networkOf(t, nss...)
+	var nodes []collections.NodeLocality
+	for _, n := range raw {
+		nodes = append(nodes, *NodeLocalities(network).Fn(krt.TestingDummyContext{}, n))
+	}
 	nodec := krt.NewStaticCollection(nil, nodes, krt.WithStop(stop))
 	var wls []collections.Workload
 	wf := workloadFn(cfg, nodec, network)

@@ -10,9 +10,11 @@ import (
 // NodeLocalities reads a Node's locality from its topology labels: region and zone from
 // topology.kubernetes.io/{region,zone}, falling back to the beta failure-domain labels, and the
 // subzone from topology.istio.io/subzone.
-func NodeLocalities() Single[*corev1.Node, collections.NodeLocality] {
-	return Single[*corev1.Node, collections.NodeLocality]{Fn: func(_ krt.HandlerContext, n *corev1.Node) *collections.NodeLocality {
-		return &collections.NodeLocality{Name: n.Name, Locality: NodeLocality(n.Labels)}
+// The default network is read once per node, for the pods on it.
+func NodeLocalities(systemNetwork krt.Singleton[string]) Single[*corev1.Node, collections.NodeLocality] {
+	return Single[*corev1.Node, collections.NodeLocality]{Reads: []any{systemNetwork}, Fn: func(ctx krt.HandlerContext, n *corev1.Node) *collections.NodeLocality {
+		l := NodeLocality(n.Labels)
+		return &collections.NodeLocality{Name: n.Name, Locality: l, LocalityLabel: l.String(), Network: FetchSystemNetwork(ctx, systemNetwork)}
 	}}
 }
 

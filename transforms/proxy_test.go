@@ -54,8 +54,8 @@ func TestParseProxy(t *testing.T) {
 func TestProxyEnrichment(t *testing.T) {
 	stop := test.NewStop(t)
 	cfg := collections.DefaultConfig()
-	nodes := krt.NewStaticCollection(nil, []collections.NodeLocality{*NodeLocalities().Fn(krt.TestingDummyContext{}, fixtures.ZoneNode("n1", "r1", "z1"))}, krt.WithStop(stop))
 	network := networkOf(t)
+	nodes := krt.NewStaticCollection(nil, []collections.NodeLocality{*NodeLocalities(network).Fn(krt.TestingDummyContext{}, fixtures.ZoneNode("n1", "r1", "z1"))}, krt.WithStop(stop))
 	var wls []collections.Workload
 	for _, p := range []*corev1.Pod{
 		fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"),

@@ -11,24 +11,32 @@ import (
 	"github.com/krteds/krteds/collections"
 )
 
-// Workloads derives a Workload from each Pod that is not Failed. It Fetches the Pod's Node (for
-// its locality, unless the Pod carries a locality label) and the default network (the system
-// namespace's topology.istio.io/network label).
+// Workloads derives a Workload from each Pod that is not Failed. It Fetches the Pod's Node for
+// its locality (unless the Pod carries a locality label) and the default network (the system
+// namespace's topology.istio.io/network label, which the node carries; a pod without a known node
+// reads it directly).
 func Workloads(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], systemNetwork krt.Singleton[string]) Single[*collections.Pod, collections.Workload] {
 	return Single[*collections.Pod, collections.Workload]{Reads: []any{nodes, systemNetwork}, Fn: func(ctx krt.HandlerContext, pod *collections.Pod) *collections.Workload {
 		if pod.Phase == corev1.PodFailed {
 			return nil
 		}
 		localityLabel, locality := podLocality(pod.Labels.Value)
-		if localityLabel == "" && pod.NodeName != "" {
-			if n := krt.FetchOne(ctx, nodes, krt.FilterKey(pod.NodeName)); n != nil {
-				locality = n.Locality
-				localityLabel = locality.String()
-			}
-		}
 		network := pod.Labels.Value(collections.LabelTopologyNetwork)
+		// The node gives the locality and the default network in one fetch (one dependency per
+		// pod); only a pod without a known node reads the default network itself.
+		var node *collections.NodeLocality
+		if pod.NodeName != "" && (localityLabel == "" || network == "") {
+			node = krt.FetchOne(ctx, nodes, krt.FilterKey(pod.NodeName))
+		}
+		if localityLabel == "" && node != nil {
+			locality, localityLabel = node.Locality, node.LocalityLabel
+		}
 		if network == "" {
-			network = FetchSystemNetwork(ctx, systemNetwork)
+			if node != nil {
+				network = node.Network
+			} else {
+				network = FetchSystemNetwork(ctx, systemNetwork)
+			}
 		}
 		ips := pod.IPs
 		return &collections.Workload{
@@ -99,7 +107,7 @@ func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel st
 	}
 	m := &collections.EndpointMeta{
 		PodLabels:         pod.Labels,
-		ServiceAccount:    SpiffeIdentity(cfg.TrustDomain, pod.Namespace, pod.ServiceAccount),
+		ServiceAccount:    collections.Intern(SpiffeIdentity(cfg.TrustDomain, pod.Namespace, pod.ServiceAccount)),
 		TLSMode:           tlsMode,
 		Namespace:         pod.Namespace,
 		WorkloadName:      workloadName,

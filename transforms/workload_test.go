@@ -16,17 +16,22 @@ import (
 func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) *collections.Workload {
 	t.Helper()
 	stop := test.NewStop(t)
-	var nodes []collections.NodeLocality
+	var raw []*corev1.Node
 	var nss []*corev1.Namespace
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *corev1.Node:
-			nodes = append(nodes, *NodeLocalities().Fn(krt.TestingDummyContext{}, o))
+			raw = append(raw, o)
 		case *corev1.Namespace:
 			nss = append(nss, o)
 		}
 	}
-	return workloadFn(collections.DefaultConfig(), krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)), networkOf(t, nss...))(pod)
+	network := networkOf(t, nss...)
+	var nodes []collections.NodeLocality
+	for _, n := range raw {
+		nodes = append(nodes, *NodeLocalities(network).Fn(krt.TestingDummyContext{}, n))
+	}
+	return workloadFn(collections.DefaultConfig(), krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)), network)(pod)
 }
 
 func TestWorkloadFacts(t *testing.T) {
