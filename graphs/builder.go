@@ -168,6 +168,16 @@ func DeriveChecked[I controllers.Object, O any](d *Description, name string, par
 	return out, problems
 }
 
+// DeriveFromNothing builds the collection of a transform without a primary input: it reads only
+// what it Fetches.
+func DeriveFromNothing[O any](d *Description, name string, t transforms.Many[struct{}, O]) krt.Collection[O] {
+	n := d.derived(name, nil, t.Reads)
+	return register(d, n, krt.NewManyFromNothing(func(ctx krt.HandlerContext) []O {
+		n.recomputes.Add(1)
+		return t.Fn(ctx, struct{}{})
+	}, d.opts.WithName(name)...))
+}
+
 // Singleton builds a derived single value.
 func Singleton[T any](d *Description, name string, f krt.TransformationEmpty[T], reads []any) krt.Singleton[T] {
 	n := d.derived(name, nil, reads)

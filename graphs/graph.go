@@ -32,6 +32,7 @@ const (
 	NameListeners        = "Listeners"
 	NameRoutes           = "Routes"
 	NameProblems         = "Problems"
+	NameResourceProblems = "Resources/problems"
 )
 
 // Graph is krteds' whole dataflow: Kubernetes and Istio objects in; per-service endpoint shards,
@@ -143,10 +144,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.Clusters(g.ServicePolicies))
 	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, transforms.Listeners())
 	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes())
-	checked(Derive(d, NameCLAs+"/problems", g.CLAs, transforms.ResourceProblems()))
-	checked(Derive(d, NameClusters+"/problems", g.Clusters, transforms.ResourceProblems()))
-	checked(Derive(d, NameListeners+"/problems", g.Listeners, transforms.ResourceProblems()))
-	checked(Derive(d, NameRoutes+"/problems", g.Routes, transforms.ResourceProblems()))
+	checked(DeriveFromNothing(d, NameResourceProblems, transforms.ResourceProblems(g.CLAs, g.Clusters, g.Listeners, g.Routes)))
 
 	g.Problems = krt.JoinCollection(problems, opts.WithName(NameProblems)...)
 	return g

@@ -170,12 +170,35 @@ func failedResource(svc *collections.ServiceInfo, key, name, typeURL string, err
 		Problems: []collections.Problem{{Kind: "Service", Object: svc.ResourceName(), Reason: collections.ReasonMarshalFailed, Detail: err.Error()}}}
 }
 
-// ResourceProblems lists what kept resources out of a set, keyed by the set.
-func ResourceProblems() Single[collections.ResourceSet, collections.ObjectProblems] {
-	return Single[collections.ResourceSet, collections.ObjectProblems]{Fn: func(_ krt.HandlerContext, s collections.ResourceSet) *collections.ObjectProblems {
-		if len(s.Problems) == 0 {
-			return nil
+// problemKey is the one key of the index of resource sets with problems.
+const problemKey = "problems"
+
+// withProblems is the extractor of an index of resource sets by problemKey: only sets that kept
+// a resource out are indexed, so the index costs nothing for the others.
+func withProblems(s collections.ResourceSet) []string {
+	if len(s.Problems) == 0 {
+		return nil
+	}
+	return []string{problemKey}
+}
+
+// ResourceProblems lists what kept resources out of the sets, keyed by the set. It reads each
+// collection through an index of its sets with problems: it is recomputed only when a set gains
+// or loses a problem, and holds nothing for the sets without one.
+func ResourceProblems(sets ...krt.Collection[collections.ResourceSet]) Many[struct{}, collections.ObjectProblems] {
+	reads := make([]any, len(sets))
+	indexes := make([]krt.Index[string, collections.ResourceSet], len(sets))
+	for i, s := range sets {
+		reads[i] = s
+		indexes[i] = krt.NewIndex(s, "problems", withProblems)
+	}
+	return Many[struct{}, collections.ObjectProblems]{Reads: reads, Fn: func(ctx krt.HandlerContext, _ struct{}) []collections.ObjectProblems {
+		var out []collections.ObjectProblems
+		for _, idx := range indexes {
+			for _, s := range idx.Fetch(ctx, problemKey) {
+				out = append(out, collections.ObjectProblems{Kind: s.TypeURL, Object: s.Key, Problems: s.Problems})
+			}
 		}
-		return &collections.ObjectProblems{Kind: s.TypeURL, Object: s.Key, Problems: s.Problems}
+		return out
 	}}
 }
