@@ -50,9 +50,6 @@ func start(b testing.TB, m *Mesh, extra ...any) *running {
 	b.Helper()
 	stop := make(chan struct{})
 	opts := krt.NewOptionsBuilder(stop, "", nil)
-	for _, p := range m.Pods {
-		_, _ = kube.StripPodUnusedFields(p)
-	}
 	in := sources.NewStatic(opts, nil, append(m.Objects(), extra...)...)
 	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
 	srv := xds.NewServer(g, "Kubernetes", nil, nil)
@@ -179,13 +176,12 @@ func BenchmarkGraphUpdate(b *testing.B) {
 	for _, s := range m.Slices {
 		slicesBySvc[s.Labels["kubernetes.io/service-name"]] = append(slicesBySvc[s.Labels["kubernetes.io/service-name"]], s)
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for len(r.g.ServiceEndpoints.List()) < size.Services {
-		if time.Now().After(deadline) {
-			b.Fatal("graph never computed")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The whole initial computation first (every collection synced, every CLA built): at the
+	// large size it outlasts the service endpoints', and the first update would carry it.
+	if !r.g.WaitUntilSynced(r.stopc) {
+		b.Fatal("not synced")
 	}
+	waitCLAs(b, r.g, size)
 	changed := make(chan string, 1024)
 	r.g.CLAs.RegisterBatch(func(evs []krt.Event[collections.ResourceSet]) {
 		for _, e := range evs {
