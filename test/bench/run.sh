@@ -6,7 +6,8 @@
 # A benchmark that fails or times out makes the script fail with its output, and a run that
 # prints no result for a benchmark fails too.
 # Environment: KRTEDS_BENCH_PROTOCOL=delta|sotw (default delta), KRTEDS_BENCH_ROLLOUT_PACE
-# (default 2ms), KRTEDS_BENCH_ENDPOINTS (endpoints per service, at most 64).
+# (default 2ms), KRTEDS_BENCH_ENDPOINTS (endpoints per service, at most 64),
+# KRTEDS_BENCH_FILES_LARGE=1 (also run the manifests-folder benchmarks at the large size).
 set -euo pipefail
 cd "$(dirname "$0")"
 size="${1:-small}"
@@ -45,5 +46,12 @@ run BenchmarkGraphUpdate 500x
 run BenchmarkRollout500 1x
 run BenchmarkMemory 1x
 run BenchmarkBudget 1x
+# The manifests folder as the source (the large folder, 100 000 pods, is not run by default).
+if [ "$size" != large ] || [ -n "${KRTEDS_BENCH_FILES_LARGE:-}" ]; then
+  run BenchmarkFilesColdStart 1x
+  run BenchmarkFilesRenameFlip 50x
+  run BenchmarkFilesRollout500 3x
+  run BenchmarkFilesIdle 3x
+fi
 (cd ../../transforms && go test -c -o "$work/transforms.test" .)
 run BenchmarkBuildAndMarshalCLA 50x "$work/transforms.test"
