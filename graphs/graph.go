@@ -14,7 +14,6 @@ import (
 const (
 	NameSystemNetwork    = "SystemNetwork"
 	NameNodeLocalities   = "NodeLocalities"
-	NameWorkloads        = "Workloads"
 	NameServiceInfos     = "ServiceInfos"
 	NameSliceEndpoints   = "SliceEndpoints"
 	NameServiceEndpoints = "ServiceEndpoints"
@@ -43,7 +42,6 @@ type Graph struct {
 	SystemNetwork  krt.Singleton[string]
 	NodeLocalities krt.Collection[collections.NodeLocality]
 	ServiceInfos   krt.Collection[collections.ServiceInfo]
-	Workloads      krt.Collection[collections.Workload]
 	SliceEndpoints krt.Collection[collections.SliceEndpoints]
 	// ServiceEndpoints holds one shard per Service ("<ns>/<name>"), empty when it has no endpoints.
 	ServiceEndpoints krt.Collection[collections.ServiceEndpoints]
@@ -101,17 +99,17 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	Input(d, collections.NameDestRules, in.DestinationRules)
 	Input(d, collections.NameSidecars, in.Sidecars)
 
-	// The registry: services, workloads and their endpoints.
+	// The registry: services and their endpoints. A Pod's workload (identity, topology) is
+	// derived where it is used, from the Pods fetched there.
 	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
 	g.SystemNetwork = Singleton(d, NameSystemNetwork, network, reads)
 	g.NodeLocalities = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(g.SystemNetwork))
 	g.ServiceInfos = Derive(d, NameServiceInfos, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
-	g.Workloads = Derive(d, NameWorkloads, in.Pods, transforms.Workloads(cfg, g.NodeLocalities, g.SystemNetwork))
+	workloads := transforms.WorkloadInputs{Pods: in.Pods, Nodes: g.NodeLocalities, SystemNetwork: g.SystemNetwork,
+		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
 	var p krt.Collection[collections.ObjectProblems]
-	readyByIP := krt.NewIndex(g.Workloads, "readyByIP", transforms.ReadyIPs)
 	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
-		Services: g.ServiceInfos, Workloads: g.Workloads, SystemNetwork: g.SystemNetwork,
-		ReadyWorkloadsByIP: readyByIP,
+		Services: g.ServiceInfos, Workloads: workloads,
 	}))
 	checked(p)
 	g.ServiceEndpoints = Derive(d, NameServiceEndpoints, g.ServiceInfos, transforms.MergeServiceEndpoints(cfg,
@@ -129,8 +127,8 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)
 	Input(d, NameConnectedProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies))
 	g.Proxies = Derive(d, NameProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies), transforms.Proxies(cfg, transforms.ProxyInputs{
-		Workloads: g.Workloads, ReadyWorkloadsByIP: readyByIP,
-		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
+		Workloads: workloads,
+		Sidecars:  g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
 	}))
 	g.ProxyClasses = Derive(d, NameProxyClasses,
 		Index(d, NameProxiesByClass, NameProxies, krt.NewIndex(g.Proxies, "byClass", transforms.ProxyClassKey)), transforms.ProxyClassOf())

@@ -350,7 +350,7 @@ func TestDescription(t *testing.T) {
 	if se.Size != 1 || se.Recomputes == 0 || se.Input != NameServiceInfos {
 		t.Fatalf("ServiceEndpoints node: %+v", se)
 	}
-	if n, _ := s.Node(NameSliceEndpoints); n.Input != collections.NameEndpointSlices || !slices.Contains(n.Dependencies, NameWorkloads) {
+	if n, _ := s.Node(NameSliceEndpoints); n.Input != collections.NameEndpointSlices || !slices.Contains(n.Dependencies, collections.NamePods) {
 		t.Fatalf("SliceEndpoints node: %+v", n)
 	}
 	if n, _ := s.Node(NameProxyClasses); n.Input != NameProxiesByClass {

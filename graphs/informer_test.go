@@ -96,8 +96,8 @@ func TestInformerInputs(t *testing.T) {
 		t.Fatal("not synced")
 	}
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy")
-	if w := g.Workloads.GetKey("ns1/failed"); w != nil {
-		t.Fatalf("failed pod must not be a workload: %+v", w)
+	if p := g.Inputs.Pods.GetKey("ns1/failed"); p != nil {
+		t.Fatalf("a failed pod must not be an input: %+v", *p)
 	}
 	se := g.ServiceEndpoints.GetKey("ns1/foo")
 	if m := se.Endpoints[0].Meta; m.LocalityLabel != "r1/z1/" || m.ServiceAccount != "spiffe://cluster.local/ns/ns1/sa/foo" {

@@ -34,8 +34,8 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 		fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"),
-		// Not scheduled yet: reads the default network itself.
-		fixtures.Pod("ns1", "foo-2", "foo", "", ""),
+		// Not scheduled yet: its proxy reads the default network itself.
+		fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", ""),
 		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
 			fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}, fixtures.Endpoint{IP: "10.0.0.9", Cond: fixtures.Ready}),
 		dr, sc)
@@ -45,6 +45,8 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 	}
 	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.0.0.1~foo-1.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.1", PodName: "foo-1", Namespace: "ns1"})
+	g.Connect(collections.ConnectedProxy{ConnID: "c2", ID: "sidecar~10.0.0.2~foo-2.ns1~ns1.svc.cluster.local", Type: "sidecar",
+		IP: "10.0.0.2", PodName: "foo-2", Namespace: "ns1"})
 	deadline := time.Now().Add(10 * time.Second)
 	for len(g.Views.List()) == 0 || g.CLAs.GetKey("outbound|80|v1|foo.ns1.svc.cluster.local") == nil ||
 		len(g.CLAs.GetKey("outbound|80|v1|foo.ns1.svc.cluster.local").ByClass) == 0 {

@@ -3,7 +3,6 @@ package transforms
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
@@ -17,17 +16,13 @@ import (
 // SliceInputs are the collections the EndpointSlice transform reads.
 type SliceInputs struct {
 	Services  krt.Collection[collections.ServiceInfo]
-	Workloads krt.Collection[collections.Workload]
-	// SystemNetwork is the default network (the system namespace's network label).
-	SystemNetwork krt.Singleton[string]
-	// ReadyWorkloadsByIP indexes Workloads that are Ready by the IPBucket of each of their IPs.
-	ReadyWorkloadsByIP krt.Index[string, collections.Workload]
+	Workloads WorkloadInputs
 }
 
-// ipBuckets is the number of keys of the ready-by-IP index. Workloads are indexed by a hash of
-// each IP, many to a key, so that the index holds one set per bucket rather than one set (a few
-// hundred bytes) per IP; a lookup reads its bucket and keeps the workloads with that IP. A change
-// of any workload in a bucket re-evaluates the few transforms that looked an IP up in it.
+// ipBuckets is the number of keys of the ready-by-IP index. Pods are indexed by a hash of each
+// IP, many to a key, so that the index holds one set per bucket rather than one set (a few
+// hundred bytes) per IP; a lookup reads its bucket and keeps the pods with that IP. A change of
+// any ready pod in a bucket re-evaluates the few transforms that looked an IP up in it.
 const ipBuckets = 1024
 
 var ipBucketKeys = func() (k [ipBuckets]string) {
@@ -40,43 +35,13 @@ var ipBucketKeys = func() (k [ipBuckets]string) {
 // IPBucket is the ready-by-IP index key of an IP.
 func IPBucket(ip string) string { return ipBucketKeys[xxhash.Sum64String(ip)%ipBuckets] }
 
-// ReadyIPs is the extractor of the ReadyWorkloadsByIP index: the buckets of a Ready workload's IPs.
-func ReadyIPs(w collections.Workload) []string {
-	if !w.Ready || len(w.IPs) == 0 {
-		return nil
-	}
-	out := make([]string, 0, len(w.IPs))
-	for _, ip := range w.IPs {
-		if b := IPBucket(ip); !slices.Contains(out, b) {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
-// ReadyWorkloadWithIP finds the Ready workload with that IP in the namespace. Several matches
-// (host-network pods) resolve to the lowest name, so the result never depends on event order.
-func ReadyWorkloadWithIP(ctx krt.HandlerContext, byIP krt.Index[string, collections.Workload], namespace, ip string) *collections.Workload {
-	var best *collections.Workload
-	for _, w := range byIP.Fetch(ctx, IPBucket(ip)) {
-		if w.Namespace != namespace || !slices.Contains(w.IPs, ip) {
-			continue
-		}
-		if best == nil || w.Name < best.Name {
-			w := w
-			best = &w
-		}
-	}
-	return best
-}
-
 // SliceEndpointsOf builds the endpoints of one EndpointSlice: one per (endpoint, address, slice
-// port). It Fetches the owning ServiceInfo (health rules depend on it), the targetRef Pod's
-// Workload (an endpoint whose Pod does not exist yet is left out; krt recomputes it when the Pod
-// arrives), and, for entries without a Pod targetRef, the Ready Workload with that IP in the
+// port). It Fetches the owning ServiceInfo (health rules depend on it), the targetRef Pods (an
+// endpoint whose Pod does not exist yet is left out; krt recomputes it when the Pod arrives) and
+// their nodes, and, for entries without a Pod targetRef, the ready Pod with that IP in the
 // slice's namespace. Slices from multi-cluster services and FQDN slices give nothing.
 func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery.EndpointSlice, collections.SliceEndpoints] {
-	return Checked[*discovery.EndpointSlice, collections.SliceEndpoints]{Reads: []any{in.Services, in.Workloads, in.SystemNetwork}, Fn: func(ctx krt.HandlerContext, slice *discovery.EndpointSlice) (*collections.ObjectProblems, *collections.SliceEndpoints) {
+	return Checked[*discovery.EndpointSlice, collections.SliceEndpoints]{Reads: append([]any{in.Services}, in.Workloads.reads()...), Fn: func(ctx krt.HandlerContext, slice *discovery.EndpointSlice) (*collections.ObjectProblems, *collections.SliceEndpoints) {
 		if _, mcs := slice.Labels[collections.LabelMCSServiceName]; mcs {
 			return nil, nil
 		}
@@ -94,7 +59,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 		ports := slicePorts(slice, svc, pr)
 		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName,
 			Endpoints: make([]collections.Endpoint, 0, len(slice.Endpoints)*len(ports))}
-		workloads := targetWorkloads(ctx, in, slice)
+		workloads := FetchWorkloads(ctx, cfg, in.Workloads, targetPods(slice))
 		var registryMeta *collections.EndpointMeta
 		for i := range slice.Endpoints {
 			e := &slice.Endpoints[i]
@@ -124,11 +89,11 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 					if ref != nil {
 						pr.add(collections.ReasonTargetRefKind, fmt.Sprintf("endpoint %d: targetRef kind %q is not Pod; looking the address up instead", i, ref.Kind))
 					}
-					if w := ReadyWorkloadWithIP(ctx, in.ReadyWorkloadsByIP, slice.Namespace, addr); w != nil {
+					if w := ReadyWorkloadWithIP(ctx, cfg, in.Workloads, slice.Namespace, addr); w != nil {
 						meta, podKey = w.Meta, w.ResourceName()
 					} else {
 						if registryMeta == nil {
-							registryMeta = RegistryOnlyMeta(cfg, FetchSystemNetwork(ctx, in.SystemNetwork))
+							registryMeta = RegistryOnlyMeta(cfg, FetchSystemNetwork(ctx, in.Workloads.SystemNetwork))
 						}
 						meta = registryMeta
 					}
@@ -150,9 +115,9 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 	}}
 }
 
-// targetWorkloads Fetches, in one go, the Workloads of every Pod the slice's endpoints name: one
-// dependency for the whole slice, which krt re-evaluates when any of those Pods changes.
-func targetWorkloads(ctx krt.HandlerContext, in SliceInputs, slice *discovery.EndpointSlice) map[string]*collections.Workload {
+// targetPods lists the keys of the Pods the slice's endpoints name: they are fetched in one go,
+// one dependency for the whole slice, which krt re-evaluates when any of those Pods changes.
+func targetPods(slice *discovery.EndpointSlice) []string {
 	keys := make([]string, 0, len(slice.Endpoints))
 	for i := range slice.Endpoints {
 		if ref := slice.Endpoints[i].TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") {
@@ -163,15 +128,7 @@ func targetWorkloads(ctx krt.HandlerContext, in SliceInputs, slice *discovery.En
 			keys = append(keys, ns+"/"+ref.Name)
 		}
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	out := make(map[string]*collections.Workload, len(keys))
-	for _, w := range krt.Fetch(ctx, in.Workloads, krt.FilterKeys(keys...)) {
-		w := w
-		out[w.ResourceName()] = &w
-	}
-	return out
+	return keys
 }
 
 type slicePort struct {

@@ -19,45 +19,19 @@ func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 	t.Helper()
 	stop := test.NewStop(t)
 	cfg := collections.DefaultConfig()
-	var (
-		svcs []collections.ServiceInfo
-		pods []*corev1.Pod
-		raw  []*corev1.Node
-		nss  []*corev1.Namespace
-	)
+	var svcs []collections.ServiceInfo
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *corev1.Service:
 			svcs = append(svcs, *ConvertService(cfg, o, nil))
-		case *corev1.Pod:
-			pods = append(pods, o)
-		case *corev1.Node:
-			raw = append(raw, o)
-		case *corev1.Namespace:
-			nss = append(nss, o)
+		case *corev1.Pod, *corev1.Node, *corev1.Namespace:
 		default:
 			t.Fatalf("unexpected fixture %T", o)
 		}
 	}
-	network := networkOf(t, nss...)
-	var nodes []collections.NodeLocality
-	for _, n := range raw {
-		nodes = append(nodes, *NodeLocalities(network).Fn(krt.TestingDummyContext{}, n))
-	}
-	nodec := krt.NewStaticCollection(nil, nodes, krt.WithStop(stop))
-	var wls []collections.Workload
-	wf := workloadFn(cfg, nodec, network)
-	for _, p := range pods {
-		if w := wf(p); w != nil {
-			wls = append(wls, *w)
-		}
-	}
-	wc := krt.NewStaticCollection(nil, wls, krt.WithStop(stop))
 	return SliceInputs{
-		Services:           krt.NewStaticCollection(nil, svcs, krt.WithStop(stop)),
-		Workloads:          wc,
-		SystemNetwork:      network,
-		ReadyWorkloadsByIP: krt.NewIndex(wc, "readyByIP", ReadyIPs),
+		Services:  krt.NewStaticCollection(nil, svcs, krt.WithStop(stop)),
+		Workloads: workloadInputs(t, objs...),
 	}
 }
 
@@ -132,7 +106,7 @@ func TestSliceEndpointsWholeOutput(t *testing.T) {
 		t.Fatalf("problems: %v", problems)
 	}
 	in := sliceFixture(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
-	podMeta := in.Workloads.GetKey("ns1/foo-1").Meta
+	podMeta := workloadFn(collections.DefaultConfig(), in.Workloads)(pod).Meta
 	want := &collections.SliceEndpoints{Namespace: "ns1", Name: "foo-abc", Service: "foo", Endpoints: []collections.Endpoint{
 		{Address: "10.1.0.1", Port: 8080, PortName: "http", Health: collections.Healthy, Slice: "foo-abc", Pod: "ns1/foo-1", Meta: podMeta},
 		{Address: "10.9.9.9", Port: 8080, PortName: "http", Health: collections.UnHealthy, Slice: "foo-abc",

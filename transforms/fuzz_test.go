@@ -37,15 +37,9 @@ func FuzzSliceEndpoints(f *testing.F) {
 	stop := test.NewStop(f)
 	cfg := collections.DefaultConfig()
 	svc := ConvertService(cfg, fixtures.Service("ns1", "foo", fixtures.HTTP...), nil)
-	network := networkOf(f)
-	w := workloadFn(cfg, krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)), network)(
-		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"))
-	wc := krt.NewStaticCollection(nil, []collections.Workload{*w}, krt.WithStop(stop))
 	in := SliceInputs{
-		Services:           krt.NewStaticCollection(nil, []collections.ServiceInfo{*svc}, krt.WithStop(stop)),
-		Workloads:          wc,
-		SystemNetwork:      network,
-		ReadyWorkloadsByIP: krt.NewIndex(wc, "ip", ReadyIPs),
+		Services:  krt.NewStaticCollection(nil, []collections.ServiceInfo{*svc}, krt.WithStop(stop)),
+		Workloads: workloadInputs(f, fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1")),
 	}
 	fn := SliceEndpointsOf(cfg, in).Fn
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -91,8 +85,7 @@ func FuzzWorkloads(f *testing.F) {
 	seedJSON(f, fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"))
 	f.Add([]byte(`{"metadata":{"name":"p","generateName":"cj-12345678-","labels":{"istio-locality":"a.b.c.d","topology.istio.io/locality":""},
 		"ownerReferences":[{"kind":"Job","name":"cj-12345678","controller":true}]},"status":{"phase":"Running","podIPs":[{"ip":""}]}}`))
-	stop := test.NewStop(f)
-	fn := workloadFn(collections.DefaultConfig(), krt.NewStaticCollection[collections.NodeLocality](nil, nil, krt.WithStop(stop)), networkOf(f))
+	fn := workloadFn(collections.DefaultConfig(), workloadInputs(f))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p corev1.Pod
 		if json.Unmarshal(data, &p) != nil {

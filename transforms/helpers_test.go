@@ -30,15 +30,51 @@ func problemsOf(p *collections.ObjectProblems) []collections.Problem {
 	return p.Problems
 }
 
-// workloadFn derives workloads from Kubernetes Pods, reduced as every source reduces them (a
-// Failed Pod gives none).
-func workloadFn(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], network krt.Singleton[string]) func(*corev1.Pod) *collections.Workload {
-	fn := Workloads(cfg, nodes, network).Fn
+// workloadInputs builds what workloads are derived from: the Pods among objs (reduced as every
+// source reduces them, Failed ones left out), the Nodes' localities, and the default network from
+// the Namespaces. Other objects are ignored.
+func workloadInputs(t testing.TB, objs ...any) WorkloadInputs {
+	t.Helper()
+	stop := test.NewStop(t)
+	var (
+		pods []*collections.Pod
+		raw  []*corev1.Node
+		nss  []*corev1.Namespace
+	)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.Pod:
+			if p := collections.NewPod(o); p != nil {
+				pods = append(pods, p)
+			}
+		case *corev1.Node:
+			raw = append(raw, o)
+		case *corev1.Namespace:
+			nss = append(nss, o)
+		}
+	}
+	network := networkOf(t, nss...)
+	var nodes []collections.NodeLocality
+	for _, n := range raw {
+		nodes = append(nodes, *NodeLocalities(network).Fn(krt.TestingDummyContext{}, n))
+	}
+	pc := krt.NewStaticCollection(nil, pods, krt.WithStop(stop))
+	return WorkloadInputs{
+		Pods:          pc,
+		Nodes:         krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)),
+		SystemNetwork: network,
+		ReadyPodsByIP: krt.NewIndex(pc, "readyByIP", ReadyPodIPs),
+	}
+}
+
+// workloadFn derives a Kubernetes Pod's workload against the inputs (the Pod is reduced as every
+// source reduces it; a Failed Pod has none).
+func workloadFn(cfg collections.Config, in WorkloadInputs) func(*corev1.Pod) *collections.Workload {
 	return func(k *corev1.Pod) *collections.Workload {
 		p := collections.NewPod(k)
 		if p == nil {
 			return nil
 		}
-		return fn(krt.TestingDummyContext{}, p)
+		return workloadsOf(krt.TestingDummyContext{}, cfg, in, []*collections.Pod{p})[p.Key]
 	}
 }

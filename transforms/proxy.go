@@ -10,8 +10,7 @@ import (
 
 // ProxyInputs are what proxy enrichment reads.
 type ProxyInputs struct {
-	Workloads          krt.Collection[collections.Workload]
-	ReadyWorkloadsByIP krt.Index[string, collections.Workload]
+	Workloads WorkloadInputs
 	// Sidecars scope what each proxy sees; they are read by namespace.
 	Sidecars            krt.Collection[collections.Sidecar]
 	SidecarsByNamespace krt.Index[string, collections.Sidecar]
@@ -25,16 +24,17 @@ func SidecarNamespace(s collections.Sidecar) []string { return []string{s.Namesp
 // Ready Pod with the proxy IP in the proxy's namespace, supplies labels, locality and node; without
 // one, the proxy's declared labels and node.locality are used.
 func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.ConnectedProxy, collections.Proxy] {
-	return Single[collections.ConnectedProxy, collections.Proxy]{Reads: []any{in.Workloads, in.Sidecars}, Fn: func(ctx krt.HandlerContext, cp collections.ConnectedProxy) *collections.Proxy {
+	return Single[collections.ConnectedProxy, collections.Proxy]{Reads: append(in.Workloads.reads(), in.Sidecars), Fn: func(ctx krt.HandlerContext, cp collections.ConnectedProxy) *collections.Proxy {
 		var w *collections.Workload
 		if cp.PodName != "" {
-			w = krt.FetchOne(ctx, in.Workloads, krt.FilterKey(cp.Namespace+"/"+cp.PodName))
+			key := cp.Namespace + "/" + cp.PodName
+			w = FetchWorkloads(ctx, cfg, in.Workloads, []string{key})[key]
 			if w != nil && !slices.Contains(w.IPs, cp.IP) {
 				w = nil
 			}
 		}
 		if w == nil {
-			w = ReadyWorkloadWithIP(ctx, in.ReadyWorkloadsByIP, cp.Namespace, cp.IP)
+			w = ReadyWorkloadWithIP(ctx, cfg, in.Workloads, cp.Namespace, cp.IP)
 		}
 		clusterID := cp.ClusterID
 		if clusterID == "" {

@@ -5,8 +5,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/test/fixtures"
@@ -52,19 +50,11 @@ func TestParseProxy(t *testing.T) {
 }
 
 func TestProxyEnrichment(t *testing.T) {
-	stop := test.NewStop(t)
 	cfg := collections.DefaultConfig()
-	network := networkOf(t)
-	nodes := krt.NewStaticCollection(nil, []collections.NodeLocality{*NodeLocalities(network).Fn(krt.TestingDummyContext{}, fixtures.ZoneNode("n1", "r1", "z1"))}, krt.WithStop(stop))
-	var wls []collections.Workload
-	for _, p := range []*corev1.Pod{
+	in := workloadInputs(t, fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"),
-		fixtures.Pod("ns2", "other", "other", "10.1.0.2", "n1"),
-	} {
-		wls = append(wls, *workloadFn(cfg, nodes, network)(p))
-	}
-	wc := krt.NewStaticCollection(nil, wls, krt.WithStop(stop))
-	f := Proxies(cfg, ProxyInputs{Workloads: wc, ReadyWorkloadsByIP: krt.NewIndex(wc, "ip", ReadyIPs)}).Fn
+		fixtures.Pod("ns2", "other", "other", "10.1.0.2", "n1"))
+	f := Proxies(cfg, ProxyInputs{Workloads: in}).Fn
 
 	declared := collections.Locality{Region: "rd", Zone: "zd"}
 	cases := []struct {

@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"istio.io/istio/pkg/kube/krt"
@@ -11,43 +12,133 @@ import (
 	"github.com/krteds/krteds/collections"
 )
 
-// Workloads derives a Workload from each Pod that is not Failed. It Fetches the Pod's Node for
-// its locality (unless the Pod carries a locality label) and the default network (the system
-// namespace's topology.istio.io/network label, which the node carries; a pod without a known node
-// reads it directly).
-func Workloads(cfg collections.Config, nodes krt.Collection[collections.NodeLocality], systemNetwork krt.Singleton[string]) Single[*collections.Pod, collections.Workload] {
-	return Single[*collections.Pod, collections.Workload]{Reads: []any{nodes, systemNetwork}, Fn: func(ctx krt.HandlerContext, pod *collections.Pod) *collections.Workload {
-		if pod.Phase == corev1.PodFailed {
-			return nil
+// WorkloadInputs are what a Pod's workload (its identity and topology) is derived from. The
+// transforms that need workloads (endpoints, proxies) derive them from the Pods they fetch, so
+// that a Pod written before the slice naming it is seen with it: no collection in between can
+// lag behind and leave the slice's endpoints out for a moment.
+type WorkloadInputs struct {
+	Pods  krt.Collection[*collections.Pod]
+	Nodes krt.Collection[collections.NodeLocality]
+	// SystemNetwork is the default network (the system namespace's network label).
+	SystemNetwork krt.Singleton[string]
+	// ReadyPodsByIP indexes the Pods found by address (Running or Pending, not being deleted,
+	// Ready) by the IPBucket of each of their IPs.
+	ReadyPodsByIP krt.Index[string, *collections.Pod]
+}
+
+func (in WorkloadInputs) reads() []any { return []any{in.Pods, in.Nodes, in.SystemNetwork} }
+
+// ReadyPodIPs is the extractor of the ReadyPodsByIP index: the buckets of a ready Pod's IPs.
+func ReadyPodIPs(p *collections.Pod) []string {
+	if len(p.IPs) == 0 || !podReadyForIPLookup(p) {
+		return nil
+	}
+	out := make([]string, 0, len(p.IPs))
+	for _, ip := range p.IPs {
+		if b := IPBucket(ip); !slices.Contains(out, b) {
+			out = append(out, b)
 		}
-		localityLabel, locality := podLocality(pod.Labels.Value)
-		network := pod.Labels.Value(collections.LabelTopologyNetwork)
-		// The node gives the locality and the default network in one fetch (one dependency per
-		// pod); only a pod without a known node reads the default network itself.
-		var node *collections.NodeLocality
-		if pod.NodeName != "" && (localityLabel == "" || network == "") {
-			node = krt.FetchOne(ctx, nodes, krt.FilterKey(pod.NodeName))
+	}
+	return out
+}
+
+// FetchWorkloads fetches the Pods with these keys and derives their workloads, keyed by Pod key:
+// one dependency on the Pods, one on the Nodes they need, and the default network only when a
+// pod has no known node. A missing Pod has no workload.
+func FetchWorkloads(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, keys []string) map[string]*collections.Workload {
+	if len(keys) == 0 {
+		return nil
+	}
+	return workloadsOf(ctx, cfg, in, krt.Fetch(ctx, in.Pods, krt.FilterKeys(keys...)))
+}
+
+// ReadyWorkloadWithIP finds the ready Pod with that IP in the namespace and derives its workload.
+// Several matches (host-network pods) resolve to the lowest name, so the result never depends on
+// event order.
+func ReadyWorkloadWithIP(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, namespace, ip string) *collections.Workload {
+	var best *collections.Pod
+	for _, p := range in.ReadyPodsByIP.Fetch(ctx, IPBucket(ip)) {
+		if p.Namespace != namespace || !slices.Contains(p.IPs, ip) {
+			continue
 		}
-		if localityLabel == "" && node != nil {
-			locality, localityLabel = node.Locality, node.LocalityLabel
+		if best == nil || p.Name < best.Name {
+			best = p
 		}
-		if network == "" {
-			if node != nil {
-				network = node.Network
-			} else {
-				network = FetchSystemNetwork(ctx, systemNetwork)
-			}
+	}
+	if best == nil {
+		return nil
+	}
+	return workloadsOf(ctx, cfg, in, []*collections.Pod{best})[best.Key]
+}
+
+// workloadsOf derives the workloads of pods, fetching the nodes they need in one go.
+func workloadsOf(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, pods []*collections.Pod) map[string]*collections.Workload {
+	var names []string
+	for _, p := range pods {
+		if needsNode(p) && !slices.Contains(names, p.NodeName) {
+			names = append(names, p.NodeName)
 		}
-		ips := pod.IPs
-		return &collections.Workload{
-			Name:        pod.Name,
-			Namespace:   pod.Namespace,
-			IPs:         ips,
-			Ready:       len(ips) > 0 && podReadyForIPLookup(pod),
-			HostNetwork: pod.HostNetwork,
-			Meta:        workloadMeta(cfg, pod, localityLabel, locality, network),
+	}
+	nodes := map[string]*collections.NodeLocality{}
+	if len(names) > 0 {
+		for _, n := range krt.Fetch(ctx, in.Nodes, krt.FilterKeys(names...)) {
+			n := n
+			nodes[n.Name] = &n
 		}
-	}}
+	}
+	network, fetched := "", false
+	systemNetwork := func() string {
+		if !fetched {
+			network, fetched = FetchSystemNetwork(ctx, in.SystemNetwork), true
+		}
+		return network
+	}
+	out := make(map[string]*collections.Workload, len(pods))
+	for _, p := range pods {
+		if w := workloadFrom(cfg, p, nodes[p.NodeName], systemNetwork); w != nil {
+			out[p.Key] = w
+		}
+	}
+	return out
+}
+
+// needsNode: the pod reads its node for its locality (unless it carries a locality label) or for
+// the default network (unless it carries a network label).
+func needsNode(p *collections.Pod) bool {
+	if p.NodeName == "" {
+		return false
+	}
+	label, _ := podLocality(p.Labels.Value)
+	return label == "" || p.Labels.Value(collections.LabelTopologyNetwork) == ""
+}
+
+// workloadFrom derives a Pod's workload (nil for a Failed Pod) from its node (nil: unknown) and
+// the default network (read only when the pod has neither a network label nor a known node).
+func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collections.NodeLocality, systemNetwork func() string) *collections.Workload {
+	if pod.Phase == corev1.PodFailed {
+		return nil
+	}
+	localityLabel, locality := podLocality(pod.Labels.Value)
+	network := pod.Labels.Value(collections.LabelTopologyNetwork)
+	if localityLabel == "" && node != nil {
+		locality, localityLabel = node.Locality, node.LocalityLabel
+	}
+	if network == "" {
+		if node != nil {
+			network = node.Network
+		} else {
+			network = systemNetwork()
+		}
+	}
+	ips := pod.IPs
+	return &collections.Workload{
+		Name:        pod.Name,
+		Namespace:   pod.Namespace,
+		IPs:         ips,
+		Ready:       len(ips) > 0 && podReadyForIPLookup(pod),
+		HostNetwork: pod.HostNetwork,
+		Meta:        workloadMeta(cfg, pod, localityLabel, locality, network),
+	}
 }
 
 // SystemNetwork derives the default network: the topology.istio.io/network label of the system

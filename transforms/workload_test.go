@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -15,23 +13,7 @@ import (
 
 func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) *collections.Workload {
 	t.Helper()
-	stop := test.NewStop(t)
-	var raw []*corev1.Node
-	var nss []*corev1.Namespace
-	for _, o := range objs {
-		switch o := o.(type) {
-		case *corev1.Node:
-			raw = append(raw, o)
-		case *corev1.Namespace:
-			nss = append(nss, o)
-		}
-	}
-	network := networkOf(t, nss...)
-	var nodes []collections.NodeLocality
-	for _, n := range raw {
-		nodes = append(nodes, *NodeLocalities(network).Fn(krt.TestingDummyContext{}, n))
-	}
-	return workloadFn(collections.DefaultConfig(), krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)), network)(pod)
+	return workloadFn(collections.DefaultConfig(), workloadInputs(t, objs...))(pod)
 }
 
 func TestWorkloadFacts(t *testing.T) {

@@ -779,12 +779,7 @@ func (s *Files) commit(paths []string, next map[string]*Decoded, startup bool) [
 		}
 		return out
 	}
-	for _, o := range ups {
-		s.static.Apply(o.Obj, false)
-	}
-	for _, o := range dels {
-		s.static.Delete(o.Kind, krtKey(o.Obj))
-	}
+	s.write(ups, dels)
 	if len(ups)+len(dels) > 0 {
 		files := make([]string, len(paths))
 		for i, p := range paths {
@@ -795,6 +790,49 @@ func (s *Files) commit(paths []string, next map[string]*Decoded, startup bool) [
 	}
 	s.flushProblems()
 	return nil
+}
+
+// batchMin is the number of changes of one kind from which they are written as one batch.
+const batchMin = 16
+
+// write applies the changes in order, kind by kind: a kind with many changes as one batch.
+func (s *Files) write(ups, dels []Object) {
+	for i := 0; i < len(ups); {
+		j := i
+		for j < len(ups) && ups[j].Kind == ups[i].Kind {
+			j++
+		}
+		if j-i >= batchMin {
+			objs := make([]any, 0, j-i)
+			for _, o := range ups[i:j] {
+				objs = append(objs, o.Obj)
+			}
+			s.static.Batch(ups[i].Kind, objs, nil)
+		} else {
+			for _, o := range ups[i:j] {
+				s.static.Apply(o.Obj, false)
+			}
+		}
+		i = j
+	}
+	for i := 0; i < len(dels); {
+		j := i
+		for j < len(dels) && dels[j].Kind == dels[i].Kind {
+			j++
+		}
+		if j-i >= batchMin {
+			keys := make([]string, 0, j-i)
+			for _, o := range dels[i:j] {
+				keys = append(keys, krtKey(o.Obj))
+			}
+			s.static.Batch(dels[i].Kind, nil, keys)
+		} else {
+			for _, o := range dels[i:j] {
+				s.static.Delete(o.Kind, krtKey(o.Obj))
+			}
+		}
+		i = j
+	}
 }
 
 // setOwner records (obj non-nil) or removes that file p defines key (s.mu held).

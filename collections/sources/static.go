@@ -1,6 +1,9 @@
 package sources
 
 import (
+	"maps"
+	"slices"
+
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
@@ -135,6 +138,49 @@ func (s Static) Delete(kind Kind, key string) {
 	case KindSidecar:
 		s.Sidecars.DeleteObject(key)
 	}
+}
+
+// Batch writes many objects of one kind, ups (upserts, of the collection's element type) and
+// dels (krt keys), as a single batch of events: the collections downstream see the lot at once
+// and recompute each dependent item once, where one write per object would recompute an item
+// once per object it depends on (a rollout's slice once per pod).
+func (s Static) Batch(kind Kind, ups []any, dels []string) {
+	s.Clock.Mark()
+	switch kind {
+	case KindNamespace:
+		batch(s.Namespaces, ups, dels)
+	case KindNode:
+		batch(s.Nodes, ups, dels)
+	case KindPod:
+		batch(s.Pods, ups, dels)
+	case KindService:
+		batch(s.Services, ups, dels)
+	case KindEndpointSlice:
+		batch(s.EndpointSlices, ups, dels)
+	case KindDestinationRule:
+		batch(s.DestinationRules, ups, dels)
+	case KindSidecar:
+		batch(s.Sidecars, ups, dels)
+	}
+}
+
+// batch replaces the collection's contents by its current contents with the changes applied:
+// krt's Reset emits one event batch holding only what differs.
+func batch[T any](c krt.StaticCollection[T], ups []any, dels []string) {
+	cur := c.List()
+	next := make(map[string]T, len(cur)+len(ups))
+	for _, v := range cur {
+		next[krt.GetKey(v)] = v
+	}
+	for _, u := range ups {
+		if v, ok := u.(T); ok {
+			next[krt.GetKey(v)] = v
+		}
+	}
+	for _, k := range dels {
+		delete(next, k)
+	}
+	c.Reset(slices.Collect(maps.Values(next)))
 }
 
 func apply[T interface {

@@ -271,10 +271,11 @@ func BenchmarkRollout500(b *testing.B) {
 func (r *running) waitRolledOut(ro *Rollout, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	var want *collections.Resource
+	final := ro.finalIn()
 	for {
 		// The CLA's content, not only its size: while the graph catches up, a CLA built from an
 		// earlier state may have as many endpoints.
-		if set := r.g.CLAs.GetKey(ro.Cluster); set != nil && set.Shared != nil && ro.FinalCLA(set.Shared.Body) {
+		if set := r.g.CLAs.GetKey(ro.Cluster); final(set) {
 			want = set.Shared
 			break
 		}

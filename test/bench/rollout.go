@@ -147,6 +147,20 @@ func (r *Rollout) Settled(se *collections.ServiceEndpoints) bool {
 	return true
 }
 
+// finalIn returns a check of whether a CLA set holds the final CLA that decodes each version once:
+// the wait polls while the graph works, and decoding a 70 KB CLA at every poll would take the CPU
+// the graph needs.
+func (r *Rollout) finalIn() func(*collections.ResourceSet) bool {
+	var checked uint64
+	return func(set *collections.ResourceSet) bool {
+		if set == nil || set.Shared == nil || set.Shared.Version == checked {
+			return false
+		}
+		checked = set.Shared.Version
+		return r.FinalCLA(set.Shared.Body)
+	}
+}
+
 // FinalCLA reports whether an encoded ClusterLoadAssignment is the rollout's final one: every pod
 // of the current generation, healthy, and nothing else.
 func (r *Rollout) FinalCLA(body []byte) bool {

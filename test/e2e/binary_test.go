@@ -189,7 +189,7 @@ func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("krteds graph: %v\n%s", err, g)
 	}
-	for _, c := range []string{"input/EndpointSlices", "Workloads", "ServiceEndpoints", "ClusterLoadAssignments", "ProxyClasses"} {
+	for _, c := range []string{"input/EndpointSlices", "input/Pods", "SliceEndpoints", "ServiceEndpoints", "ClusterLoadAssignments", "ProxyClasses"} {
 		if !strings.Contains(g, c) {
 			t.Fatalf("graph output lacks %s:\n%s", c, g)
 		}
