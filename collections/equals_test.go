@@ -143,7 +143,6 @@ func TestEqualsComparesEveryField(t *testing.T) {
 	checkEquals(t, ServiceInfo.Equals, nil)
 	checkEquals(t, NodeLocality.Equals, nil)
 	checkEquals(t, func(a, b EndpointMeta) bool { return a.Equals(&b) }, nil)
-	checkEquals(t, Workload.Equals, nil)
 	checkEquals(t, func(a, b Pod) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, Endpoint.Equals, nil)
 	checkEquals(t, SliceEndpoints.Equals, nil)

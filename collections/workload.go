@@ -2,7 +2,6 @@ package collections
 
 import (
 	"maps"
-	"slices"
 	"strings"
 )
 
@@ -161,7 +160,8 @@ func (m *EndpointMeta) Equals(o *EndpointMeta) bool {
 }
 
 // Workload is what krteds knows of one Pod: its identity and topology, and whether it can be
-// found by IP (for EndpointSlice entries without a targetRef).
+// found by IP (for EndpointSlice entries without a targetRef). Transforms derive it from the Pods
+// they fetch; it is not a collection of its own.
 type Workload struct {
 	Name      string   `json:"name"`
 	Namespace string   `json:"namespace"`
@@ -177,13 +177,3 @@ type Workload struct {
 
 // ResourceName is "<namespace>/<name>", the Pod's key.
 func (w Workload) ResourceName() string { return w.Namespace + "/" + w.Name }
-
-// Equals compares every field.
-func (w Workload) Equals(o Workload) bool {
-	return w.Name == o.Name &&
-		w.Namespace == o.Namespace &&
-		w.Ready == o.Ready &&
-		w.HostNetwork == o.HostNetwork &&
-		slices.Equal(w.IPs, o.IPs) &&
-		w.Meta.Equals(o.Meta)
-}

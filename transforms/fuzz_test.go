@@ -91,7 +91,7 @@ func FuzzWorkloads(f *testing.F) {
 		if json.Unmarshal(data, &p) != nil {
 			return
 		}
-		if w := fn(&p); w != nil && (w.Meta == nil || !w.Equals(*w)) {
+		if w := fn(&p); w != nil && (w.Meta == nil || !w.Meta.Equals(w.Meta) || w.ResourceName() != p.Namespace+"/"+p.Name) {
 			t.Fatalf("bad workload %+v", w)
 		}
 	})
