@@ -147,10 +147,8 @@ func (s *Server) unregister(c *conn) {
 		if st == nil {
 			continue
 		}
-		for id := range st.subs {
-			held[t] = append(held[t], id)
-		}
-		st.subs = nil
+		st.subs.each(func(id nameID, _ sub) { held[t] = append(held[t], id) })
+		st.subs = subSet{}
 	}
 	registered := c.proxy != nil
 	proxyType := ""

@@ -48,7 +48,7 @@ type sub struct {
 // typeState is the protocol state of one type on one stream.
 type typeState struct {
 	wildcard bool
-	subs     map[nameID]sub
+	subs     subSet
 	// dirty names must be looked at again; dirtyAll: every name.
 	dirty    map[nameID]struct{}
 	dirtyAll bool
@@ -149,7 +149,7 @@ func (s *Server) next(c *conn, t typ) *response {
 	)
 	look := func(id nameID) {
 		r, wait := s.src.Resolve(c.view, t.url(), s.names.name(id))
-		held := st.subs[id].version
+		held, _ := st.subs.get(id)
 		switch {
 		case wait:
 			if pending == nil {
@@ -157,22 +157,22 @@ func (s *Server) next(c *conn, t typ) *response {
 			}
 			pending[id] = struct{}{}
 		case r == nil:
-			if held != 0 {
+			if held.version != 0 {
 				removed = append(removed, id)
 			}
 		default:
 			current[id] = r
-			if held != r.Version {
+			if held.version != r.Version {
 				changed = append(changed, id)
 			}
 		}
 	}
 	if full {
-		for id, sb := range st.subs {
+		st.subs.each(func(id nameID, sb sub) {
 			if sb.explicit {
 				look(id)
 			}
-		}
+		})
 		if st.wildcard {
 			listed := map[nameID]bool{}
 			for _, r := range s.src.List(c.view, t.url()) {
@@ -185,12 +185,12 @@ func (s *Server) next(c *conn, t typ) *response {
 					continue
 				}
 				current[id] = r
-				if st.subs[id].version != r.Version {
+				if held, _ := st.subs.get(id); held.version != r.Version {
 					changed = append(changed, id)
 				}
 			}
 			// What the client holds through the wildcard that is listed no more.
-			for id, sb := range st.subs {
+			st.subs.each(func(id nameID, sb sub) {
 				if !sb.explicit && !listed[id] {
 					if sb.version != 0 {
 						removed = append(removed, id)
@@ -198,11 +198,11 @@ func (s *Server) next(c *conn, t typ) *response {
 						s.drop(c, t, st, id)
 					}
 				}
-			}
+			})
 		}
 	} else {
 		for id := range st.dirty {
-			if sb, ok := st.subs[id]; ok && (sb.explicit || st.wildcard) {
+			if sb, ok := st.subs.get(id); ok && (sb.explicit || st.wildcard) {
 				look(id)
 			}
 		}
@@ -235,15 +235,15 @@ func (s *Server) next(c *conn, t typ) *response {
 	st.force = false
 	slices.SortFunc(resp.items, func(a, b item) int { return int(a.id) - int(b.id) })
 	for i, it := range resp.items {
-		sb := st.subs[it.id]
+		sb, _ := st.subs.get(it.id)
 		resp.items[i].update = sb.version != 0 && sb.version != it.res.Version
 		sb.version = it.res.Version
-		st.subs[it.id] = sb
+		st.subs.set(it.id, sb)
 	}
 	for _, id := range removed {
-		if sb := st.subs[id]; sb.explicit {
+		if sb, _ := st.subs.get(id); sb.explicit {
 			sb.version = 0
-			st.subs[id] = sb
+			st.subs.set(id, sb)
 		} else {
 			s.drop(c, t, st, id)
 		}
@@ -264,8 +264,7 @@ func (s *Server) next(c *conn, t typ) *response {
 }
 
 func (s *Server) held(st *typeState, id nameID) bool {
-	_, ok := st.subs[id]
-	return ok
+	return st.subs.has(id)
 }
 
 // hold adds a name the stream holds through a wildcard subscription (c.mu held). The index is
@@ -275,16 +274,15 @@ func (s *Server) hold(c *conn, t typ, st *typeState, name string) nameID {
 	s.mu.Lock()
 	s.indexLocked(t, id, c)
 	s.mu.Unlock()
-	st.subs[id] = sub{}
+	st.subs.set(id, sub{})
 	return id
 }
 
 // drop forgets a name the stream held (c.mu held).
 func (s *Server) drop(c *conn, t typ, st *typeState, id nameID) {
-	if _, ok := st.subs[id]; !ok {
+	if !st.subs.del(id) {
 		return
 	}
-	delete(st.subs, id)
 	s.mu.Lock()
 	s.unindexLocked(t, id, c)
 	s.mu.Unlock()
@@ -327,18 +325,18 @@ func (c *conn) status(names *nameTable) ConnStatus {
 			continue
 		}
 		var ws []string
-		for id, sb := range st.subs {
+		st.subs.each(func(id nameID, sb sub) {
 			if sb.explicit {
 				ws = append(ws, names.name(id))
 			}
-		}
+		})
 		slices.Sort(ws)
 		if st.wildcard {
 			ws = append([]string{"*"}, ws...)
 		}
 		cs.Watches[typ(t).url()] = ws
 		ts := st.st
-		ts.Subscribed = len(st.subs)
+		ts.Subscribed = st.subs.len()
 		cs.Types[typ(t).url()] = ts
 	}
 	return cs

@@ -224,7 +224,7 @@ func (s *Server) handle(c *conn, req request) error {
 	st := c.types[t]
 	first := st == nil
 	if first {
-		st = &typeState{subs: map[nameID]sub{}, force: true}
+		st = &typeState{force: true}
 		c.types[t] = st
 	}
 	nonce := req.nonce()
@@ -288,11 +288,11 @@ func (s *Server) subscribeSotw(c *conn, t typ, st *typeState, first bool, names 
 		st.dirtyAll = true
 		s.setWildcard(c, t, wildcard)
 		if !wildcard {
-			for id, sb := range st.subs {
+			st.subs.each(func(id nameID, sb sub) {
 				if !sb.explicit {
 					s.drop(c, t, st, id)
 				}
-			}
+			})
 		}
 	}
 	want := make(map[nameID]struct{}, len(names))
@@ -301,30 +301,30 @@ func (s *Server) subscribeSotw(c *conn, t typ, st *typeState, first bool, names 
 			continue
 		}
 		if id, ok := s.names.lookup(n); ok {
-			if sb, held := st.subs[id]; held && sb.explicit {
+			if sb, held := st.subs.get(id); held && sb.explicit {
 				want[id] = struct{}{}
 				continue
 			}
 		}
 		want[s.add(c, t, st, n)] = struct{}{}
 	}
-	for id, sb := range st.subs {
+	st.subs.each(func(id nameID, sb sub) {
 		if _, ok := want[id]; !ok && sb.explicit {
 			if st.wildcard {
 				sb.explicit = false
-				st.subs[id] = sb
+				st.subs.set(id, sb)
 			} else {
 				s.drop(c, t, st, id)
 			}
 		}
-	}
+	})
 	return nil
 }
 
 // subscribeDelta applies a delta request's subscription changes (c.mu held).
 func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *discovery.DeltaDiscoveryRequest) error {
 	subs, unsubs := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
-	if len(subs)+len(st.subs) > MaxSubscriptions {
+	if len(subs)+st.subs.len() > MaxSubscriptions {
 		return status.Errorf(codes.InvalidArgument, "more than %d %s names on one stream", MaxSubscriptions, t.short())
 	}
 	if first {
@@ -333,11 +333,11 @@ func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *
 			s.setWildcard(c, t, true)
 		}
 		for n, v := range req.GetInitialResourceVersions() {
-			if len(st.subs) >= MaxSubscriptions {
+			if st.subs.len() >= MaxSubscriptions {
 				break
 			}
 			id := s.names.acquire(n)
-			if _, dup := st.subs[id]; dup {
+			if st.subs.has(id) {
 				s.names.release(id)
 				continue
 			}
@@ -345,7 +345,7 @@ func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *
 			s.indexLocked(t, id, c)
 			s.mu.Unlock()
 			ver, _ := parseVersion(v)
-			st.subs[id] = sub{version: ver, explicit: !st.wildcard}
+			st.subs.set(id, sub{version: ver, explicit: !st.wildcard})
 		}
 	} else if slices.Contains(subs, "*") && !st.wildcard {
 		st.wildcard = true
@@ -362,19 +362,19 @@ func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *
 			if st.wildcard {
 				st.wildcard = false
 				s.setWildcard(c, t, false)
-				for id, sb := range st.subs {
+				st.subs.each(func(id nameID, sb sub) {
 					if !sb.explicit {
 						s.drop(c, t, st, id)
 					}
-				}
+				})
 			}
 			continue
 		}
 		if id, ok := s.names.lookup(n); ok {
-			if sb, held := st.subs[id]; held {
+			if sb, held := st.subs.get(id); held {
 				if st.wildcard {
 					sb.explicit = false
-					st.subs[id] = sb
+					st.subs.set(id, sb)
 				} else {
 					s.drop(c, t, st, id)
 				}
@@ -388,15 +388,15 @@ func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *
 // index is updated before the state, so no change of the name can be missed.
 func (s *Server) add(c *conn, t typ, st *typeState, name string) nameID {
 	id := s.names.acquire(name)
-	if sb, held := st.subs[id]; held {
+	if sb, held := st.subs.get(id); held {
 		s.names.release(id)
 		sb.explicit = true
-		st.subs[id] = sb
+		st.subs.set(id, sb)
 	} else {
 		s.mu.Lock()
 		s.indexLocked(t, id, c)
 		s.mu.Unlock()
-		st.subs[id] = sub{explicit: true}
+		st.subs.set(id, sub{explicit: true})
 	}
 	if st.dirty == nil {
 		st.dirty = map[nameID]struct{}{}

@@ -1,0 +1,181 @@
+package xds
+
+import (
+	"slices"
+)
+
+// subSet is what a stream holds of the names of one type: 12 bytes a name (a map took about 50
+// at 1 000 names). Entries are kept sorted by id, with a short unsorted tail of recent additions
+// merged in when it fills. Removal marks an entry; marked entries are dropped when the tail is
+// merged or when they outnumber the live ones. Past subSmallMax names (clients that subscribe to
+// many thousands) it turns into a map, so that no order of additions costs more than a map's.
+type subSet struct {
+	e []subEntry
+	// sorted is the length of the sorted prefix of e; e[sorted:] is the tail.
+	sorted int
+	// live counts the unmarked entries; dead the marked ones.
+	live, dead int
+	// big holds the names instead of e once there are more than subSmallMax.
+	big map[nameID]sub
+}
+
+// subEntry packs an id, its flags and a version in 12 bytes.
+type subEntry struct {
+	idf    uint32 // the nameID, and the flags below
+	lo, hi uint32 // the version
+}
+
+const (
+	subExplicit uint32 = 1 << 31
+	subDead     uint32 = 1 << 30
+	subIDMask          = subDead - 1
+	// subTail is the longest unsorted tail: lookups scan it.
+	subTail = 64
+	// subSmallMax is the most names kept in the packed form.
+	subSmallMax = 8192
+)
+
+func (e subEntry) id() nameID { return nameID(e.idf & subIDMask) }
+func (e subEntry) dead() bool { return e.idf&subDead != 0 }
+func (e subEntry) sub() sub {
+	return sub{version: uint64(e.hi)<<32 | uint64(e.lo), explicit: e.idf&subExplicit != 0}
+}
+
+func entryOf(id nameID, s sub) subEntry {
+	e := subEntry{idf: uint32(id) & subIDMask, lo: uint32(s.version), hi: uint32(s.version >> 32)}
+	if s.explicit {
+		e.idf |= subExplicit
+	}
+	return e
+}
+
+// find returns the index of id's live entry, or -1.
+func (s *subSet) find(id nameID) int {
+	if i, ok := slices.BinarySearchFunc(s.e[:s.sorted], id, func(e subEntry, id nameID) int {
+		return int(e.id()) - int(id)
+	}); ok && !s.e[i].dead() {
+		return i
+	}
+	for i := s.sorted; i < len(s.e); i++ {
+		if s.e[i].id() == id && !s.e[i].dead() {
+			return i
+		}
+	}
+	return -1
+}
+
+// get returns what the stream holds of id.
+func (s *subSet) get(id nameID) (sub, bool) {
+	if s.big != nil {
+		v, ok := s.big[id]
+		return v, ok
+	}
+	if i := s.find(id); i >= 0 {
+		return s.e[i].sub(), true
+	}
+	return sub{}, false
+}
+
+// has reports whether the stream holds id.
+func (s *subSet) has(id nameID) bool {
+	_, ok := s.get(id)
+	return ok
+}
+
+// set records what the stream holds of id, adding it when new.
+func (s *subSet) set(id nameID, v sub) {
+	if uint32(id) > subIDMask {
+		panic("xds: name id out of range") // ids index the name table; never this many names
+	}
+	if s.big != nil {
+		s.big[id] = v
+		return
+	}
+	if i := s.find(id); i >= 0 {
+		s.e[i] = entryOf(id, v)
+		return
+	}
+	s.e = append(s.e, entryOf(id, v))
+	s.live++
+	if s.live > subSmallMax {
+		s.big = make(map[nameID]sub, s.live)
+		for _, e := range s.e {
+			if !e.dead() {
+				s.big[e.id()] = e.sub()
+			}
+		}
+		*s = subSet{big: s.big}
+		return
+	}
+	if len(s.e)-s.sorted > subTail {
+		s.merge()
+	}
+}
+
+// del forgets id. It may be called while iterating with each.
+func (s *subSet) del(id nameID) bool {
+	if s.big != nil {
+		_, ok := s.big[id]
+		delete(s.big, id)
+		return ok
+	}
+	i := s.find(id)
+	if i < 0 {
+		return false
+	}
+	s.e[i].idf |= subDead
+	s.live--
+	s.dead++
+	return true
+}
+
+// len is the number of names held.
+func (s *subSet) len() int {
+	if s.big != nil {
+		return len(s.big)
+	}
+	return s.live
+}
+
+// each calls f for every name held, in no particular order. f may change or delete the entry it
+// is given, not add names.
+func (s *subSet) each(f func(id nameID, v sub)) {
+	if s.big != nil {
+		for id, v := range s.big {
+			f(id, v)
+		}
+		return
+	}
+	for i := 0; i < len(s.e); i++ {
+		if e := s.e[i]; !e.dead() {
+			f(e.id(), e.sub())
+		}
+	}
+	if s.dead > s.live {
+		s.merge()
+	}
+}
+
+// merge sorts the tail into the prefix and drops the marked entries: the tail is sorted on its
+// own and the two runs merged, O(names).
+func (s *subSet) merge() {
+	byID := func(a, b subEntry) int { return int(a.id()) - int(b.id()) }
+	tail := slices.Clone(s.e[s.sorted:])
+	slices.SortFunc(tail, byID)
+	prefix := s.e[:s.sorted]
+	out := make([]subEntry, 0, s.live+subTail) // room for the next tail
+	i, j := 0, 0
+	for i < len(prefix) || j < len(tail) {
+		var e subEntry
+		if j == len(tail) || (i < len(prefix) && byID(prefix[i], tail[j]) <= 0) {
+			e, i = prefix[i], i+1
+		} else {
+			e, j = tail[j], j+1
+		}
+		if !e.dead() {
+			out = append(out, e)
+		}
+	}
+	s.e = out
+	s.sorted, s.dead = len(s.e), 0
+}

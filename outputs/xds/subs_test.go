@@ -1,0 +1,104 @@
+package xds
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// subSet behaves as the map it replaces, through random additions, updates, removals (also while
+// iterating) and lookups, with ids arriving in any order.
+func TestSubSetIsAMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 52; round++ {
+		var s subSet
+		m := map[nameID]sub{}
+		span := 1 + r.IntN(500)
+		if round >= 50 {
+			// Past the packed form's size: the set turns into a map on the way.
+			span = subSmallMax + 500
+			for i := 0; i < subSmallMax-10; i++ {
+				v := sub{version: uint64(i) + 1}
+				s.set(nameID(i), v)
+				m[nameID(i)] = v
+			}
+		}
+		for op := 0; op < 3000; op++ {
+			id := nameID(r.IntN(span))
+			switch k := r.IntN(10); {
+			case k < 5:
+				v := sub{version: r.Uint64(), explicit: r.IntN(2) == 0}
+				s.set(id, v)
+				m[id] = v
+			case k < 8:
+				_, in := m[id]
+				if got := s.del(id); got != in {
+					t.Fatalf("round %d: del(%d) = %v, map has it: %v", round, id, got, in)
+				}
+				delete(m, id)
+			default:
+				// Iterate, dropping some and rewriting others, as the server does.
+				seen := map[nameID]bool{}
+				s.each(func(id nameID, v sub) {
+					if seen[id] {
+						t.Fatalf("round %d: %d visited twice", round, id)
+					}
+					seen[id] = true
+					if want, ok := m[id]; !ok || want != v {
+						t.Fatalf("round %d: each gave %d=%+v, map has %+v (%v)", round, id, v, want, ok)
+					}
+					switch r.IntN(3) {
+					case 0:
+						s.del(id)
+						delete(m, id)
+					case 1:
+						v.explicit = !v.explicit
+						s.set(id, v)
+						m[id] = v
+					}
+				})
+				if len(seen) != len(m)+countDeletedDuring(seen, m) {
+					t.Fatalf("round %d: each visited %d, map holds %d", round, len(seen), len(m))
+				}
+			}
+			if s.len() != len(m) {
+				t.Fatalf("round %d op %d: len %d, map %d", round, op, s.len(), len(m))
+			}
+			if v, ok := s.get(id); ok != (m[id] != sub{} || func() bool { _, ok := m[id]; return ok }()) || (ok && v != m[id]) {
+				t.Fatalf("round %d: get(%d) = %+v %v, map %+v", round, id, v, ok, m[id])
+			}
+		}
+		for id, v := range m {
+			if got, ok := s.get(id); !ok || got != v {
+				t.Fatalf("round %d: %d is %+v %v, want %+v", round, id, got, ok, v)
+			}
+		}
+	}
+}
+
+// countDeletedDuring is how many visited ids the iteration itself removed.
+func countDeletedDuring(seen map[nameID]bool, m map[nameID]sub) int {
+	n := 0
+	for id := range seen {
+		if _, ok := m[id]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// Adding the most names a request may carry, in descending id order (each new id lands before
+// every other), stays far from quadratic: merges happen every subTail additions, each O(n).
+func TestSubSetManyAdditions(t *testing.T) {
+	var s subSet
+	for i := MaxSubscriptions - 1; i >= 0; i-- {
+		s.set(nameID(i), sub{version: uint64(i) + 1})
+	}
+	if s.len() != MaxSubscriptions {
+		t.Fatalf("len %d", s.len())
+	}
+	for _, i := range []int{0, 1, MaxSubscriptions / 2, MaxSubscriptions - 1} {
+		if v, ok := s.get(nameID(i)); !ok || v.version != uint64(i)+1 {
+			t.Fatalf("%d: %+v %v", i, v, ok)
+		}
+	}
+}
