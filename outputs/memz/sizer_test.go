@@ -8,15 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-)
 
-func heap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
+	"github.com/krteds/krteds/test/fixtures"
+)
 
 type item struct {
 	Name   string
@@ -68,9 +62,9 @@ func build(n int) *store {
 func TestMeasureMatchesHeap(t *testing.T) {
 	for _, n := range []int{10, 1000, 50000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			base := heap()
+			base := fixtures.LiveHeap()
 			s := build(n)
-			held := heap() - base
+			held := fixtures.LiveHeap() - base
 			rep := Measure([]Root{{Group: "test", Name: "store", Value: s}})
 			runtime.KeepAlive(s)
 			if n < 1000 {

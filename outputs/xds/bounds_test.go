@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -20,15 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
 
 func metricsBytes(t *testing.T, reg *prometheus.Registry) int {
 	t.Helper()
@@ -67,7 +59,7 @@ func TestMadeUpTypeURLsLeaveNothingBehind(t *testing.T) {
 	}
 	warm.Close()
 	waitStreams(t, fs, 0)
-	baseHeap, baseMetrics := liveHeap(), metricsBytes(t, reg)
+	baseHeap, baseMetrics := fixtures.LiveHeap(), metricsBytes(t, reg)
 
 	const streams, types = 100, 1000
 	var wg sync.WaitGroup
@@ -120,7 +112,7 @@ func TestMadeUpTypeURLsLeaveNothingBehind(t *testing.T) {
 		t.Fatalf("unknown-type requests counted: %v, want %d", got, streams*types)
 	}
 	waitStreams(t, fs, 0)
-	heapAfter, metricsAfter := liveHeap(), metricsBytes(t, reg)
+	heapAfter, metricsAfter := fixtures.LiveHeap(), metricsBytes(t, reg)
 	t.Logf("heap %d → %d KB, /metrics %d → %d bytes", baseHeap>>10, heapAfter>>10, baseMetrics, metricsAfter)
 	if float64(heapAfter) > float64(baseHeap)*1.1+512<<10 {
 		t.Errorf("heap grew from %d to %d KB", baseHeap>>10, heapAfter>>10)

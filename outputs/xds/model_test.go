@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // The model-based test of the watch layer: random interleavings of subscribe, unsubscribe,
@@ -393,24 +393,7 @@ func TestWatchModel(t *testing.T) {
 		steps = 100
 	}
 	if os.Getenv("KRTEDS_STARVE") != "" {
-		prev := runtime.GOMAXPROCS(1)
-		defer runtime.GOMAXPROCS(prev)
-		stop := make(chan struct{})
-		defer close(stop)
-		for i := 0; i < 4; i++ {
-			go func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-						for j := 0; j < 1e5; j++ {
-						}
-						runtime.Gosched()
-					}
-				}
-			}()
-		}
+		fixtures.Starve(t, 4, 1e5)
 	}
 	t.Logf("seed %d (set KRTEDS_MODEL_SEED to replay)", seed)
 	r := rand.New(rand.NewPCG(seed, 11))

@@ -23,6 +23,7 @@ import (
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 func TestMain(m *testing.M) {
@@ -52,19 +53,26 @@ func start(b testing.TB, m *Mesh, extra ...any) *running {
 	opts := krt.NewOptionsBuilder(stop, "", nil)
 	in := sources.NewStatic(opts, nil, append(m.Objects(), extra...)...)
 	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
-	srv := xds.NewServer(g, "Kubernetes", nil, nil)
-	srv.Start(stop)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gs := xds.NewGRPCServer(context.Background(), srv)
-	go func() { _ = gs.Serve(lis) }()
-	fleet, err := Connect(lis.Addr().String(), m.Size)
+	srv, gs, addr := serveXDS(b, g, stop)
+	fleet, err := Connect(addr, m.Size)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return &running{mesh: m, in: in, g: g, grpc: gs, srv: srv, stopc: stop, fleet: fleet}
+}
+
+// serveXDS serves the graph over ADS on a loopback port until stop closes (the caller stops gs).
+func serveXDS(tb testing.TB, g *graphs.Graph, stop <-chan struct{}) (*xds.Server, *grpc.Server, string) {
+	tb.Helper()
+	srv := xds.NewServer(g, "Kubernetes", nil, nil)
+	srv.Start(stop)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gs := xds.NewGRPCServer(context.Background(), srv)
+	go func() { _ = gs.Serve(lis) }()
+	return srv, gs, lis.Addr().String()
 }
 
 func (r *running) stop() {
@@ -322,13 +330,7 @@ func (r *running) lagging(cluster, want string) string {
 func BenchmarkMemory(b *testing.B) {
 	size := CurrentSize()
 	for i := 0; i < b.N; i++ {
-		heap := func() uint64 {
-			runtime.GC()
-			runtime.GC()
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			return ms.HeapAlloc
-		}
+		heap := fixtures.LiveHeap
 		base := heap()
 		m := Generate(size)
 		for _, p := range m.Pods {

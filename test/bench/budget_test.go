@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -12,30 +10,21 @@ import (
 	"time"
 
 	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/memz"
-	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/test/fixtures"
 )
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
 
 // settledHeap is the least of a few live-heap readings: when every proxy holds every CLA, the
 // last ACKs may still be in flight, and their buffers are not part of what connecting costs.
 func settledHeap() uint64 {
-	least := liveHeap()
+	least := fixtures.LiveHeap()
 	for i := 0; i < 4; i++ {
-		least = min(least, liveHeap())
+		least = min(least, fixtures.LiveHeap())
 	}
 	return least
 }
@@ -54,12 +43,20 @@ type budget struct {
 }
 
 // measureBudget loads the mesh into static inputs (objects reduced as the informers reduce
-// them), waits for every CLA, measures, then connects the proxies and measures again.
+// them), waits for every CLA, measures, then connects the proxies and measures again. A tiny
+// mesh goes through the same steps first, so that process-wide state initialised on first use
+// (protobuf's type metadata for every xDS message, krt's and gRPC's registries) is in place
+// before the heap is measured.
 func measureBudget(tb testing.TB, size Size) budget {
-	warmUp(tb)
+	measureMesh(tb, Size{Name: "warm-up", Services: 10, EndpointsPerService: 2, Nodes: 2, Zones: 2, Regions: 1, Proxies: 2, Classes: 1, PreferCloseEvery: 2})
+	return measureMesh(tb, size)
+}
+
+func measureMesh(tb testing.TB, size Size) budget {
 	b := budget{size: size}
-	base := liveHeap()
-	stop := test.NewStop(tb)
+	base := fixtures.LiveHeap()
+	stop := make(chan struct{})
+	defer close(stop)
 	opts := krt.NewOptionsBuilder(stop, "", nil)
 	in := sources.NewStatic(opts, nil, Generate(size).Objects()...)
 	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
@@ -67,20 +64,13 @@ func measureBudget(tb testing.TB, size Size) budget {
 		tb.Fatal("not synced")
 	}
 	waitCLAs(tb, g, size)
-	b.graphHeap = int64(liveHeap() - base)
+	b.graphHeap = int64(fixtures.LiveHeap() - base)
 	b.graph = memz.Measure(outputs.MemoryRoots(g, nil))
 
-	srv := xds.NewServer(g, "Kubernetes", nil, nil)
-	srv.Start(stop)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	gs := xds.NewGRPCServer(context.Background(), srv)
-	go func() { _ = gs.Serve(lis) }()
+	srv, gs, addr := serveXDS(tb, g, stop)
 	defer gs.Stop()
-	before := liveHeap()
-	fleet, err := Connect(lis.Addr().String(), size)
+	before := fixtures.LiveHeap()
+	fleet, err := Connect(addr, size)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -102,40 +92,6 @@ func measureBudget(tb testing.TB, size Size) budget {
 	}
 	runtime.KeepAlive(in)
 	return b
-}
-
-// warmUp runs a tiny mesh through the graph once, so that process-wide state initialised on
-// first use (protobuf's type metadata for every xDS message, krt's and gRPC's registries) is in
-// place before the heap is measured.
-func warmUp(tb testing.TB) {
-	size := Size{Name: "warm-up", Services: 10, EndpointsPerService: 2, Nodes: 2, Zones: 2, Regions: 1, Proxies: 2, Classes: 1, PreferCloseEvery: 2}
-	stop := make(chan struct{})
-	defer close(stop)
-	opts := krt.NewOptionsBuilder(stop, "", nil)
-	in := sources.NewStatic(opts, nil, Generate(size).Objects()...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
-	if !g.WaitUntilSynced(stop) {
-		tb.Fatal("not synced")
-	}
-	waitCLAs(tb, g, size)
-	srv := xds.NewServer(g, "Kubernetes", nil, nil)
-	srv.Start(stop)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	gs := xds.NewGRPCServer(context.Background(), srv)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	fleet, err := Connect(lis.Addr().String(), size)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer fleet.Close()
-	if _, err := fleet.WaitAll(time.Minute); err != nil {
-		tb.Fatal(err)
-	}
-	_ = memz.Measure(outputs.MemoryRoots(g, srv))
 }
 
 func waitCLAs(tb testing.TB, g *graphs.Graph, size Size) {

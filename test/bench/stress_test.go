@@ -5,13 +5,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
 
 	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // TestRolloutsUnderStarvation: 200 restarts of a 500-pod Deployment, interleaved with endpoint
@@ -26,24 +27,7 @@ func TestRolloutsUnderStarvation(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("KRTEDS_STRESS_ROLLOUTS")); err == nil && n > 0 {
 		rollouts = n
 	}
-	prev := runtime.GOMAXPROCS(1)
-	defer runtime.GOMAXPROCS(prev)
-	stop := make(chan struct{})
-	defer close(stop)
-	for i := 0; i < 2; i++ {
-		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					for j := 0; j < 20000; j++ {
-					}
-					runtime.Gosched()
-				}
-			}
-		}()
-	}
+	fixtures.Starve(t, 2, 20000)
 
 	size := Sizes["small"]
 	size.Proxies = 100

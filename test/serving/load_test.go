@@ -26,7 +26,7 @@ func TestStreamChurnLeavesNothingBehind(t *testing.T) {
 	recv(t, warm)
 	warm.Close()
 	waitQuiet(t, r)
-	baseG, baseHeap := goroutines(), heap()
+	baseG, baseHeap := goroutines(), fixtures.LiveHeap()
 
 	const total, parallel = 5000, 50
 	deadline := time.Now().Add(2 * time.Minute)
@@ -63,7 +63,7 @@ func TestStreamChurnLeavesNothingBehind(t *testing.T) {
 	if g := goroutines(); g > baseG+10 {
 		t.Fatalf("goroutines: %d after churn, %d before", g, baseG)
 	}
-	if h := heap(); h > baseHeap+8<<20 {
+	if h := fixtures.LiveHeap(); h > baseHeap+8<<20 {
 		t.Fatalf("heap: %d MB after churn, %d MB before", h>>20, baseHeap>>20)
 	}
 }
@@ -82,7 +82,7 @@ func TestStalledClientDoesNotGrowMemory(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	before := heap()
+	before := fixtures.LiveHeap()
 	for i := 0; i < 1000; i++ {
 		c := fixtures.Ready
 		if i%2 == 0 {
@@ -95,7 +95,7 @@ func TestStalledClientDoesNotGrowMemory(t *testing.T) {
 	last := time.Now()
 	r.in.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
 	waitTold(t, r, adsclient.TypeCLA, fooCluster, last)
-	if after := heap(); after > before+4<<20 {
+	if after := fixtures.LiveHeap(); after > before+4<<20 {
 		t.Fatalf("heap grew by %d MB while a client stalled", (after-before)>>20)
 	}
 	st := r.srv.Status()
@@ -126,12 +126,4 @@ func goroutines() int {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return n
-}
-
-func heap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
 }
