@@ -135,13 +135,7 @@ func (d Decoded) cache() decodeCache {
 
 // isBlank reports whether a document holds only whitespace, comments and document markers.
 func isBlank(doc []byte) bool {
-	for len(doc) > 0 {
-		line := doc
-		if i := bytes.IndexByte(doc, '\n'); i >= 0 {
-			line, doc = doc[:i], doc[i+1:]
-		} else {
-			doc = nil
-		}
+	for line := range bytes.Lines(doc) {
 		t := bytes.TrimSpace(line)
 		if len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) && !bytes.Equal(t, []byte("...")) {
 			return false

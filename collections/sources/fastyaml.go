@@ -69,14 +69,8 @@ type yconv struct {
 // split cuts the document into lines without comments and trailing space, skipping blank ones.
 func (c *yconv) split(doc []byte) bool {
 	first := true
-	for len(doc) > 0 {
-		line := doc
-		if i := bytes.IndexByte(doc, '\n'); i >= 0 {
-			line, doc = doc[:i], doc[i+1:]
-		} else {
-			doc = nil
-		}
-		line = bytes.TrimSuffix(line, []byte{'\r'})
+	for line := range bytes.Lines(doc) {
+		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'})
 		indent := 0
 		for indent < len(line) && line[indent] == ' ' {
 			indent++
