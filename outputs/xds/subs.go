@@ -51,6 +51,9 @@ func entryOf(id nameID, s sub) subEntry {
 
 // find returns the index of id's live entry, or -1.
 func (s *subSet) find(id nameID) int {
+	if uint32(id) > subIDMask {
+		return -1 // never held in the packed form
+	}
 	if i, ok := slices.BinarySearchFunc(s.e[:s.sorted], id, func(e subEntry, id nameID) int {
 		return int(e.id()) - int(id)
 	}); ok && !s.e[i].dead() {
@@ -84,8 +87,8 @@ func (s *subSet) has(id nameID) bool {
 
 // set records what the stream holds of id, adding it when new.
 func (s *subSet) set(id nameID, v sub) {
-	if uint32(id) > subIDMask {
-		panic("xds: name id out of range") // ids index the name table; never this many names
+	if s.big == nil && uint32(id) > subIDMask {
+		s.toMap() // an id the packed form cannot hold (more than 2^30 names were ever interned)
 	}
 	if s.big != nil {
 		s.big[id] = v
@@ -98,13 +101,7 @@ func (s *subSet) set(id nameID, v sub) {
 	s.e = append(s.e, entryOf(id, v))
 	s.live++
 	if s.live > subSmallMax {
-		s.big = make(map[nameID]sub, s.live)
-		for _, e := range s.e {
-			if !e.dead() {
-				s.big[e.id()] = e.sub()
-			}
-		}
-		*s = subSet{big: s.big}
+		s.toMap()
 		return
 	}
 	if len(s.e)-s.sorted > subTail {
@@ -154,6 +151,17 @@ func (s *subSet) each(f func(id nameID, v sub)) {
 	if s.dead > s.live {
 		s.merge()
 	}
+}
+
+// toMap moves the names into a map.
+func (s *subSet) toMap() {
+	big := make(map[nameID]sub, s.live)
+	for _, e := range s.e {
+		if !e.dead() {
+			big[e.id()] = e.sub()
+		}
+	}
+	*s = subSet{big: big}
 }
 
 // merge sorts the tail into the prefix and drops the marked entries: the tail is sorted on its

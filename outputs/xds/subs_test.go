@@ -87,8 +87,17 @@ func countDeletedDuring(seen map[nameID]bool, m map[nameID]sub) int {
 }
 
 // Adding the most names a request may carry, in descending id order (each new id lands before
-// every other), stays far from quadratic: merges happen every subTail additions, each O(n).
+// every other), through the switch to a map; and an id the packed form cannot hold.
 func TestSubSetManyAdditions(t *testing.T) {
+	var small subSet
+	small.set(1, sub{version: 1})
+	small.set(nameID(subIDMask+5), sub{version: 2})
+	if v, ok := small.get(nameID(subIDMask + 5)); !ok || v.version != 2 || small.len() != 2 {
+		t.Fatalf("large id: %+v %v, len %d", v, ok, small.len())
+	}
+	if v, ok := small.get(1); !ok || v.version != 1 {
+		t.Fatalf("after the switch: %+v %v", v, ok)
+	}
 	var s subSet
 	for i := MaxSubscriptions - 1; i >= 0; i-- {
 		s.set(nameID(i), sub{version: uint64(i) + 1})
