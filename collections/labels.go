@@ -28,7 +28,7 @@ func InternLabels(m map[string]string) Labels {
 	if len(m) == 0 {
 		return Labels{}
 	}
-	key := canonicalLabels(m)
+	key := CanonicalLabels(m)
 	for {
 		if v, ok := interned.Load(key); ok {
 			if s := v.(weak.Pointer[labelSet]).Value(); s != nil {
@@ -56,9 +56,9 @@ type internEntry struct {
 	wp  weak.Pointer[labelSet]
 }
 
-// canonicalLabels is an unambiguous rendering of a label set: its pairs sorted by key, each part
-// prefixed with its length.
-func canonicalLabels(m map[string]string) string {
+// CanonicalLabels is an unambiguous rendering of a label set: its pairs sorted by key, each part
+// prefixed with its length ("" for no labels). ParseCanonicalLabels reverses it.
+func CanonicalLabels(m map[string]string) string {
 	keys := slices.Sorted(maps.Keys(m))
 	var b strings.Builder
 	for _, k := range keys {
@@ -71,6 +71,40 @@ func canonicalLabels(m map[string]string) string {
 		b.WriteString(v)
 	}
 	return b.String()
+}
+
+// ParseCanonicalLabels is the label set CanonicalLabels rendered (nil for "" or a malformed
+// rendering).
+func ParseCanonicalLabels(s string) map[string]string {
+	if s == "" {
+		return nil
+	}
+	out := map[string]string{}
+	part := func() (string, bool) {
+		i := strings.IndexByte(s, ':')
+		if i <= 0 {
+			return "", false
+		}
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n < 0 || n > len(s)-i-1 {
+			return "", false
+		}
+		v := s[i+1 : i+1+n]
+		s = s[i+1+n:]
+		return v, true
+	}
+	for s != "" {
+		k, ok := part()
+		if !ok {
+			return nil
+		}
+		v, ok := part()
+		if !ok {
+			return nil
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // Get returns the value of label k.

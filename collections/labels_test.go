@@ -31,7 +31,7 @@ func TestLabelsInterned(t *testing.T) {
 // A set no holder keeps is freed, and its entry goes with it.
 func TestLabelsFreed(t *testing.T) {
 	m := map[string]string{"only": "here"}
-	present := func() bool { _, ok := interned.Load(canonicalLabels(m)); return ok }
+	present := func() bool { _, ok := interned.Load(CanonicalLabels(m)); return ok }
 	l := InternLabels(m)
 	if !present() {
 		t.Fatal("no entry for a live set")
@@ -48,5 +48,26 @@ func TestLabelsFreed(t *testing.T) {
 	// Interning the same content again makes a new, live set.
 	if again := InternLabels(m); again.Value("only") != "here" || !present() {
 		t.Fatal("re-interned set")
+	}
+}
+
+func TestCanonicalLabelsRoundTrip(t *testing.T) {
+	for _, m := range []map[string]string{
+		{"app": "foo", "version": "v1"},
+		{"a": "b:c", "": "", "12:x": "3:y"},
+		{"unicode ✓": "~|,="},
+	} {
+		got := ParseCanonicalLabels(CanonicalLabels(m))
+		if len(got) != len(m) {
+			t.Fatalf("%v: round trip gave %v", m, got)
+		}
+		for k, v := range m {
+			if w, ok := got[k]; !ok || w != v {
+				t.Fatalf("%v: round trip gave %v", m, got)
+			}
+		}
+	}
+	if ParseCanonicalLabels("") != nil || ParseCanonicalLabels("9:ab") != nil || ParseCanonicalLabels("x:a1:b") != nil {
+		t.Fatal("empty or malformed renderings parse to nil")
 	}
 }

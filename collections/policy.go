@@ -2,6 +2,7 @@ package collections
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -17,6 +18,10 @@ const (
 	// ReasonInvalidSidecar: istiod's validation would reject the Sidecar at admission, so krteds
 	// ignores all of it.
 	ReasonInvalidSidecar = "invalid_sidecar"
+	// ReasonRejectedClusterSetting: the CDS cluster a DestinationRule's load balancer gives would
+	// fail Envoy's validation (istiod would send it, and Envoy would reject the whole CDS
+	// update); krteds serves the cluster without the rule's load-balancing algorithm.
+	ReasonRejectedClusterSetting = "cluster_setting_rejected"
 )
 
 // Client TLS modes of a DestinationRule traffic policy (ClientTLSSettings.mode).
@@ -102,11 +107,17 @@ type TrafficPolicy struct {
 	// MinHealthPercent is outlierDetection.minHealthPercent; > 0 stops UNHEALTHY endpoints
 	// from being sent.
 	MinHealthPercent int32 `json:"minHealthPercent,omitempty"`
+	// Outlier is the rest of outlierDetection, which only the CDS cluster reads; nil when
+	// outlierDetection is unset or sets none of these fields.
+	Outlier *OutlierSettings `json:"outlier,omitempty"`
 	// LoadBalancer is set when loadBalancer is, even without a locality setting: a subset's
 	// loadBalancer replaces the rule's, locality setting included.
 	LoadBalancer bool `json:"loadBalancer,omitempty"`
 	// Locality is loadBalancer.localityLbSetting or loadBalancer.zoneAwareLbSetting.
 	Locality *LocalitySetting `json:"locality,omitempty"`
+	// Algorithm is the rest of loadBalancer (simple or consistentHash, warmup), which only the
+	// CDS cluster reads; nil when loadBalancer is unset or sets none of these fields.
+	Algorithm *LBAlgorithm `json:"algorithm,omitempty"`
 	// TLSMode is tls.mode ("" = tls unset, else one of the ClientTLS* constants).
 	TLSMode string `json:"tlsMode,omitempty"`
 }
@@ -123,7 +134,107 @@ func (t *TrafficPolicy) Equals(o *TrafficPolicy) bool {
 		t.MinHealthPercent == o.MinHealthPercent &&
 		t.LoadBalancer == o.LoadBalancer &&
 		t.TLSMode == o.TLSMode &&
-		t.Locality.Equals(o.Locality)
+		t.Locality.Equals(o.Locality) &&
+		ptrEqual(t.Outlier, o.Outlier) &&
+		t.Algorithm.Equals(o.Algorithm)
+}
+
+// HasClusterSettings reports whether the policy sets anything the CDS cluster carries
+// (outlierDetection or loadBalancer): without, its cluster is the one of a service without a
+// DestinationRule.
+func (t *TrafficPolicy) HasClusterSettings() bool {
+	return t != nil && (t.OutlierDetection || t.LoadBalancer)
+}
+
+// OptionalUint32 is a protobuf UInt32Value copied out of its message: Set tells an explicit
+// zero from unset.
+type OptionalUint32 struct {
+	Value uint32 `json:"value"`
+	Set   bool   `json:"set"`
+}
+
+// OptionalFloat64 is a protobuf DoubleValue copied out of its message.
+type OptionalFloat64 struct {
+	Value float64 `json:"value"`
+	Set   bool    `json:"set"`
+}
+
+// Equals compares the bits of the values, so that NaN equals NaN.
+func (f OptionalFloat64) Equals(o OptionalFloat64) bool {
+	return f.Set == o.Set && math.Float64bits(f.Value) == math.Float64bits(o.Value)
+}
+
+// Duration is a protobuf Duration copied out of its message, exactly.
+type Duration struct {
+	Seconds int64 `json:"seconds"`
+	Nanos   int32 `json:"nanos"`
+	Set     bool  `json:"set"`
+}
+
+// OutlierSettings are the outlierDetection fields that only the CDS cluster reads
+// (minHealthPercent, which EDS reads too, is TrafficPolicy.MinHealthPercent).
+type OutlierSettings struct {
+	Consecutive5xxErrors           OptionalUint32 `json:"consecutive5xxErrors,omitzero"`
+	ConsecutiveGatewayErrors       OptionalUint32 `json:"consecutiveGatewayErrors,omitzero"`
+	Interval                       Duration       `json:"interval,omitzero"`
+	BaseEjectionTime               Duration       `json:"baseEjectionTime,omitzero"`
+	MaxEjectionPercent             int32          `json:"maxEjectionPercent,omitempty"`
+	SplitExternalLocalOriginErrors bool           `json:"splitExternalLocalOriginErrors,omitempty"`
+	ConsecutiveLocalOriginFailures OptionalUint32 `json:"consecutiveLocalOriginFailures,omitzero"`
+}
+
+// Consistent hash algorithms (LBAlgorithm.ConsistentHash).
+const (
+	// HashRingDefault: consistentHash without hashAlgorithm, a ring hash of the deprecated
+	// minimumRingSize (1024 when 0).
+	HashRingDefault = "default"
+	HashRing        = "ringHash"
+	HashMaglev      = "maglev"
+)
+
+// LBAlgorithm is the load-balancing algorithm a loadBalancer sets, which only the CDS cluster
+// reads.
+type LBAlgorithm struct {
+	// Simple is loadBalancer.simple by its name (ROUND_ROBIN, LEAST_REQUEST, LEAST_CONN, RANDOM,
+	// PASSTHROUGH); "" when unset or UNSPECIFIED.
+	Simple string `json:"simple,omitempty"`
+	// ConsistentHash is one of the Hash* constants when loadBalancer.consistentHash is set.
+	// The hash key (header, cookie, ...) goes into routes, which krteds does not build for Envoy.
+	ConsistentHash string `json:"consistentHash,omitempty"`
+	// MinimumRingSize is ringHash.minimumRingSize, or the deprecated
+	// consistentHash.minimumRingSize for HashRingDefault.
+	MinimumRingSize uint64 `json:"minimumRingSize,omitempty"`
+	// MaglevTableSize is maglev.tableSize.
+	MaglevTableSize uint64 `json:"maglevTableSize,omitempty"`
+	// Warmup is set when loadBalancer.warmup is.
+	Warmup               bool            `json:"warmup,omitempty"`
+	WarmupDuration       Duration        `json:"warmupDuration,omitzero"`
+	WarmupMinimumPercent OptionalFloat64 `json:"warmupMinimumPercent,omitzero"`
+	WarmupAggression     OptionalFloat64 `json:"warmupAggression,omitzero"`
+	// WarmupDurationSecs is the deprecated loadBalancer.warmupDurationSecs.
+	WarmupDurationSecs Duration `json:"warmupDurationSecs,omitzero"`
+}
+
+// Equals compares every field; nil equals only nil.
+func (a *LBAlgorithm) Equals(o *LBAlgorithm) bool {
+	if a == o {
+		return true
+	}
+	if a == nil || o == nil {
+		return false
+	}
+	return a.Simple == o.Simple && a.ConsistentHash == o.ConsistentHash && a.MinimumRingSize == o.MinimumRingSize &&
+		a.MaglevTableSize == o.MaglevTableSize && a.Warmup == o.Warmup && a.WarmupDuration == o.WarmupDuration &&
+		a.WarmupMinimumPercent.Equals(o.WarmupMinimumPercent) && a.WarmupAggression.Equals(o.WarmupAggression) &&
+		a.WarmupDurationSecs == o.WarmupDurationSecs
+}
+
+// ptrEqual compares two optional comparable values.
+func ptrEqual[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // LocalitySetting is a locality load-balancing setting (istio LocalityLoadBalancerSetting), or,
@@ -137,6 +248,8 @@ type LocalitySetting struct {
 	// ZoneAware marks a zoneAwareLbSetting: endpoints are bucketed by region only, and failover
 	// is always on while enabled.
 	ZoneAware bool `json:"zoneAware,omitempty"`
+	// MinClusterSize is a zoneAwareLbSetting's minClusterSize (CDS only).
+	MinClusterSize OptionalUint32 `json:"minClusterSize,omitzero"`
 }
 
 // IsEnabled reports whether the setting is enabled (unset means enabled).
@@ -155,6 +268,7 @@ func (l *LocalitySetting) Equals(o *LocalitySetting) bool {
 	return (l.Enabled == nil) == (o.Enabled == nil) &&
 		(l.Enabled == nil || *l.Enabled == *o.Enabled) &&
 		l.ZoneAware == o.ZoneAware &&
+		l.MinClusterSize == o.MinClusterSize &&
 		slices.EqualFunc(l.Distribute, o.Distribute, Distribute.Equals) &&
 		slices.Equal(l.Failover, o.Failover) &&
 		slices.Equal(l.FailoverPriority, o.FailoverPriority)

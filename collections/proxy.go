@@ -148,6 +148,9 @@ type ProxyClass struct {
 	Network   string   `json:"network"`
 	Locality  Locality `json:"locality"`
 	NodeName  string   `json:"nodeName"`
+	// Labels are the proxy's own labels (its Pod's, else those it declared, before the topology
+	// labels are added) that a failoverPriority may compare, rendered by CanonicalLabels.
+	Labels string `json:"labels,omitempty"`
 }
 
 // ResourceName is the class key.
@@ -155,8 +158,26 @@ func (c ProxyClass) ResourceName() string { return c.Key() }
 
 // Key renders every dimension.
 func (c ProxyClass) Key() string {
-	return strings.Join([]string{c.Namespace, c.ClusterID, c.Network, c.Locality.String(), c.NodeName}, "~")
+	k := strings.Join([]string{c.Namespace, c.ClusterID, c.Network, c.Locality.String(), c.NodeName}, "~")
+	if c.Labels != "" {
+		k += "~" + c.Labels
+	}
+	return k
 }
+
+// FailoverLabels are the names of the labels whose proxy values a failoverPriority may compare
+// with the endpoints': a proxy class keeps the proxy's values of these labels only, so proxies
+// that differ in other labels share their CLAs.
+type FailoverLabels struct {
+	// Names are sorted and distinct.
+	Names []string `json:"names"`
+}
+
+// ResourceName is a constant: there is one set.
+func (f FailoverLabels) ResourceName() string { return "failover-labels" }
+
+// Equals compares the names.
+func (f FailoverLabels) Equals(o FailoverLabels) bool { return slices.Equal(f.Names, o.Names) }
 
 // Equals compares every field.
 func (c ProxyClass) Equals(o ProxyClass) bool { return c == o }

@@ -17,6 +17,15 @@ const (
 	ReasonInvalidProtocol    = "invalid_protocol"
 	ReasonResourceTooLarge   = "resource_too_large"
 	ReasonMarshalFailed      = "marshal_failed"
+
+	// ReasonAddressFamily: an IPv6 address in an IPv4 EndpointSlice, or the reverse.
+	ReasonAddressFamily = "address_family_mismatch"
+	// ReasonZonedAddress: an IPv6 address with a zone ("fe80::1%eth0"), which Kubernetes
+	// rejects and no other pod can reach.
+	ReasonZonedAddress = "zoned_address"
+	// ReasonMappedAddress: an IPv4-mapped IPv6 address ("::ffff:10.1.2.3"), which Kubernetes
+	// rejects in EndpointSlices of either family.
+	ReasonMappedAddress = "ipv4_mapped_address"
 )
 
 // Problem describes one piece of input that krteds skipped.

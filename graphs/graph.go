@@ -21,6 +21,7 @@ const (
 	NameSidecars         = "Sidecars"
 	NamePolicies         = "ServicePolicies"
 	NameConnectedProxies = "ConnectedProxies"
+	NameFailoverLabels   = "FailoverLabels"
 	NameProxies          = "Proxies"
 	NameProxiesByClass   = "ProxiesByClass"
 	NameProxyClasses     = "ProxyClasses"
@@ -104,10 +105,11 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
 	g.SystemNetwork = Singleton(d, NameSystemNetwork, network, reads)
 	g.NodeLocalities = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(g.SystemNetwork))
-	g.ServiceInfos = Derive(d, NameServiceInfos, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
+	var p krt.Collection[collections.ObjectProblems]
+	g.ServiceInfos, p = DeriveChecked(d, NameServiceInfos, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
+	checked(p)
 	workloads := transforms.WorkloadInputs{Pods: in.Pods, Nodes: g.NodeLocalities, SystemNetwork: g.SystemNetwork,
 		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
-	var p krt.Collection[collections.ObjectProblems]
 	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
 		Services: g.ServiceInfos, Workloads: workloads,
 	}))
@@ -126,9 +128,11 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	// The connected proxies, their classes and views.
 	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)
 	Input(d, NameConnectedProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies))
+	failoverNames, failoverReads := transforms.FailoverLabelNames(g.DestinationRules)
+	failoverLabels := Singleton(d, NameFailoverLabels, failoverNames, failoverReads)
 	g.Proxies = Derive(d, NameProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies), transforms.Proxies(cfg, transforms.ProxyInputs{
-		Workloads: workloads,
-		Sidecars:  g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
+		Workloads: workloads, FailoverLabels: failoverLabels,
+		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
 	}))
 	g.ProxyClasses = Derive(d, NameProxyClasses,
 		Index(d, NameProxiesByClass, NameProxies, krt.NewIndex(g.Proxies, "byClass", transforms.ProxyClassKey)), transforms.ProxyClassOf())
@@ -139,7 +143,9 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, transforms.ServiceCLAs(transforms.CLAInputs{
 		RootNamespace: cfg.SystemNamespace, Services: g.ServiceInfos, Policies: g.ServicePolicies, Classes: g.ProxyClasses,
 	}))
-	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.Clusters(g.ServicePolicies))
+	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.ClustersFor(transforms.ClusterInputs{
+		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies,
+	}))
 	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, transforms.Listeners())
 	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes())
 	checked(DeriveFromNothing(d, NameResourceProblems, transforms.ResourceProblems(g.CLAs, g.Clusters, g.Listeners, g.Routes)))

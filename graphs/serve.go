@@ -45,18 +45,34 @@ func (g *Graph) resourcesOf(typeURL string) krt.Collection[collections.ResourceS
 }
 
 // Resolve returns the resource a proxy of view v is sent for name. A ClusterLoadAssignment always
-// resolves, as istiod's: an unknown cluster, or one the proxy cannot see, gets an empty one;
+// resolves, as istiod's: an unknown cluster, or one the proxy cannot see, gets an empty one; the
+// cluster of a subset no DestinationRule defines gets the port's CLA for that case
+// (transforms.UnknownSubset), named for the cluster asked for;
 // pending is true while the CLA of the proxy's class is being computed. Other types resolve to nil
 // when the proxy has no such resource. Listeners are served to proxyless gRPC clients only, by
-// their fully qualified name or, in the client's namespace, by "<name>:<port>".
+// their fully qualified name or, in the client's namespace, by "<name>:<port>". A cluster is the
+// variant for the proxy's namespace and kind (transforms.ResolveClusterSet).
 func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collections.Resource, pending bool) {
 	c := g.resourcesOf(typeURL)
 	if c == nil || (typeURL == transforms.TypeListener && !v.GRPC) {
 		return nil, false
 	}
-	set := c.GetKey(name)
-	if set == nil && typeURL == transforms.TypeListener {
-		set = c.GetKey(transforms.ShortListenerKey(v.Namespace, name))
+	var set *collections.ResourceSet
+	switch typeURL {
+	case transforms.TypeCluster:
+		set = transforms.ResolveClusterSet(c.GetKey, v.Namespace, name, v.GRPC)
+	case transforms.TypeListener:
+		if set = c.GetKey(name); set == nil {
+			set = c.GetKey(transforms.ShortListenerKey(v.Namespace, name))
+		}
+	default:
+		set = c.GetKey(name)
+		if set == nil && typeURL == transforms.TypeCLA {
+			// A subset no DestinationRule defines: istiod sends the port's endpoints unfiltered.
+			if key := transforms.UnknownSubsetKey(name); key != "" {
+				set = c.GetKey(key)
+			}
+		}
 	}
 	if set == nil || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
 		if typeURL == transforms.TypeCLA {
@@ -64,26 +80,90 @@ func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collectio
 		}
 		return nil, false
 	}
-	if r := set.For(v.ClassKey); r != nil {
-		return r, false
+	r = set.For(v.ClassKey)
+	if r == nil {
+		return nil, true
 	}
-	return nil, true
+	if typeURL == transforms.TypeCLA && r.Name != name {
+		// An unknown subset's CLA, built under the port cluster's name.
+		return g.empty.relabelled(r, name), false
+	}
+	return r, false
+}
+
+// Follows is the name whose changes may change the resource of a name: for the cluster of a
+// subset, the set of the subsets no DestinationRule defines, which serves it while none does.
+func (g *Graph) Follows(typeURL, name string) string {
+	if typeURL != transforms.TypeCLA {
+		return ""
+	}
+	return transforms.UnknownSubsetKey(name)
 }
 
 // List returns every resource of a type a proxy of view v sees, for wildcard subscriptions:
-// the clusters; the listeners, by fully qualified name, for gRPC clients.
+// the clusters, each in the variant for the proxy's namespace and kind; the listeners, by fully
+// qualified name, for gRPC clients.
 func (g *Graph) List(v *collections.View, typeURL string) []*collections.Resource {
-	if typeURL != transforms.TypeCluster && !(typeURL == transforms.TypeListener && v.GRPC) {
+	switch {
+	case typeURL == transforms.TypeCluster:
+		return g.listClusters(v)
+	case typeURL != transforms.TypeListener || !v.GRPC:
 		return nil
 	}
 	var out []*collections.Resource
-	for _, set := range g.resourcesOf(typeURL).List() {
+	for _, set := range g.Listeners.List() {
 		if set.Key != set.Name || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
 			continue
 		}
 		if r := set.For(v.ClassKey); r != nil {
 			out = append(out, r)
 		}
+	}
+	return out
+}
+
+// listClusters lists one variant per cluster name: the most specific for the view
+// (transforms.ClusterVariantRank). Variants are rare, so they are only remembered once seen.
+func (g *Graph) listClusters(v *collections.View) []*collections.Resource {
+	type pick struct {
+		rank int
+		r    *collections.Resource
+	}
+	var (
+		out    []*collections.Resource
+		better map[string]pick
+	)
+	for _, set := range g.Clusters.List() {
+		rank := transforms.ClusterVariantRank(set.Key, set.Name, v.Namespace, v.GRPC)
+		if rank == 0 || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
+			continue
+		}
+		r := set.For(v.ClassKey)
+		if r == nil {
+			continue
+		}
+		if rank == 1 {
+			out = append(out, r)
+			continue
+		}
+		if better == nil {
+			better = map[string]pick{}
+		}
+		if p, ok := better[set.Name]; !ok || rank > p.rank {
+			better[set.Name] = pick{rank, r}
+		}
+	}
+	if better == nil {
+		return out
+	}
+	for i, r := range out {
+		if p, ok := better[r.Name]; ok {
+			out[i] = p.r
+			delete(better, r.Name)
+		}
+	}
+	for _, p := range better {
+		out = append(out, p.r)
 	}
 	return out
 }
@@ -115,13 +195,52 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 	}, false)
 }
 
-// emptyCLAs caches the empty ClusterLoadAssignments of names no proxy may have; bounded.
+// emptyCLAs caches the ClusterLoadAssignments made per request for names a client may choose:
+// the empty ones of names no proxy may have, and the unknown-subset CLAs named for the cluster
+// asked for (by source CLA and name). Each cache is bounded and emptied when full; a relabelled
+// entry of an outdated source is never hit again and goes with the next reset.
 type emptyCLAs struct {
 	mu sync.Mutex
 	m  map[string]*collections.Resource
+
+	rmu    sync.Mutex
+	r      map[relabelKey]*collections.Resource
+	rbytes int
 }
 
-const maxEmptyCLAs = 10000
+type relabelKey struct {
+	src  *collections.Resource
+	name string
+}
+
+const (
+	maxEmptyCLAs          = 10000
+	maxRelabelledCLAs     = 4096
+	maxRelabelledCLABytes = 64 << 20
+)
+
+// relabelled is src with cluster_name set to name.
+func (e *emptyCLAs) relabelled(src *collections.Resource, name string) *collections.Resource {
+	k := relabelKey{src, name}
+	e.rmu.Lock()
+	r, ok := e.r[k]
+	e.rmu.Unlock()
+	if ok {
+		return r
+	}
+	r = transforms.RelabelCLA(src, name)
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	if o, ok := e.r[k]; ok {
+		return o // made meanwhile
+	}
+	if e.r == nil || len(e.r) >= maxRelabelledCLAs || e.rbytes+len(r.Body) > maxRelabelledCLABytes {
+		e.r, e.rbytes = map[relabelKey]*collections.Resource{}, 0
+	}
+	e.r[k] = r
+	e.rbytes += len(r.Body)
+	return r
+}
 
 func (e *emptyCLAs) get(name string) *collections.Resource {
 	e.mu.Lock()

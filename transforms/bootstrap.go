@@ -33,25 +33,8 @@ func ClusterPorts(svc *collections.ServiceInfo) []collections.ServicePort {
 	return out
 }
 
-// Clusters builds the CDS resources of a service: one EDS cluster per cluster port, named
-// outbound|<port>||<hostname>, and one per port and subset of the DestinationRules that may
-// apply (outbound|<port>|<subset>|<hostname>), whose endpoints come over ADS.
-func Clusters(policies krt.Collection[collections.ServicePolicy]) Many[collections.ServiceInfo, collections.ResourceSet] {
-	return Many[collections.ServiceInfo, collections.ResourceSet]{Reads: []any{policies}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
-		sp := krt.FetchOne(ctx, policies, krt.FilterKey(svc.ResourceName()))
-		subsets := append([]string{""}, sp.Subsets()...)
-		var out []collections.ResourceSet
-		for _, p := range ClusterPorts(&svc) {
-			for _, subset := range subsets {
-				name := ClusterName(p.Port, subset, svc.Hostname)
-				out = appendResource(out, &svc, name, name, TypeCluster, EDSCluster(name))
-			}
-		}
-		return out
-	}}
-}
-
-// EDSCluster is an EDS cluster fed over ADS, as istiod builds it.
+// EDSCluster is a bare EDS cluster fed over ADS, round robin: what a proxyless gRPC client gets
+// without a DestinationRule (GRPCCluster). Envoy's clusters are EnvoyCluster.
 func EDSCluster(name string) *cluster.Cluster {
 	return &cluster.Cluster{
 		Name:                 name,

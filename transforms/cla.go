@@ -60,10 +60,11 @@ func PolicyFor(svc *collections.ServiceInfo) LBPolicy {
 	return p
 }
 
-// ClassLabels are the proxy labels a class implies: topology labels from its locality, network
-// and node, and its cluster.
+// ClassLabels are the proxy labels a class implies: the proxy's own labels it keeps, augmented
+// with the topology labels of its locality, network and node, and its cluster (as the proxy's
+// effective labels are).
 func ClassLabels(c collections.ProxyClass) map[string]string {
-	return AugmentLabels(nil, c.ClusterID, c.Locality, c.NodeName, c.Network)
+	return AugmentLabels(collections.ParseCanonicalLabels(c.Labels), c.ClusterID, c.Locality, c.NodeName, c.Network)
 }
 
 // Project keeps only the class dimensions that the CLAs of svc under policy depend on, so that
@@ -74,13 +75,27 @@ func Project(svc *collections.ServiceInfo, policy LBPolicy, c collections.ProxyC
 		out.NodeName = c.NodeName
 	}
 	if policy.Failover && len(policy.FailoverPriority) > 0 {
-		// Only the labels the priorities read matter; they are all derived from these dimensions.
+		// Only the labels the priorities read matter: the proxy's own ones it keeps, and the
+		// topology labels derived from these dimensions.
 		labels := ClassLabels(c)
+		own := collections.ParseCanonicalLabels(c.Labels)
 		needs := map[string]bool{}
+		var kept map[string]string
 		for _, l := range policy.FailoverPriority {
 			name, _, _ := strings.Cut(l, "=")
 			needs[name] = true
+			// The proxy's own value of each label an entry compares with the proxy's (of a
+			// topology label too: a network label of the proxy's own wins over its network).
+			if n, ok := proxyLabelOf(l); ok {
+				if v, in := own[n]; in {
+					if kept == nil {
+						kept = map[string]string{}
+					}
+					kept[n] = v
+				}
+			}
 		}
+		out.Labels = collections.CanonicalLabels(kept)
 		if needs[collections.LabelTopologyNetwork] {
 			out.Network = labels[collections.LabelTopologyNetwork]
 		}
@@ -143,8 +158,8 @@ func ParseClusterName(name string) (port int32, subset, hostname string, ok bool
 type CLAPlan struct {
 	ClusterName string
 	Groups      []CLAGroup
-	// NoTLSMetadata leaves out the tlsMode metadata (a DestinationRule sets another TLS mode).
-	NoTLSMetadata bool
+	// TLS says which endpoints carry the tlsMode metadata.
+	TLS TLSMetadata
 }
 
 // CLAGroup is one LocalityLbEndpoints.
@@ -236,7 +251,7 @@ func (p CLAPlan) Proto() *endpoint.ClusterLoadAssignment {
 	for _, g := range p.Groups {
 		lbs := make([]*endpoint.LbEndpoint, 0, len(g.Endpoints))
 		for _, e := range g.Endpoints {
-			lbs = append(lbs, lbEndpoint(e, !p.NoTLSMetadata))
+			lbs = append(lbs, lbEndpoint(e, p.TLS.Value(e.Meta.TLSMode)))
 		}
 		loc := &core.Locality{Region: g.Locality.Region, Zone: g.Locality.Zone, SubZone: g.Locality.Subzone}
 		cla.Endpoints = append(cla.Endpoints, localityGroup(loc, g.Priority, lbs))
@@ -259,7 +274,7 @@ func PlanClusterCLA(clusterName string, svc *collections.ServiceInfo, port colle
 		eps = sel
 	}
 	plan := PlanCLA(clusterName, svc, port, eps, cp.LB, class)
-	plan.NoTLSMetadata = cp.NoTLSMetadata
+	plan.TLS = cp.TLS
 	return plan
 }
 
@@ -348,16 +363,17 @@ var healthOf = map[collections.HealthStatus]core.HealthStatus{
 	collections.Draining:  core.HealthStatus_DRAINING,
 }
 
-func lbEndpoint(e collections.Endpoint, tls bool) *endpoint.LbEndpoint {
+// lbEndpoint renders one endpoint; tlsMode is its tlsMode metadata value ("" for none).
+func lbEndpoint(e collections.Endpoint, tlsMode string) *endpoint.LbEndpoint {
 	m := e.Meta
 	fm := map[string]*structpb.Struct{
 		"istio": {Fields: map[string]*structpb.Value{
 			"workload": structpb.NewStringValue(m.WorkloadName + ";" + m.Namespace + ";" + m.CanonicalName + ";" + m.CanonicalRevision + ";" + m.ClusterID),
 		}},
 	}
-	if tls && m.TLSMode == collections.TLSModeIstio {
+	if tlsMode != "" {
 		fm["envoy.transport_socket_match"] = &structpb.Struct{Fields: map[string]*structpb.Value{
-			"tlsMode": structpb.NewStringValue(collections.TLSModeIstio),
+			"tlsMode": structpb.NewStringValue(tlsMode),
 		}}
 	}
 	return &endpoint.LbEndpoint{

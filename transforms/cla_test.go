@@ -7,6 +7,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -31,8 +32,10 @@ func ep(ip string, h collections.HealthStatus, loc collections.Locality, node st
 type wantEP struct {
 	ip     string
 	health core.HealthStatus
-	// plain: no tlsMode metadata; workload overrides the istio.workload value.
+	// plain: no tlsMode metadata; tls: the tlsMode value ("" = istio); workload overrides the
+	// istio.workload value.
 	plain    bool
+	tls      string
 	workload string
 }
 
@@ -57,7 +60,11 @@ func wantCLA(name string, groups ...wantGroup) *endpoint.ClusterLoadAssignment {
 			}
 			fm := map[string]*structpb.Struct{"istio": {Fields: map[string]*structpb.Value{"workload": structpb.NewStringValue(wl)}}}
 			if !e.plain {
-				fm["envoy.transport_socket_match"] = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}}
+				tls := e.tls
+				if tls == "" {
+					tls = "istio"
+				}
+				fm["envoy.transport_socket_match"] = &structpb.Struct{Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue(tls)}}
 			}
 			l.LbEndpoints = append(l.LbEndpoints, &endpoint.LbEndpoint{
 				HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: &core.Address{
@@ -319,5 +326,92 @@ func TestProjection(t *testing.T) {
 	local := &collections.ServiceInfo{NodeLocal: true}
 	if p := Project(local, PolicyFor(local), c); p != (collections.ProxyClass{NodeName: "n1"}) {
 		t.Fatalf("node-local projection %+v", p)
+	}
+}
+
+// TestTLSModeMetadata follows istiod's mtlsChecker (pilot/pkg/xds/endpoints/mtls_checker.go:
+// checkMtlsEnabled, tlsModeForDestinationRule, trafficPolicyTLSModeForPort) and
+// util.AppendLbEndpointMetadata: an endpoint's TLSMode is blanked unless mTLS is on for it, and
+// envoy.transport_socket_match {tlsMode: <TLSMode>} is written when it is neither "" nor
+// "disabled". mTLS is on iff the rule's mode for the cluster is ISTIO_MUTUAL when the rule gives
+// one (so any pod label value is copied), else iff the endpoint's TLSMode is "istio".
+func TestTLSModeMetadata(t *testing.T) {
+	httpPort := collections.ServicePort{Name: "http", Port: 80, Protocol: "TCP"}
+	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local", Ports: []collections.ServicePort{httpPort}}
+	H, HE := collections.Healthy, core.HealthStatus_HEALTHY
+	tlsMode := func(v string) func(*collections.EndpointMeta) {
+		return func(m *collections.EndpointMeta) { m.TLSMode = v }
+	}
+	// One endpoint per pod label value: istio, a custom value, disabled (also the value of a
+	// pod without the label), and the label set empty.
+	eps := []collections.Endpoint{
+		ep("10.1.0.1", H, r1z1, "n1", tlsMode("istio")),
+		ep("10.1.0.2", H, r1z1, "n1", tlsMode("custom")),
+		ep("10.1.0.3", H, r1z1, "n1", tlsMode("disabled")),
+		ep("10.1.0.4", H, r1z1, "n1", tlsMode("")),
+	}
+	byEndpoint := []wantEP{{ip: "10.1.0.1", health: HE}, {ip: "10.1.0.2", health: HE, plain: true},
+		{ip: "10.1.0.3", health: HE, plain: true}, {ip: "10.1.0.4", health: HE, plain: true}}
+	istioMutual := []wantEP{{ip: "10.1.0.1", health: HE}, {ip: "10.1.0.2", health: HE, tls: "custom"},
+		{ip: "10.1.0.3", health: HE, plain: true}, {ip: "10.1.0.4", health: HE, plain: true}}
+	off := []wantEP{{ip: "10.1.0.1", health: HE, plain: true}, {ip: "10.1.0.2", health: HE, plain: true},
+		{ip: "10.1.0.3", health: HE, plain: true}, {ip: "10.1.0.4", health: HE, plain: true}}
+
+	tp := func(mode string) *collections.TrafficPolicy { return &collections.TrafficPolicy{TLSMode: mode} }
+	rule := func(top *collections.TrafficPolicy, ports map[uint32]*collections.TrafficPolicy, subsets ...collections.Subset) *collections.ServicePolicy {
+		return &collections.ServicePolicy{Service: "ns1/foo", Rules: []collections.DestinationRule{{
+			Name: "dr", Namespace: "ns1", Host: "foo", Policy: top, PortPolicies: ports, Subsets: subsets,
+		}}}
+	}
+	cases := []struct {
+		name   string
+		sp     *collections.ServicePolicy
+		subset string
+		want   []wantEP
+	}{
+		{name: "no rule: only tlsMode=istio endpoints carry it", want: byEndpoint},
+		{name: "rule without tls: as without a rule", sp: rule(&collections.TrafficPolicy{OutlierDetection: true}, nil), want: byEndpoint},
+		{name: "ISTIO_MUTUAL: every value but disabled and empty is copied", sp: rule(tp(collections.ClientTLSIstioMutual), nil), want: istioMutual},
+		{name: "SIMPLE: none", sp: rule(tp(collections.ClientTLSSimple), nil), want: off},
+		{name: "DISABLE: none", sp: rule(tp(collections.ClientTLSDisable), nil), want: off},
+		{name: "port-level setting without tls keeps the top-level mode",
+			sp: rule(tp(collections.ClientTLSSimple), map[uint32]*collections.TrafficPolicy{80: {OutlierDetection: true}}), want: off},
+		{name: "port-level ISTIO_MUTUAL over top-level SIMPLE",
+			sp: rule(tp(collections.ClientTLSSimple), map[uint32]*collections.TrafficPolicy{80: tp(collections.ClientTLSIstioMutual)}), want: istioMutual},
+		{name: "port-level setting of another port does not apply",
+			sp: rule(tp(collections.ClientTLSSimple), map[uint32]*collections.TrafficPolicy{9090: tp(collections.ClientTLSIstioMutual)}), want: off},
+		{name: "subset without tls falls back to the rule's mode",
+			sp: rule(tp(collections.ClientTLSIstioMutual), nil, collections.Subset{Name: "v1", Policy: &collections.TrafficPolicy{OutlierDetection: true}}), subset: "v1", want: istioMutual},
+		{name: "subset mode over the rule's",
+			sp: rule(tp(collections.ClientTLSIstioMutual), nil, collections.Subset{Name: "v1", Policy: tp(collections.ClientTLSSimple)}), subset: "v1", want: off},
+		{name: "subset port-level mode over the subset's",
+			sp: rule(tp(collections.ClientTLSSimple), nil, collections.Subset{Name: "v1", Policy: tp(collections.ClientTLSSimple),
+				PortPolicies: map[uint32]*collections.TrafficPolicy{80: tp(collections.ClientTLSIstioMutual)}}), subset: "v1", want: istioMutual},
+		{name: "a subset the rule does not define: the rule's mode is not consulted",
+			sp: rule(tp(collections.ClientTLSSimple), nil), subset: "nosuch", want: byEndpoint},
+		{name: "a subset the rule does not define, under ISTIO_MUTUAL: by endpoint",
+			sp: rule(tp(collections.ClientTLSIstioMutual), nil, collections.Subset{Name: "v1"}), subset: "nosuch", want: byEndpoint},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := ClusterName(80, tc.subset, svc.Hostname)
+			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", "ns1", 80, tc.subset)
+			plan := PlanClusterCLA(name, svc, httpPort, eps, cp, collections.ProxyClass{})
+			want := wantCLA(name, wantGroup{loc: r1z1, eps: tc.want})
+			if diff := cmp.Diff(want, plan.Proto(), protocmp.Transform()); diff != "" {
+				t.Fatalf("CLA (-want +got):\n%s", diff)
+			}
+			body, err := EncodeClusterCLA(plan, cp, collections.ProxyClass{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got endpoint.ClusterLoadAssignment
+			if err := proto.Unmarshal(body, &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, &got, protocmp.Transform()); diff != "" {
+				t.Fatalf("encoded CLA (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

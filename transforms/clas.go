@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"fmt"
+	"maps"
 
 	"istio.io/istio/pkg/kube/krt"
 
@@ -37,7 +38,8 @@ func NeedsClasses(svc *collections.ServiceInfo, sp *collections.ServicePolicy) b
 }
 
 // ServiceCLAs builds every ClusterLoadAssignment of one service, marshalled once: per cluster
-// (non-UDP port, and each subset of the DestinationRules that may apply), one set holding the CLA
+// (non-UDP port, each subset of the DestinationRules that may apply, and, under the name
+// outbound|<port>|*|<host>, any subset no rule defines), one set holding the CLA
 // for each distinct projection of the connected proxy classes, and which class gets which. A
 // service whose CLAs do not depend on the proxy gets one shared CLA per cluster and does not read
 // the classes at all, so proxies connecting and leaving never recompute it.
@@ -53,21 +55,31 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 		if perClass {
 			classes = krt.Fetch(ctx, in.Classes)
 		}
-		subsets := append([]string{""}, sp.Subsets()...)
+		// The port's cluster first, then the rules' subsets, then the set of every subset no rule
+		// defines (UnknownSubset).
+		subsets := append(append([]string{""}, sp.Subsets()...), UnknownSubset)
 		var out []collections.ResourceSet
 		for _, port := range ClusterPorts(svc) {
+			// CLAs by key, shared by the port's clusters: the unknown-subset CLA of a class is
+			// built under the port cluster's name and is that cluster's CLA unless the rule sets a
+			// TLS mode (RelabelCLA names it for the cluster asked for).
+			built := map[string]*collections.Resource{}
+			var base collections.ResourceSet
 			for _, subset := range subsets {
 				name := ClusterName(port.Port, subset, svc.Hostname)
+				claName := name
+				if subset == UnknownSubset {
+					claName = base.Name
+				}
 				set := collections.ResourceSet{Key: name, Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
-				built := map[string]*collections.Resource{}
 				for _, c := range classes {
 					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
 					projected := ProjectFor(svc, cp, c)
-					key := CLAKeyFor(name, cp, projected)
+					key := CLAKeyFor(claName, cp, projected)
 					r, ok := built[key]
 					if !ok {
 						var problem *collections.Problem
-						r, problem = buildCLA(name, svc, port, se, cp, projected)
+						r, problem = buildCLA(claName, svc, port, se, cp, projected)
 						built[key] = r
 						if problem != nil {
 							set.Problems = append(set.Problems, *problem)
@@ -84,6 +96,14 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 						set.ByClass = make(map[string]*collections.Resource, len(classes))
 					}
 					set.ByClass[c.Key()] = r
+				}
+				switch subset {
+				case "":
+					base = set
+				case UnknownSubset:
+					if maps.EqualFunc(set.ByClass, base.ByClass, func(a, b *collections.Resource) bool { return a == b }) {
+						set.ByClass = base.ByClass // the same CLAs: hold the map once
+					}
 				}
 				out = append(out, set)
 			}

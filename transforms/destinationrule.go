@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/config"
@@ -97,6 +99,7 @@ func policyOf(od *networking.OutlierDetection, lb *networking.LoadBalancerSettin
 	if od != nil {
 		tp.OutlierDetection = true
 		tp.MinHealthPercent = od.MinHealthPercent
+		tp.Outlier = convertOutlier(od)
 	}
 	if lb != nil {
 		tp.LoadBalancer = true
@@ -105,11 +108,77 @@ func policyOf(od *networking.OutlierDetection, lb *networking.LoadBalancerSettin
 		} else if z := lb.ZoneAwareLbSetting; z != nil {
 			tp.Locality = convertZoneAwareSetting(z)
 		}
+		tp.Algorithm = convertLBAlgorithm(lb)
 	}
 	if tls != nil {
 		tp.TLSMode = tls.Mode.String()
 	}
 	return tp
+}
+
+// convertOutlier copies the outlierDetection fields only the CDS cluster reads; nil when none is
+// set. (The deprecated consecutiveErrors is not read by istiod either.)
+func convertOutlier(od *networking.OutlierDetection) *collections.OutlierSettings {
+	out := collections.OutlierSettings{
+		Consecutive5xxErrors:           optionalUint32(od.Consecutive_5XxErrors),
+		ConsecutiveGatewayErrors:       optionalUint32(od.ConsecutiveGatewayErrors),
+		Interval:                       durationOf(od.Interval),
+		BaseEjectionTime:               durationOf(od.BaseEjectionTime),
+		MaxEjectionPercent:             od.MaxEjectionPercent,
+		SplitExternalLocalOriginErrors: od.SplitExternalLocalOriginErrors,
+		ConsecutiveLocalOriginFailures: optionalUint32(od.ConsecutiveLocalOriginFailures),
+	}
+	if out == (collections.OutlierSettings{}) {
+		return nil
+	}
+	return &out
+}
+
+// convertLBAlgorithm copies the load-balancer fields only the CDS cluster reads; nil when none
+// is set.
+func convertLBAlgorithm(lb *networking.LoadBalancerSettings) *collections.LBAlgorithm {
+	out := collections.LBAlgorithm{WarmupDurationSecs: durationOf(lb.WarmupDurationSecs)}
+	if s := lb.GetSimple(); s != networking.LoadBalancerSettings_UNSPECIFIED {
+		out.Simple = s.String()
+	}
+	if ch := lb.GetConsistentHash(); ch != nil {
+		switch {
+		case ch.GetMaglev() != nil:
+			out.ConsistentHash, out.MaglevTableSize = collections.HashMaglev, ch.GetMaglev().GetTableSize()
+		case ch.GetRingHash() != nil:
+			out.ConsistentHash, out.MinimumRingSize = collections.HashRing, ch.GetRingHash().GetMinimumRingSize()
+		default:
+			out.ConsistentHash, out.MinimumRingSize = collections.HashRingDefault, ch.GetMinimumRingSize() //nolint:staticcheck // istiod reads it
+		}
+	}
+	if w := lb.Warmup; w != nil {
+		out.Warmup = true
+		out.WarmupDuration = durationOf(w.Duration)
+		if w.MinimumPercent != nil {
+			out.WarmupMinimumPercent = collections.OptionalFloat64{Value: w.MinimumPercent.GetValue(), Set: true}
+		}
+		if w.Aggression != nil {
+			out.WarmupAggression = collections.OptionalFloat64{Value: w.Aggression.GetValue(), Set: true}
+		}
+	}
+	if out.Equals(&collections.LBAlgorithm{}) {
+		return nil
+	}
+	return &out
+}
+
+func optionalUint32(v *wrapperspb.UInt32Value) collections.OptionalUint32 {
+	if v == nil {
+		return collections.OptionalUint32{}
+	}
+	return collections.OptionalUint32{Value: v.GetValue(), Set: true}
+}
+
+func durationOf(d *durationpb.Duration) collections.Duration {
+	if d == nil {
+		return collections.Duration{}
+	}
+	return collections.Duration{Seconds: d.GetSeconds(), Nanos: d.GetNanos(), Set: true}
 }
 
 func convertLocalitySetting(l *networking.LocalityLoadBalancerSetting) *collections.LocalitySetting {
@@ -128,7 +197,8 @@ func convertLocalitySetting(l *networking.LocalityLoadBalancerSetting) *collecti
 }
 
 func convertZoneAwareSetting(z *networking.ZoneAwareLoadBalancerSetting) *collections.LocalitySetting {
-	out := &collections.LocalitySetting{ZoneAware: true, FailoverPriority: slices.Clone(z.FailoverPriority)}
+	out := &collections.LocalitySetting{ZoneAware: true, FailoverPriority: slices.Clone(z.FailoverPriority),
+		MinClusterSize: optionalUint32(z.MinClusterSize)}
 	if z.Enabled != nil {
 		v := z.Enabled.GetValue()
 		out.Enabled = &v
@@ -383,6 +453,43 @@ func EffectiveTrafficPolicy(dr *collections.DestinationRule, port int32, subset 
 	return mergeSubsetPolicy(policy, sp, portLevel), labels, true
 }
 
+// DestinationRuleTLSMode is the TLS mode a rule gives one cluster's endpoints, "" for none, as
+// istiod's tlsModeForDestinationRule (pilot/pkg/xds/endpoints/mtls_checker.go): for the port's
+// cluster, the top-level tls.mode overridden by a port-level one that sets tls; for a subset the
+// rule defines, the subset's (top-level, then port-level) mode, else the rule's; for a subset the
+// rule does not define, none — the rule's mode is not consulted, unlike its other fields.
+func DestinationRuleTLSMode(dr *collections.DestinationRule, port int32, subset string) string {
+	if dr == nil {
+		return ""
+	}
+	if subset == "" {
+		return tlsModeForPort(dr.Policy, dr.PortPolicies, port)
+	}
+	for _, s := range dr.Subsets {
+		if s.Name != subset {
+			continue
+		}
+		if mode := tlsModeForPort(s.Policy, s.PortPolicies, port); mode != "" {
+			return mode
+		}
+		return tlsModeForPort(dr.Policy, dr.PortPolicies, port)
+	}
+	return ""
+}
+
+// tlsModeForPort is istiod's trafficPolicyTLSModeForPort: tls.mode, replaced by the port-level
+// setting's when that sets tls (a port-level setting without tls keeps the top-level mode).
+func tlsModeForPort(top *collections.TrafficPolicy, ports map[uint32]*collections.TrafficPolicy, port int32) string {
+	if top == nil {
+		return ""
+	}
+	mode := top.TLSMode
+	if pp := ports[uint32(port)]; pp != nil && pp.TLSMode != "" {
+		mode = pp.TLSMode
+	}
+	return mode
+}
+
 func mergeSubsetPolicy(orig, sub *collections.TrafficPolicy, portLevel bool) *collections.TrafficPolicy {
 	if sub == nil {
 		return orig
@@ -392,10 +499,10 @@ func mergeSubsetPolicy(orig, sub *collections.TrafficPolicy, portLevel bool) *co
 	}
 	m := *orig
 	if sub.OutlierDetection || portLevel {
-		m.OutlierDetection, m.MinHealthPercent = sub.OutlierDetection, sub.MinHealthPercent
+		m.OutlierDetection, m.MinHealthPercent, m.Outlier = sub.OutlierDetection, sub.MinHealthPercent, sub.Outlier
 	}
 	if sub.LoadBalancer || portLevel {
-		m.LoadBalancer, m.Locality = sub.LoadBalancer, sub.Locality
+		m.LoadBalancer, m.Locality, m.Algorithm = sub.LoadBalancer, sub.Locality, sub.Algorithm
 	}
 	if sub.TLSMode != "" || portLevel {
 		m.TLSMode = sub.TLSMode

@@ -85,6 +85,7 @@ func TestConvertDestinationRule(t *testing.T) {
 				ExportTo: []string{".", "ns2", "ns3"},
 				Policy: &collections.TrafficPolicy{
 					OutlierDetection: true, MinHealthPercent: 30, LoadBalancer: true, TLSMode: collections.ClientTLSIstioMutual,
+					Outlier: &collections.OutlierSettings{Interval: collections.Duration{Seconds: 1, Set: true}},
 					Locality: &collections.LocalitySetting{
 						Enabled:    drTestBool(true),
 						Distribute: []collections.Distribute{{From: "r1/z1/*", To: map[string]uint32{"r1/z1/*": 80, "r2/*": 20}}},
@@ -92,7 +93,7 @@ func TestConvertDestinationRule(t *testing.T) {
 				},
 				PortPolicies: map[uint32]*collections.TrafficPolicy{
 					80:   {TLSMode: collections.ClientTLSDisable},
-					9090: {LoadBalancer: true},
+					9090: {LoadBalancer: true, Algorithm: &collections.LBAlgorithm{Simple: "ROUND_ROBIN"}},
 				},
 				Subsets: []collections.Subset{
 					{Name: "v1", Labels: map[string]string{"version": "v1"}},

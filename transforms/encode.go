@@ -42,7 +42,9 @@ type encoder struct {
 	lb, ep, md []byte
 	// workload caches the encoded "istio" metadata entry per endpoint metadata.
 	workload map[*collections.EndpointMeta][]byte
-	noTLS    bool
+	tls      TLSMetadata
+	// tlsModes caches the encoded tlsMode entries of values other than "istio".
+	tlsModes map[string][]byte
 }
 
 // Encode renders the plan as the protobuf encoding of its ClusterLoadAssignment, without building
@@ -55,7 +57,7 @@ func (p CLAPlan) Encode() []byte {
 	out := make([]byte, 0, 32+len(p.ClusterName)+n*140)
 	out = protowire.AppendTag(out, fClaClusterName, protowire.BytesType)
 	out = protowire.AppendString(out, p.ClusterName)
-	enc := encoder{workload: map[*collections.EndpointMeta][]byte{}, noTLS: p.NoTLSMetadata}
+	enc := encoder{workload: map[*collections.EndpointMeta][]byte{}, tls: p.TLS}
 	var group []byte
 	for _, g := range p.Groups {
 		group = enc.localityGroup(group[:0], g)
@@ -108,8 +110,8 @@ func (e *encoder) lbEndpoint(b []byte, ep collections.Endpoint) []byte {
 	}
 	// metadata { filter_metadata: {envoy.transport_socket_match: {tlsMode}, istio: {workload}} }
 	md := e.md[:0]
-	if !e.noTLS && ep.Meta.TLSMode == collections.TLSModeIstio {
-		md = append(md, tlsModeEntry...)
+	if v := e.tls.Value(ep.Meta.TLSMode); v != "" {
+		md = append(md, e.tlsModeEntry(v)...)
 	}
 	md = append(md, e.workloadEntry(ep.Meta)...)
 	e.md = md
@@ -147,7 +149,23 @@ func (e *encoder) workloadEntry(m *collections.EndpointMeta) []byte {
 	return b
 }
 
-var tlsModeEntry = metadataEntry("envoy.transport_socket_match", "tlsMode", collections.TLSModeIstio)
+// tlsModeEntry is the filter_metadata entry "envoy.transport_socket_match": {"tlsMode": v}.
+func (e *encoder) tlsModeEntry(v string) []byte {
+	if v == collections.TLSModeIstio {
+		return istioTLSModeEntry
+	}
+	b, ok := e.tlsModes[v]
+	if !ok {
+		if e.tlsModes == nil {
+			e.tlsModes = map[string][]byte{}
+		}
+		b = metadataEntry("envoy.transport_socket_match", "tlsMode", v)
+		e.tlsModes[v] = b
+	}
+	return b
+}
+
+var istioTLSModeEntry = metadataEntry("envoy.transport_socket_match", "tlsMode", collections.TLSModeIstio)
 
 // metadataEntry encodes one filter_metadata map entry {filter: Struct{fields: {key: string value}}}.
 func metadataEntry(filter, key, value string) []byte {

@@ -22,20 +22,26 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	eps[3].Meta = RegistryOnlyMeta(collections.DefaultConfig(), "")
 	eps[4].Address = "fd00::4"
 	eps[5].Meta = &collections.EndpointMeta{TLSMode: "disabled", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
+	eps[6].Meta = &collections.EndpointMeta{TLSMode: "custom", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
+	eps[7].Meta = &collections.EndpointMeta{TLSMode: "", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
+	eps[8].Meta = &collections.EndpointMeta{TLSMode: "other-value", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
 	for name, svc := range map[string]*collections.ServiceInfo{"plain": plain, "failover": zone} {
-		for _, n := range []int{0, 1, len(eps)} {
-			plan := PlanCLA(fooName, svc, port, eps[:n], PolicyFor(svc), Project(svc, PolicyFor(svc), class))
-			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(plan.Proto())
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := plan.Encode()
-			if !bytes.Equal(got, want) {
-				var g endpoint.ClusterLoadAssignment
-				err := proto.Unmarshal(got, &g)
-				t.Fatalf("%s/%d: encoded bytes differ from proto.Marshal (%d vs %d bytes; decodes: %v, equal: %v)",
-					name, n, len(got), len(want), err, proto.Equal(&g, plan.Proto()))
+		for _, tls := range []TLSMetadata{TLSByEndpoint, TLSIstioMutual, TLSOff} {
+			for _, n := range []int{0, 1, len(eps)} {
+				plan := PlanCLA(fooName, svc, port, eps[:n], PolicyFor(svc), Project(svc, PolicyFor(svc), class))
+				plan.TLS = tls
+				want, err := proto.MarshalOptions{Deterministic: true}.Marshal(plan.Proto())
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := plan.Encode()
+				if !bytes.Equal(got, want) {
+					var g endpoint.ClusterLoadAssignment
+					err := proto.Unmarshal(got, &g)
+					t.Fatalf("%s/tls=%d/%d: encoded bytes differ from proto.Marshal (%d vs %d bytes; decodes: %v, equal: %v)",
+						name, tls, n, len(got), len(want), err, proto.Equal(&g, plan.Proto()))
+				}
 			}
 		}
 	}

@@ -70,6 +70,10 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 					pr.add(collections.ReasonInvalidAddress, fmt.Sprintf("endpoint %d: address %q is not an IP address", i, addr))
 					continue
 				}
+				if reason, detail := addressProblem(slice.AddressType, ip); reason != "" {
+					pr.add(reason, fmt.Sprintf("endpoint %d: address %q %s; skipped", i, addr, detail))
+					continue
+				}
 				addr = ip.String()
 				var meta *collections.EndpointMeta
 				var podKey string
@@ -113,6 +117,25 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 		}
 		return pr.result(), out
 	}}
+}
+
+// addressProblem is what Kubernetes' EndpointSlice validation (pkg/apis/discovery/validation,
+// validateEndpoints) finds wrong with a parsed address of a slice of that address type, which
+// net/netip accepts: a zone (net.ParseIP rejects one); an IPv4-mapped IPv6 address, rejected in
+// IPv6 slices (IsValidIP, IsIPv6String) and, with strict IP validation (the default since
+// Kubernetes 1.36), in IPv4 slices; an address of the other family.
+func addressProblem(t discovery.AddressType, ip netip.Addr) (reason, detail string) {
+	switch {
+	case ip.Zone() != "":
+		return collections.ReasonZonedAddress, "has a zone"
+	case ip.Is4In6():
+		return collections.ReasonMappedAddress, "is an IPv4-mapped IPv6 address"
+	case t == discovery.AddressTypeIPv4 && !ip.Is4():
+		return collections.ReasonAddressFamily, "is not an IPv4 address (addressType IPv4)"
+	case t == discovery.AddressTypeIPv6 && !ip.Is6():
+		return collections.ReasonAddressFamily, "is not an IPv6 address (addressType IPv6)"
+	}
+	return "", ""
 }
 
 // targetPods lists the keys of the Pods the slice's endpoints name: they are fetched in one go,

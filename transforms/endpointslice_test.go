@@ -198,6 +198,67 @@ func TestSliceRules(t *testing.T) {
 			want: map[string]collections.HealthStatus{"fd00::1": collections.Healthy},
 		},
 		{
+			// Kubernetes' validateEndpoints wants IPv4 addresses in an IPv4 slice (IsIPv4String)
+			// and IPv6 ones in an IPv6 slice (IsIPv6String).
+			name:     "IPv6 address in an IPv4 slice skipped and reported, the rest kept",
+			slice:    fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("fd00::1", "", fixtures.Ready), ep("10.0.0.7", "", fixtures.Ready)),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{"10.0.0.7": collections.Healthy},
+			problems: []string{collections.ReasonAddressFamily},
+		},
+		{
+			name: "IPv4 address in an IPv6 slice skipped and reported, the rest kept",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.7", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready))
+				s.AddressType = discovery.AddressTypeIPv6
+				return s
+			}(),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{"fd00::7": collections.Healthy},
+			problems: []string{collections.ReasonAddressFamily},
+		},
+		{
+			// net/netip accepts a zone; net.ParseIP, which Kubernetes validation uses, does not.
+			name: "zoned IPv6 address skipped and reported",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("fe80::1%eth0", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready))
+				s.AddressType = discovery.AddressTypeIPv6
+				return s
+			}(),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{"fd00::7": collections.Healthy},
+			problems: []string{collections.ReasonZonedAddress},
+		},
+		{
+			name:     "zoned address in an IPv4 slice reported as zoned",
+			slice:    fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("fe80::1%eth1", "", fixtures.Ready)),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{},
+			problems: []string{collections.ReasonZonedAddress},
+		},
+		{
+			// IsValidIP (strict, always used for IPv6 slices) rejects "must not be an
+			// IPv4-mapped IPv6 address", and IsIPv6String is false for it.
+			name: "IPv4-mapped IPv6 address in an IPv6 slice skipped and reported",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("::ffff:10.0.0.8", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready))
+				s.AddressType = discovery.AddressTypeIPv6
+				return s
+			}(),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{"fd00::7": collections.Healthy},
+			problems: []string{collections.ReasonMappedAddress},
+		},
+		{
+			// Rejected in IPv4 slices too by strict IP validation (StrictIPCIDRValidation, on by
+			// default since Kubernetes 1.36); not guessed to be 10.0.0.8.
+			name:     "IPv4-mapped IPv6 address in an IPv4 slice skipped and reported",
+			slice:    fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("::ffff:10.0.0.8", "", fixtures.Ready), ep("10.0.0.7", "", fixtures.Ready)),
+			objs:     []any{svc},
+			want:     map[string]collections.HealthStatus{"10.0.0.7": collections.Healthy},
+			problems: []string{collections.ReasonMappedAddress},
+		},
+		{
 			name: "slice without service-name label is skipped and reported",
 			slice: func() *discovery.EndpointSlice {
 				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.1", "", fixtures.Ready))

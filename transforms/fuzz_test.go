@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"encoding/json"
+	"net/netip"
 	"testing"
 
 	"istio.io/istio/pkg/kube/krt"
@@ -34,6 +35,8 @@ func FuzzSliceEndpoints(f *testing.F) {
 	)
 	f.Add([]byte(`{"metadata":{"name":"s","namespace":"ns1","labels":{"kubernetes.io/service-name":"foo"}},"addressType":"IPv6",
 		"ports":[{"name":"http"},{"port":-1},{"port":70000}],"endpoints":[{"addresses":["::1","x",""],"targetRef":{"kind":"Node"}}]}`))
+	f.Add([]byte(`{"metadata":{"name":"s","namespace":"ns1","labels":{"kubernetes.io/service-name":"foo"}},"addressType":"IPv4",
+		"ports":[{"name":"http","port":8080}],"endpoints":[{"addresses":["fd00::1","fe80::1%eth0","::ffff:10.0.0.1","10.0.0.1"]}]}`))
 	stop := test.NewStop(f)
 	cfg := collections.DefaultConfig()
 	svc := ConvertService(cfg, fixtures.Service("ns1", "foo", fixtures.HTTP...), nil)
@@ -54,6 +57,11 @@ func FuzzSliceEndpoints(f *testing.F) {
 		for _, e := range out.Endpoints {
 			if e.Meta == nil || e.Port == 0 || e.Port > 65535 || e.Address == "" {
 				t.Fatalf("malformed endpoint %+v", e)
+			}
+			ip, err := netip.ParseAddr(e.Address)
+			if err != nil || ip.Zone() != "" || ip.Is4In6() || (s.AddressType == discovery.AddressTypeIPv4 && !ip.Is4()) ||
+				(s.AddressType == discovery.AddressTypeIPv6 && !ip.Is6()) {
+				t.Fatalf("address %q kept in an %s slice", e.Address, s.AddressType)
 			}
 		}
 		merged := collections.MergeEndpoints(out.Endpoints)
@@ -77,6 +85,11 @@ func FuzzConvertService(f *testing.F) {
 		}
 		if !si.Equals(*si) {
 			t.Fatal("Equals is not reflexive")
+		}
+		for _, p := range si.Ports {
+			if p.Port < 1 || p.Port > 65535 {
+				t.Fatalf("port %d out of range kept", p.Port)
+			}
 		}
 	})
 }

@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
@@ -85,8 +86,8 @@ type ClusterPolicy struct {
 	// SubsetLabels select the endpoints of a subset cluster (nil: all endpoints, which is what
 	// istiod sends for a subset it does not know).
 	SubsetLabels map[string]string
-	// NoTLSMetadata drops the tlsMode metadata: the rule sets a TLS mode other than ISTIO_MUTUAL.
-	NoTLSMetadata bool
+	// TLS says which endpoints carry the tlsMode metadata (the TLS mode the rule sets, if any).
+	TLS TLSMetadata
 	// Rule is "<ns>/<name>" of the effective rule, "" without one.
 	Rule string
 }
@@ -114,12 +115,9 @@ func ClusterPolicyFor(svc *collections.ServiceInfo, sp *collections.ServicePolic
 		return cp
 	}
 	tp, labels, _ := EffectiveTrafficPolicy(dr, port, subset)
-	cp := ClusterPolicy{Rule: dr.ResourceName(), SubsetLabels: labels}
+	cp := ClusterPolicy{Rule: dr.ResourceName(), SubsetLabels: labels, TLS: TLSMetadataFor(DestinationRuleTLSMode(dr, port, subset))}
 	cp.Setting, cp.EnableFailover = LBSettingFor(DefaultMeshLocalitySetting(), tp, svc)
 	cp.LB = LocalityLBPolicy(cp.Setting, cp.EnableFailover, tp, svc)
-	if tp != nil && tp.TLSMode != "" && tp.TLSMode != collections.ClientTLSIstioMutual {
-		cp.NoTLSMetadata = true
-	}
 	return cp
 }
 
@@ -145,13 +143,63 @@ func ProjectFor(svc *collections.ServiceInfo, cp ClusterPolicy, c collections.Pr
 // DestinationRule may apply to the service.
 func DependsOnNamespace(sp *collections.ServicePolicy) bool { return sp != nil && len(sp.Rules) > 0 }
 
-// CLAKeyFor is the key of one CLA: the cluster name, the effective rule, the projected class.
+// CLAKeyFor is the key of one CLA: the cluster name, the effective rule, the TLS metadata rule
+// (a rule's cluster of an unknown subset differs from its port's cluster only by it), the
+// projected class.
 func CLAKeyFor(clusterName string, cp ClusterPolicy, projected collections.ProxyClass) string {
 	k := CLAKey(clusterName, projected)
 	if cp.Rule != "" {
 		k += "~dr:" + cp.Rule
 	}
+	if cp.TLS != TLSByEndpoint {
+		k += "~tls:" + strconv.Itoa(int(cp.TLS))
+	}
 	return k
+}
+
+// TLSMetadata says which endpoints of a cluster carry the filter metadata
+// envoy.transport_socket_match {tlsMode: <value>}, as istiod's mtlsChecker.checkMtlsEnabled and
+// util.AppendLbEndpointMetadata decide it (pilot/pkg/xds/endpoints/mtls_checker.go,
+// pilot/pkg/networking/util/util.go): an endpoint whose mTLS is off has its TLSMode blanked, and
+// the metadata is written for a TLSMode that is neither "" nor "disabled".
+type TLSMetadata uint8
+
+const (
+	// TLSByEndpoint: no DestinationRule TLS mode applies to the cluster; mTLS is on for an
+	// endpoint whose tlsMode is "istio" (no PeerAuthentication is read), which then carries
+	// tlsMode: istio. Any other value carries nothing.
+	TLSByEndpoint TLSMetadata = iota
+	// TLSIstioMutual: the rule's mode is ISTIO_MUTUAL; mTLS is on for every endpoint, and each
+	// carries its own tlsMode value unless that is "" or "disabled".
+	TLSIstioMutual
+	// TLSOff: the rule sets another mode (DISABLE, SIMPLE, MUTUAL); no endpoint carries it.
+	TLSOff
+)
+
+// TLSMetadataFor is the TLS metadata rule for a DestinationRule TLS mode ("" = none applies).
+func TLSMetadataFor(drMode string) TLSMetadata {
+	switch drMode {
+	case "":
+		return TLSByEndpoint
+	case collections.ClientTLSIstioMutual:
+		return TLSIstioMutual
+	}
+	return TLSOff
+}
+
+// Value is the tlsMode metadata an endpoint with the pod label value tlsMode carries, "" for none.
+func (m TLSMetadata) Value(tlsMode string) string {
+	switch m {
+	case TLSByEndpoint:
+		if tlsMode == collections.TLSModeIstio {
+			return tlsMode
+		}
+	case TLSIstioMutual:
+		if tlsMode != "" && tlsMode != collections.TLSModeDisabled {
+			return tlsMode
+		}
+	}
+	return ""
 }
 
 // subsetMatch reports whether the endpoint carries every subset label (istiod's

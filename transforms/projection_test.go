@@ -15,15 +15,25 @@ import (
 func TestCLAOfAClassEqualsCLAOfItsProjection(t *testing.T) {
 	port := collections.ServicePort{Name: "http", Port: 80}
 	var eps []collections.Endpoint
-	for _, e := range lbtEndpoints {
+	for i, e := range lbtEndpoints {
 		e.PortName, e.Port = "http", 8080
+		if i%3 != 2 {
+			// Every third endpoint has no version label.
+			m := *e.Meta
+			m.PodLabels = collections.InternLabels(map[string]string{"app": "foo", "version": fmt.Sprintf("v%d", i%3)})
+			e.Meta = &m
+		}
 		eps = append(eps, e)
 	}
 	var classes []collections.ProxyClass
 	for _, c := range lbtProxies {
 		for _, ns := range []string{"ns1", "ns2"} {
-			c.Namespace = ns
-			classes = append(classes, c)
+			for _, labels := range []map[string]string{nil, {"version": "v1"}, {"version": "v0", "app": "bar"},
+				{"topology.istio.io/network": "own"}} {
+				c.Namespace = ns
+				c.Labels = collections.CanonicalLabels(labels)
+				classes = append(classes, c)
+			}
 		}
 	}
 	for _, td := range []collections.TrafficDistribution{collections.TrafficDistributionAny,
@@ -32,7 +42,17 @@ func TestCLAOfAClassEqualsCLAOfItsProjection(t *testing.T) {
 			svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local",
 				TrafficDistribution: td, NodeLocal: nodeLocal, Ports: []collections.ServicePort{port}}
 			policies := map[string]ClusterPolicy{"no rule": ClusterPolicyFor(svc, nil, "istio-system", "ns1", 80, "")}
-			for name, s := range lbtSettings() {
+			settings := lbtSettings()
+			on := true
+			settings["label priority"] = struct {
+				setting  *collections.LocalitySetting
+				failover bool
+			}{&collections.LocalitySetting{Enabled: &on, FailoverPriority: []string{"version", collections.LabelTopologyZone}}, true}
+			settings["label value priority"] = struct {
+				setting  *collections.LocalitySetting
+				failover bool
+			}{&collections.LocalitySetting{Enabled: &on, FailoverPriority: []string{collections.LabelTopologyNetwork, "version=v1", "app"}}, true}
+			for name, s := range settings {
 				cp := ClusterPolicy{Setting: s.setting, EnableFailover: s.failover}
 				cp.LB = LocalityLBPolicy(s.setting, s.failover, nil, svc)
 				policies[name] = cp

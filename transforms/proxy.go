@@ -14,17 +14,33 @@ type ProxyInputs struct {
 	// Sidecars scope what each proxy sees; they are read by namespace.
 	Sidecars            krt.Collection[collections.Sidecar]
 	SidecarsByNamespace krt.Index[string, collections.Sidecar]
+	// FailoverLabels names the labels a proxy class keeps (FailoverLabelNames). Without it a
+	// class keeps every label of the proxy: correct, but proxies that differ in any label then
+	// have CLAs of their own wherever a CLA depends on the proxy.
+	FailoverLabels krt.Singleton[collections.FailoverLabels]
+}
+
+func (in ProxyInputs) reads() []any {
+	r := append(in.Workloads.reads(), in.Sidecars)
+	if in.FailoverLabels != nil {
+		r = append(r, in.FailoverLabels)
+	}
+	return r
 }
 
 // SidecarNamespace is the extractor of the index of Sidecars by namespace.
 func SidecarNamespace(s collections.Sidecar) []string { return []string{s.Namespace} }
 
 // Proxies enriches a connected proxy from the registry, as istiod's SetWorkloadLabels and
-// setTopologyLabels do: the Pod named by the node id (if its IPs include the proxy IP), else the
-// Ready Pod with the proxy IP in the proxy's namespace, supplies labels, locality and node; without
-// one, the proxy's declared labels and node.locality are used.
+// setTopologyLabels do (pilot/pkg/model/context.go, pilot/pkg/xds/ads.go): the Pod named by the
+// node id (if its IPs include the proxy IP), else the Ready Pod with the proxy IP in the proxy's
+// namespace, supplies labels, locality and node; without one, the labels the proxy declared
+// (metadata LABELS) are its labels. The locality is then read back from the labels
+// (localityFromProxyLabels: the region, zone and subzone labels if any is set, else the locality
+// label), else node.locality; and the labels are augmented with the topology labels. The class
+// keeps the proxy's own labels that a failoverPriority may compare (in.FailoverLabels).
 func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.ConnectedProxy, collections.Proxy] {
-	return Single[collections.ConnectedProxy, collections.Proxy]{Reads: append(in.Workloads.reads(), in.Sidecars), Fn: func(ctx krt.HandlerContext, cp collections.ConnectedProxy) *collections.Proxy {
+	return Single[collections.ConnectedProxy, collections.Proxy]{Reads: in.reads(), Fn: func(ctx krt.HandlerContext, cp collections.ConnectedProxy) *collections.Proxy {
 		var w *collections.Workload
 		if cp.PodName != "" {
 			key := cp.Namespace + "/" + cp.PodName
@@ -44,24 +60,22 @@ func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.Connecte
 		var locality collections.Locality
 		nodeName := cp.NodeName
 		network := cp.Network
+		own := cp.Labels
 		if w != nil {
 			p.Pod = w.ResourceName()
-			locality = w.Meta.Locality
+			own = w.Meta.PodLabels.Map()
 			if nodeName == "" {
 				nodeName = w.Meta.NodeName
 			}
 			if network == "" {
 				network = w.Meta.Network
 			}
-			p.EffectiveLabels = AugmentLabels(w.Meta.PodLabels.Map(), clusterID, locality, nodeName, network)
+			// The registry's labels carry the Pod's locality (GetProxyWorkloadLabels).
+			locality = ProxyLocality(AugmentLabels(own, "", w.Meta.Locality, "", ""), cp.Locality)
 		} else {
-			if _, l := podLocality(func(k string) string { return cp.Labels[k] }); !l.IsEmpty() {
-				locality = l
-			} else {
-				locality = cp.Locality
-			}
-			p.EffectiveLabels = AugmentLabels(cp.Labels, clusterID, locality, nodeName, network)
+			locality = ProxyLocality(own, cp.Locality)
 		}
+		p.EffectiveLabels = AugmentLabels(own, clusterID, locality, nodeName, network)
 		if in.SidecarsByNamespace != nil {
 			candidates := in.SidecarsByNamespace.Fetch(ctx, cp.Namespace)
 			if cp.Namespace != cfg.SystemNamespace {
@@ -81,10 +95,51 @@ func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.Connecte
 			Network:   network,
 			Locality:  locality,
 			NodeName:  nodeName,
+			Labels:    classLabels(ctx, in.FailoverLabels, own),
 		}
 		p.View = ViewOf(p)
 		return p
 	}}
+}
+
+// ProxyLocality is istiod's localityFromProxyLabels over a proxy's labels, with node.locality
+// (declared) as the fallback: the topology.kubernetes.io/region, topology.kubernetes.io/zone and
+// topology.istio.io/subzone labels when any of them is set; else the locality label
+// (topology.istio.io/locality, then istio-locality; dots read as slashes, as the Istio agent
+// writes it); else declared.
+func ProxyLocality(labels map[string]string, declared collections.Locality) collections.Locality {
+	region, f1 := labels[collections.LabelTopologyRegion]
+	zone, f2 := labels[collections.LabelTopologyZone]
+	subzone, f3 := labels[collections.LabelTopologySubzone]
+	if f1 || f2 || f3 {
+		return collections.Locality{Region: region, Zone: zone, Subzone: subzone}
+	}
+	if _, l := podLocality(func(k string) string { return labels[k] }); !l.IsEmpty() {
+		return l
+	}
+	return declared
+}
+
+// classLabels renders the labels of own a class keeps: those failover names, or all of them
+// without a failover label set.
+func classLabels(ctx krt.HandlerContext, failover krt.Singleton[collections.FailoverLabels], own map[string]string) string {
+	if len(own) == 0 {
+		return ""
+	}
+	if failover == nil {
+		return collections.CanonicalLabels(own)
+	}
+	var names []string
+	if f := krt.FetchOne(ctx, failover.AsCollection()); f != nil {
+		names = f.Names
+	}
+	kept := map[string]string{}
+	for _, n := range names {
+		if v, ok := own[n]; ok {
+			kept[n] = v
+		}
+	}
+	return collections.CanonicalLabels(kept)
 }
 
 // ViewOf is what resolving names for the proxy depends on (see collections.View).

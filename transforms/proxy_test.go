@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/test/fixtures"
@@ -51,10 +52,13 @@ func TestParseProxy(t *testing.T) {
 
 func TestProxyEnrichment(t *testing.T) {
 	cfg := collections.DefaultConfig()
-	in := workloadInputs(t, fixtures.ZoneNode("n1", "r1", "z1"),
+	in := workloadInputs(t, fixtures.ZoneNode("n1", "r1", "z1"), fixtures.Node("n2", nil),
 		fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"),
-		fixtures.Pod("ns2", "other", "other", "10.1.0.2", "n1"))
-	f := Proxies(cfg, ProxyInputs{Workloads: in}).Fn
+		fixtures.Pod("ns2", "other", "other", "10.1.0.2", "n1"),
+		fixtures.Pod("ns1", "nowhere", "nowhere", "10.1.0.3", "n2"))
+	// The failover label names without any DestinationRule: the topology labels only.
+	names, _ := FailoverLabelNames(krt.NewStaticCollection[collections.DestinationRule](nil, nil, krt.WithStop(test.NewStop(t))))
+	f := Proxies(cfg, ProxyInputs{Workloads: in, FailoverLabels: krt.NewStatic(names(krt.TestingDummyContext{}), true, krt.WithStop(test.NewStop(t)))}).Fn
 
 	declared := collections.Locality{Region: "rd", Zone: "zd"}
 	cases := []struct {
@@ -89,6 +93,25 @@ func TestProxyEnrichment(t *testing.T) {
 			proxy:     collections.ConnectedProxy{ConnID: "d", IP: "10.9.9.9", Namespace: "ns3", ClusterID: "c2", Network: "net2", Locality: declared, Labels: map[string]string{"istio-locality": "ra.za.sa"}},
 			wantClass: collections.ProxyClass{Namespace: "ns3", ClusterID: "c2", Network: "net2", Locality: collections.Locality{Region: "ra", Zone: "za", Subzone: "sa"}},
 			wantLabel: map[string]string{"topology.istio.io/network": "net2", "topology.istio.io/cluster": "c2"},
+		},
+		{
+			// istiod's SetWorkloadLabels falls back to the metadata labels, setTopologyLabels
+			// reads the locality back from the region/zone/subzone labels first
+			// (localityFromProxyLabels), then adds the topology labels.
+			name: "unknown proxy: its metadata labels are kept, topology labels give the locality",
+			proxy: collections.ConnectedProxy{ConnID: "e", IP: "10.9.9.9", Namespace: "ns3", Locality: declared, NodeName: "n7",
+				Labels: map[string]string{"app": "vm", "version": "v1", "topology.kubernetes.io/zone": "zl", "istio-locality": "ra.za"}},
+			wantClass: collections.ProxyClass{Namespace: "ns3", ClusterID: "Kubernetes", Locality: collections.Locality{Zone: "zl"}, NodeName: "n7",
+				Labels: collections.CanonicalLabels(map[string]string{"topology.kubernetes.io/zone": "zl"})},
+			wantLabel: map[string]string{"app": "vm", "version": "v1", "topology.kubernetes.io/zone": "zl", "istio-locality": "ra.za",
+				"kubernetes.io/hostname": "n7", "topology.istio.io/cluster": "Kubernetes"},
+		},
+		{
+			name:      "known Pod on a node without locality: node.locality, as istiod reads it back from the labels",
+			proxy:     collections.ConnectedProxy{ConnID: "f", IP: "10.1.0.3", PodName: "nowhere", Namespace: "ns1", Locality: declared},
+			wantPod:   "ns1/nowhere",
+			wantClass: collections.ProxyClass{Namespace: "ns1", ClusterID: "Kubernetes", Locality: declared, NodeName: "n2"},
+			wantLabel: map[string]string{"app": "nowhere", "topology.kubernetes.io/region": "rd", "topology.kubernetes.io/zone": "zd"},
 		},
 	}
 	for _, tc := range cases {

@@ -4,6 +4,7 @@
 package transforms
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -13,16 +14,23 @@ import (
 	"github.com/krteds/krteds/collections"
 )
 
-// ServiceInfos converts a Kubernetes Service into a ServiceInfo. It Fetches the Service's
-// Namespace, whose networking.istio.io/traffic-distribution annotation is the last fallback for
-// the traffic distribution.
-func ServiceInfos(cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) Single[*corev1.Service, collections.ServiceInfo] {
-	return Single[*corev1.Service, collections.ServiceInfo]{Reads: []any{namespaces}, Fn: func(ctx krt.HandlerContext, svc *corev1.Service) *collections.ServiceInfo {
+// KindService is the Problem kind of Services.
+const KindService = "Service"
+
+// ServiceInfos converts a Kubernetes Service into a ServiceInfo, and reports what it left
+// out: a port whose number is outside 1..65535 (the API server rejects one, a manifest may carry
+// one) gets no cluster, with a ReasonInvalidPort problem. It Fetches the Service's Namespace,
+// whose networking.istio.io/traffic-distribution annotation is the last fallback for the traffic
+// distribution.
+func ServiceInfos(cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) Checked[*corev1.Service, collections.ServiceInfo] {
+	return Checked[*corev1.Service, collections.ServiceInfo]{Reads: []any{namespaces}, Fn: func(ctx krt.HandlerContext, svc *corev1.Service) (*collections.ObjectProblems, *collections.ServiceInfo) {
 		var nsAnnotations map[string]string
 		if ns := krt.FetchOne(ctx, namespaces, krt.FilterKey(svc.Namespace)); ns != nil {
 			nsAnnotations = (*ns).Annotations
 		}
-		return ConvertService(cfg, svc, nsAnnotations)
+		pr := &problems{kind: KindService, object: svc.Namespace + "/" + svc.Name}
+		si := convertService(cfg, svc, nsAnnotations, pr)
+		return pr.result(), si
 	}}
 }
 
@@ -31,8 +39,13 @@ func ServiceHostname(name, namespace, domain string) string {
 	return name + "." + namespace + ".svc." + domain
 }
 
-// ConvertService builds the ServiceInfo of a Service, given its Namespace's annotations.
+// ConvertService builds the ServiceInfo of a Service, given its Namespace's annotations. A port
+// whose number is outside 1..65535 is left out (ServiceInfosChecked reports it).
 func ConvertService(cfg collections.Config, svc *corev1.Service, nsAnnotations map[string]string) *collections.ServiceInfo {
+	return convertService(cfg, svc, nsAnnotations, nil)
+}
+
+func convertService(cfg collections.Config, svc *corev1.Service, nsAnnotations map[string]string, pr *problems) *collections.ServiceInfo {
 	si := &collections.ServiceInfo{
 		Name:                     svc.Name,
 		Namespace:                svc.Namespace,
@@ -68,7 +81,13 @@ func ConvertService(cfg collections.Config, svc *corev1.Service, nsAnnotations m
 		si.ClusterIPs = []string{svc.Spec.ClusterIP}
 	}
 
-	for _, p := range svc.Spec.Ports {
+	for i, p := range svc.Spec.Ports {
+		if p.Port < 1 || p.Port > 65535 {
+			if pr != nil {
+				pr.add(collections.ReasonInvalidPort, fmt.Sprintf("port %d (%q) number %d is out of range; skipped", i, p.Name, p.Port))
+			}
+			continue
+		}
 		sp := collections.ServicePort{
 			Name:     p.Name,
 			Port:     p.Port,

@@ -1,6 +1,7 @@
 package transforms
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -111,9 +112,12 @@ func TestConvertService(t *testing.T) {
 			}
 			namespaces := krt.NewStaticCollection(nil, []*corev1.Namespace{fixtures.Namespace("ns1", nil, tc.nsAnno)},
 				krt.WithStop(test.NewStop(t)))
-			got := ServiceInfos(c, namespaces).Fn(krt.TestingDummyContext{}, tc.svc)
+			probs, got := ServiceInfos(c, namespaces).Fn(krt.TestingDummyContext{}, tc.svc)
 			if got == nil {
 				t.Fatal("no ServiceInfo")
+			}
+			if probs != nil {
+				t.Fatalf("problems %v", probs.Problems)
 			}
 			if diff := cmp.Diff(tc.want, *got); diff != "" {
 				t.Fatalf("ServiceInfo (-want +got):\n%s", diff)
@@ -122,6 +126,44 @@ func TestConvertService(t *testing.T) {
 				t.Fatal("Equals disagrees with cmp")
 			}
 		})
+	}
+}
+
+// TestServicePortOutOfRange: a port number outside 1..65535 (which Kubernetes validation rejects,
+// and a manifest may carry) gives no cluster; the Service is reported once per such port, by
+// name, and its other ports are served.
+func TestServicePortOutOfRange(t *testing.T) {
+	svc := fixtures.Service("ns1", "foo",
+		fixtures.Port{Name: "http", Port: 80},
+		fixtures.Port{Name: "big", Port: 70000},
+		fixtures.Port{Name: "zero", Port: 0},
+		fixtures.Port{Name: "negative", Port: -1},
+		fixtures.Port{Name: "max", Port: 65535})
+	namespaces := krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(test.NewStop(t)))
+	probs, si := ServiceInfos(collections.DefaultConfig(), namespaces).Fn(krt.TestingDummyContext{}, svc)
+	var ports []int32
+	for _, p := range si.Ports {
+		ports = append(ports, p.Port)
+	}
+	if diff := cmp.Diff([]int32{80, 65535}, ports); diff != "" {
+		t.Fatalf("ports (-want +got):\n%s", diff)
+	}
+	if probs == nil || probs.Kind != "Service" || probs.Object != "ns1/foo" || len(probs.Problems) != 3 {
+		t.Fatalf("problems %+v", probs)
+	}
+	for i, name := range []string{"big", "zero", "negative"} {
+		if p := probs.Problems[i]; p.Reason != collections.ReasonInvalidPort || !strings.Contains(p.Detail, `"`+name+`"`) {
+			t.Fatalf("problem %d: %+v", i, p)
+		}
+	}
+	// The cluster of the skipped port does not exist.
+	for _, c := range ClusterPorts(si) {
+		if c.Port == 70000 {
+			t.Fatal("a cluster for port 70000")
+		}
+	}
+	if p, clean := ServiceInfos(collections.DefaultConfig(), namespaces).Fn(krt.TestingDummyContext{}, fixtures.Service("ns1", "ok", fixtures.HTTP...)); clean == nil || p != nil {
+		t.Fatalf("a valid Service: %v, problems %+v", clean, p)
 	}
 }
 

@@ -24,6 +24,8 @@ type fakeSource struct {
 	subs    []func(collections.Change)
 	synced  chan struct{}
 	version uint64
+	// follows maps a name to the name it follows (Follows); set before the server starts.
+	follows map[string]string
 }
 
 func newFakeSource() *fakeSource {
@@ -89,6 +91,8 @@ func (f *fakeSource) List(_ *collections.View, typeURL string) []*collections.Re
 	}
 	return out
 }
+
+func (f *fakeSource) Follows(_, name string) string { return f.follows[name] }
 
 func (f *fakeSource) Subscribe(fn func(collections.Change)) {
 	f.mu.Lock()

@@ -35,6 +35,9 @@ type Server struct {
 	// lists the streams subscribed to all of a type.
 	subscribers [numTypes]map[nameID][]*conn
 	wildcard    [numTypes]map[*conn]struct{}
+	// followers indexes, per type, the subscribed names whose resources follow another name
+	// (Source.Follows), by that name; an entry lives as long as its name has subscribers.
+	followers [numTypes]map[string][]nameID
 }
 
 // NewServer builds a server over a source. Call Start before serving streams.
@@ -49,6 +52,7 @@ func NewServer(src Source, clusterID string, log *zap.Logger, m *Metrics) *Serve
 	for t := range numTypes {
 		s.subscribers[t] = map[nameID][]*conn{}
 		s.wildcard[t] = map[*conn]struct{}{}
+		s.followers[t] = map[string][]nameID{}
 	}
 	return s
 }
@@ -109,6 +113,18 @@ func (s *Server) onChange(ch collections.Change) {
 			s.names.setChanged(id, t, at)
 			for _, c := range s.subscribers[t][id] {
 				touched[c] = append(touched[c], id)
+			}
+		}
+		// The subscribed names whose resources follow n.
+		for _, fid := range s.followers[t][n] {
+			if !slices.Contains(ids, fid) {
+				ids = append(ids, fid)
+				s.names.setChanged(fid, t, at)
+			}
+			for _, c := range s.subscribers[t][fid] {
+				if !slices.Contains(touched[c], fid) {
+					touched[c] = append(touched[c], fid)
+				}
 			}
 		}
 		for c := range s.wildcard[t] {
@@ -179,19 +195,49 @@ func (s *Server) unregister(c *conn) {
 
 // index records that c holds name id of type t (s.mu held).
 func (s *Server) indexLocked(t typ, id nameID, c *conn) {
-	s.subscribers[t][id] = append(s.subscribers[t][id], c)
+	cs := s.subscribers[t][id]
+	if len(cs) == 0 {
+		s.followLocked(t, id, true)
+	}
+	s.subscribers[t][id] = append(cs, c)
 }
 
 func (s *Server) unindexLocked(t typ, id nameID, c *conn) {
-	cs := s.subscribers[t][id]
+	cs, held := s.subscribers[t][id]
 	if i := slices.Index(cs, c); i >= 0 {
 		cs[i] = cs[len(cs)-1]
 		cs = cs[:len(cs)-1]
 	}
 	if len(cs) == 0 {
 		delete(s.subscribers[t], id)
+		if held {
+			s.followLocked(t, id, false)
+		}
 	} else {
 		s.subscribers[t][id] = cs
+	}
+}
+
+// followLocked adds (on) or removes name id of type t from the followers of the name its
+// resource follows, if any (s.mu held; the name is interned).
+func (s *Server) followLocked(t typ, id nameID, on bool) {
+	leader := s.src.Follows(t.url(), s.names.name(id))
+	if leader == "" {
+		return
+	}
+	fs := s.followers[t][leader]
+	if on {
+		s.followers[t][leader] = append(fs, id)
+		return
+	}
+	if i := slices.Index(fs, id); i >= 0 {
+		fs[i] = fs[len(fs)-1]
+		fs = fs[:len(fs)-1]
+	}
+	if len(fs) == 0 {
+		delete(s.followers[t], leader)
+	} else {
+		s.followers[t][leader] = fs
 	}
 }
 

@@ -19,6 +19,10 @@ type Source interface {
 	Resolve(v *collections.View, typeURL, name string) (r *collections.Resource, pending bool)
 	// List returns every resource of the type proxies of view v see, for wildcard subscriptions.
 	List(v *collections.View, typeURL string) []*collections.Resource
+	// Follows is the name whose changes may change the resource of a type and name besides its
+	// own ("" for none): a Change naming it marks the name changed too. It is a pure function of
+	// its arguments, called with the server's locks held.
+	Follows(typeURL, name string) string
 	// Subscribe calls f with every change, in order for each type.
 	Subscribe(f func(collections.Change))
 }
