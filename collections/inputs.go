@@ -22,6 +22,9 @@ type Inputs struct {
 	// installed.
 	DestinationRules krt.Collection[*networkingclient.DestinationRule]
 	Sidecars         krt.Collection[*networkingclient.Sidecar]
+	// ServiceEntries and WorkloadEntries (networking.istio.io) stay empty likewise.
+	ServiceEntries  krt.Collection[*networkingclient.ServiceEntry]
+	WorkloadEntries krt.Collection[*networkingclient.WorkloadEntry]
 	// Clock (optional) is marked by the source whenever it writes a change.
 	Clock *InputClock
 }
@@ -29,13 +32,15 @@ type Inputs struct {
 // Input collection names, as they appear in /debug/krt and /debug/krtz, whichever source (informers,
 // manifests, static) feeds them.
 const (
-	NameNamespaces     = "input/Namespaces"
-	NameNodes          = "input/Nodes"
-	NamePods           = "input/Pods"
-	NameServices       = "input/Services"
-	NameEndpointSlices = "input/EndpointSlices"
-	NameDestRules      = "input/DestinationRules"
-	NameSidecars       = "input/Sidecars"
+	NameNamespaces      = "input/Namespaces"
+	NameNodes           = "input/Nodes"
+	NamePods            = "input/Pods"
+	NameServices        = "input/Services"
+	NameEndpointSlices  = "input/EndpointSlices"
+	NameDestRules       = "input/DestinationRules"
+	NameSidecars        = "input/Sidecars"
+	NameServiceEntries  = "input/ServiceEntries"
+	NameWorkloadEntries = "input/WorkloadEntries"
 )
 
 // InputClock records when an input last changed, at the moment the source writes the change and

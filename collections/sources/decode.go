@@ -31,11 +31,13 @@ const (
 	KindPod
 	KindDestinationRule
 	KindSidecar
+	KindServiceEntry
+	KindWorkloadEntry
 	KindEndpointSlice
 	numKinds
 )
 
-var kindNames = [numKinds]string{"Namespace", "Node", "Service", "Pod", "DestinationRule", "Sidecar", "EndpointSlice"}
+var kindNames = [numKinds]string{"Namespace", "Node", "Service", "Pod", "DestinationRule", "Sidecar", "ServiceEntry", "WorkloadEntry", "EndpointSlice"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -221,6 +223,10 @@ func classify(obj runtime.Object, h uint64, where string) (Object, bool, error) 
 		kind = KindDestinationRule
 	case *networkingclient.Sidecar:
 		kind = KindSidecar
+	case *networkingclient.ServiceEntry:
+		kind = KindServiceEntry
+	case *networkingclient.WorkloadEntry:
+		kind = KindWorkloadEntry
 	default:
 		return Object{}, false, nil
 	}

@@ -126,6 +126,8 @@ func contents(f *Files) map[string]any {
 	add("EndpointSlice", anys(f.static.EndpointSlices.List()))
 	add("DestinationRule", anys(f.static.DestinationRules.List()))
 	add("Sidecar", anys(f.static.Sidecars.List()))
+	add("ServiceEntry", anys(f.static.ServiceEntries.List()))
+	add("WorkloadEntry", anys(f.static.WorkloadEntries.List()))
 	return out
 }
 
@@ -145,6 +147,12 @@ func sameObject(a, b any) bool {
 		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
 	case *networkingclient.Sidecar:
 		y, ok := b.(*networkingclient.Sidecar)
+		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
+	case *networkingclient.ServiceEntry:
+		y, ok := b.(*networkingclient.ServiceEntry)
+		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
+	case *networkingclient.WorkloadEntry:
+		y, ok := b.(*networkingclient.WorkloadEntry)
 		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
 	}
 	return reflect.DeepEqual(a, b)

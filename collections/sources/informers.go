@@ -20,7 +20,16 @@ import (
 var (
 	GVRDestinationRule = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}
 	GVRSidecar         = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "sidecars"}
+	GVRServiceEntry    = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "serviceentries"}
+	GVRWorkloadEntry   = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadentries"}
 )
+
+// IstioResources are the Istio kinds krteds reads, by kind name.
+var IstioResources = map[string]schema.GroupVersionResource{
+	"DestinationRule": GVRDestinationRule, "Sidecar": GVRSidecar, "ServiceEntry": GVRServiceEntry, "WorkloadEntry": GVRWorkloadEntry,
+}
+
+var ()
 
 // Informers builds the input collections as krt informers over the client, with the same
 // filters as istiod: Pods exclude phase Failed and are kept as collections.Pod (only the fields
@@ -28,7 +37,7 @@ var (
 // the client (client.RunAndWait).
 func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 	if client.CrdWatcher() == nil {
-		// DestinationRules and Sidecars are read through delayed informers, which wait for their
+		// The Istio kinds are read through delayed informers, which wait for their
 		// CRD; a cluster client does not watch CRDs until asked to.
 		kube.EnableCrdWatcher(client)
 	}
@@ -55,6 +64,10 @@ func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameDestRules)...),
 		Sidecars: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.Sidecar](client, GVRSidecar,
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameSidecars)...),
+		ServiceEntries: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.ServiceEntry](client, GVRServiceEntry,
+			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameServiceEntries)...),
+		WorkloadEntries: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.WorkloadEntry](client, GVRWorkloadEntry,
+			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameWorkloadEntries)...),
 		Clock: clock,
 	}
 }

@@ -24,6 +24,8 @@ func docPool() []string {
 			fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: dr, namespace: ns1}\nspec: {host: svc, subsets: [{name: v%d, labels: {version: v%d}}]}\n", v, v),
 			fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: ns1}\nspec: {egress: [{hosts: ['./*', 'ns%d/*']}]}\n", v),
 			fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: other%d, namespace: ns2}\n", v),
+			fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns1}\nspec: {hosts: [api.example.com], resolution: STATIC, ports: [{number: 80, name: http}], endpoints: [{address: 10.1.0.%d}]}\n", v),
+			fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm, namespace: ns1}\nspec: {address: 10.2.0.%d, labels: {app: svc}}\n", v),
 		)
 	}
 	return out

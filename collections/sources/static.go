@@ -22,6 +22,8 @@ type Static struct {
 	EndpointSlices   krt.StaticCollection[*discovery.EndpointSlice]
 	DestinationRules krt.StaticCollection[*networkingclient.DestinationRule]
 	Sidecars         krt.StaticCollection[*networkingclient.Sidecar]
+	ServiceEntries   krt.StaticCollection[*networkingclient.ServiceEntry]
+	WorkloadEntries  krt.StaticCollection[*networkingclient.WorkloadEntry]
 	// Clock is marked by Apply and Delete.
 	Clock *collections.InputClock
 }
@@ -38,6 +40,8 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		eps   []*discovery.EndpointSlice
 		drs   []*networkingclient.DestinationRule
 		scs   []*networkingclient.Sidecar
+		ses   []*networkingclient.ServiceEntry
+		wes   []*networkingclient.WorkloadEntry
 	)
 	for _, o := range objs {
 		switch o := o.(type) {
@@ -59,6 +63,10 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 			drs = append(drs, o)
 		case *networkingclient.Sidecar:
 			scs = append(scs, o)
+		case *networkingclient.ServiceEntry:
+			ses = append(ses, o)
+		case *networkingclient.WorkloadEntry:
+			wes = append(wes, o)
 		}
 	}
 	return Static{
@@ -69,6 +77,8 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		EndpointSlices:   krt.NewStaticCollection(synced, eps, opts.WithName(collections.NameEndpointSlices)...),
 		DestinationRules: krt.NewStaticCollection(synced, drs, opts.WithName(collections.NameDestRules)...),
 		Sidecars:         krt.NewStaticCollection(synced, scs, opts.WithName(collections.NameSidecars)...),
+		ServiceEntries:   krt.NewStaticCollection(synced, ses, opts.WithName(collections.NameServiceEntries)...),
+		WorkloadEntries:  krt.NewStaticCollection(synced, wes, opts.WithName(collections.NameWorkloadEntries)...),
 		Clock:            new(collections.InputClock),
 	}
 }
@@ -83,6 +93,8 @@ func (s Static) Inputs() collections.Inputs {
 		EndpointSlices:   s.EndpointSlices,
 		DestinationRules: s.DestinationRules,
 		Sidecars:         s.Sidecars,
+		ServiceEntries:   s.ServiceEntries,
+		WorkloadEntries:  s.WorkloadEntries,
 		Clock:            s.Clock,
 	}
 }
@@ -116,6 +128,10 @@ func (s Static) Apply(obj any, del bool) {
 		apply(s.DestinationRules, o, del)
 	case *networkingclient.Sidecar:
 		apply(s.Sidecars, o, del)
+	case *networkingclient.ServiceEntry:
+		apply(s.ServiceEntries, o, del)
+	case *networkingclient.WorkloadEntry:
+		apply(s.WorkloadEntries, o, del)
 	}
 }
 
@@ -137,6 +153,10 @@ func (s Static) Delete(kind Kind, key string) {
 		s.DestinationRules.DeleteObject(key)
 	case KindSidecar:
 		s.Sidecars.DeleteObject(key)
+	case KindServiceEntry:
+		s.ServiceEntries.DeleteObject(key)
+	case KindWorkloadEntry:
+		s.WorkloadEntries.DeleteObject(key)
 	}
 }
 
@@ -161,6 +181,10 @@ func (s Static) Batch(kind Kind, ups []any, dels []string) {
 		batch(s.DestinationRules, ups, dels)
 	case KindSidecar:
 		batch(s.Sidecars, ups, dels)
+	case KindServiceEntry:
+		batch(s.ServiceEntries, ups, dels)
+	case KindWorkloadEntry:
+		batch(s.WorkloadEntries, ups, dels)
 	}
 }
 

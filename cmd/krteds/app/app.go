@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/krt"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
@@ -180,7 +179,7 @@ func Start(o Options) (*App, error) {
 		}()
 	}
 	if o.Cluster != nil {
-		for kind, gvr := range map[string]schema.GroupVersionResource{"DestinationRule": sources.GVRDestinationRule, "Sidecar": sources.GVRSidecar} {
+		for kind, gvr := range sources.IstioResources {
 			if !sources.CRDInstalled(o.Cluster, gvr, func() { log.Info("CRD installed; reading it", zap.String("kind", kind)) }) {
 				log.Info("CRD not installed; the collection stays empty until it is", zap.String("kind", kind), zap.String("resource", gvr.String()))
 			}
