@@ -101,16 +101,17 @@ type ServiceEndpoints struct {
 	Namespace string `json:"namespace"`
 	// Name is the Service name.
 	Name      string     `json:"name"`
+	Registry  Registry   `json:"registry"`
 	ClusterID string     `json:"clusterID"`
 	Endpoints []Endpoint `json:"endpoints"`
 }
 
-// ResourceName is "<namespace>/<name>", the same key as the ServiceInfo it belongs to.
-func (s ServiceEndpoints) ResourceName() string { return s.Namespace + "/" + s.Name }
+// ResourceName is the key of the ServiceInfo it belongs to.
+func (s ServiceEndpoints) ResourceName() string { return ServiceKey(s.Registry, s.Namespace, s.Name) }
 
 // Equals compares every field.
 func (s ServiceEndpoints) Equals(o ServiceEndpoints) bool {
-	return s.Hostname == o.Hostname && s.Namespace == o.Namespace && s.Name == o.Name &&
+	return s.Hostname == o.Hostname && s.Namespace == o.Namespace && s.Name == o.Name && s.Registry == o.Registry &&
 		s.ClusterID == o.ClusterID &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
 }

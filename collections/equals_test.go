@@ -172,4 +172,6 @@ func TestEqualsComparesEveryField(t *testing.T) {
 	checkEquals(t, Sidecar.Equals, nil)
 	checkEquals(t, ServicePolicy.Equals, nil)
 	checkEquals(t, ObjectProblems.Equals, nil)
+	checkEquals(t, ServiceEntry.Equals, nil)
+	checkEquals(t, WorkloadEntry.Equals, nil)
 }

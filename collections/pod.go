@@ -33,6 +33,25 @@ type Pod struct {
 	// Hostname and Subdomain are the Pod's spec fields (DNS names of StatefulSet pods).
 	Hostname  string `json:"hostname,omitempty"`
 	Subdomain string `json:"subdomain,omitempty"`
+	// Ports are the named TCP container ports, the first of each name (istiod's getPortMap):
+	// what a ServiceEntry selecting the Pod maps its port names to.
+	Ports []NamedPort `json:"ports,omitempty"`
+}
+
+// NamedPort is a port number by name.
+type NamedPort struct {
+	Name string `json:"name"`
+	Port uint32 `json:"port"`
+}
+
+// Port returns the number of the named port (0 when the Pod has no port of that name).
+func (p *Pod) Port(name string) uint32 {
+	for _, np := range p.Ports {
+		if np.Name == name {
+			return np.Port
+		}
+	}
+	return 0
 }
 
 // PodOwner is a controlling owner reference.
@@ -51,7 +70,7 @@ func (p *Pod) Equals(o *Pod) bool {
 		p.Phase == o.Phase && p.Ready == o.Ready && p.Deleting == o.Deleting &&
 		p.HostNetwork == o.HostNetwork && p.Generated == o.Generated && p.Controller == o.Controller &&
 		p.Hostname == o.Hostname && p.Subdomain == o.Subdomain &&
-		slices.Equal(p.IPs, o.IPs) && p.Labels.Equal(o.Labels)
+		slices.Equal(p.Ports, o.Ports) && slices.Equal(p.IPs, o.IPs) && p.Labels.Equal(o.Labels)
 }
 
 // Intern returns the canonical copy of s: strings that many objects repeat (namespaces, nodes,
@@ -100,6 +119,16 @@ func NewPod(k *corev1.Pod) *Pod {
 			break
 		}
 	}
+	for _, c := range k.Spec.Containers {
+		for _, cp := range c.Ports {
+			// An unset protocol is TCP (the API server defaults it; manifests may leave it out).
+			if cp.Name == "" || (cp.Protocol != "" && cp.Protocol != corev1.ProtocolTCP) || p.Port(cp.Name) != 0 {
+				continue
+			}
+			p.Ports = append(p.Ports, NamedPort{Name: Intern(cp.Name), Port: uint32(cp.ContainerPort)})
+		}
+	}
+	p.Ports = slices.Clip(p.Ports)
 	for _, ref := range k.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller {
 			p.Controller = PodOwner{Kind: Intern(ref.Kind), Name: Intern(ref.Name)}

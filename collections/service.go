@@ -15,7 +15,36 @@ const (
 	Passthrough
 	// Alias: ExternalName services; they get no cluster.
 	Alias
+	// DNSLB: ServiceEntry resolution DNS; Envoy resolves every endpoint (STRICT_DNS, no EDS).
+	DNSLB
+	// DNSRoundRobinLB: ServiceEntry resolution DNS_ROUND_ROBIN; Envoy resolves one endpoint
+	// (LOGICAL_DNS, no EDS).
+	DNSRoundRobinLB
 )
+
+// IsDNS reports whether Envoy resolves the service's endpoints itself: its cluster carries them
+// inline and it gets no EDS.
+func (r Resolution) IsDNS() bool { return r == DNSLB || r == DNSRoundRobinLB }
+
+// Registry is where a service comes from.
+type Registry int
+
+const (
+	// RegistryKubernetes: a Kubernetes Service.
+	RegistryKubernetes Registry = iota
+	// RegistryServiceEntry: one host of an Istio ServiceEntry.
+	RegistryServiceEntry
+)
+
+func (r Registry) String() string {
+	if r == RegistryServiceEntry {
+		return "ServiceEntry"
+	}
+	return "Kubernetes"
+}
+
+// MarshalText renders the registry by name in JSON dumps.
+func (r Registry) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 func (r Resolution) String() string {
 	switch r {
@@ -25,6 +54,10 @@ func (r Resolution) String() string {
 		return "Passthrough"
 	case Alias:
 		return "Alias"
+	case DNSLB:
+		return "DNSLB"
+	case DNSRoundRobinLB:
+		return "DNSRoundRobinLB"
 	}
 	return "Unknown"
 }
@@ -69,16 +102,24 @@ type ServicePort struct {
 // HasCluster reports whether the port gets an xDS cluster: UDP ports do not.
 func (p ServicePort) HasCluster() bool { return p.Protocol != "UDP" }
 
-// ServiceInfo is the registry's view of a Kubernetes Service: what EDS and CDS need.
+// ServiceInfo is the registry's view of a service: a Kubernetes Service, or one host of a
+// ServiceEntry. It holds what EDS and CDS need.
 type ServiceInfo struct {
+	// Name is the Service's name; for a ServiceEntry host, the host (as istiod names it).
 	Name      string `json:"name"`
 	Namespace string `json:"namespace"`
-	// Hostname is <name>.<namespace>.svc.<domain>.
-	Hostname   string            `json:"hostname"`
-	Ports      []ServicePort     `json:"ports"`
-	Resolution Resolution        `json:"resolution"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	// Selector is spec.selector; nil for services without a selector.
+	// Hostname is <name>.<namespace>.svc.<domain>, or the ServiceEntry host.
+	Hostname string   `json:"hostname"`
+	Registry Registry `json:"registry"`
+	// ServiceEntry is the name of the ServiceEntry a host comes from ("" for a Service).
+	ServiceEntry string `json:"serviceEntry,omitempty"`
+	// MeshExternal is a ServiceEntry's location MESH_EXTERNAL.
+	MeshExternal bool              `json:"meshExternal,omitempty"`
+	Ports        []ServicePort     `json:"ports"`
+	Resolution   Resolution        `json:"resolution"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	// Selector is spec.selector (a ServiceEntry's workloadSelector labels); nil for services
+	// without a selector.
 	Selector map[string]string `json:"selector,omitempty"`
 	// ExportTo is the parsed networking.istio.io/exportTo annotation (empty = visible everywhere).
 	ExportTo []string `json:"exportTo,omitempty"`
@@ -96,8 +137,17 @@ type ServiceInfo struct {
 	PersistentSessionHeader bool `json:"persistentSessionHeader,omitempty"`
 }
 
-// ResourceName is the krt key: "<namespace>/<name>".
-func (s ServiceInfo) ResourceName() string { return s.Namespace + "/" + s.Name }
+// ResourceName is the krt key: "<namespace>/<name>" for a Kubernetes Service, the host for a
+// ServiceEntry host (defined once mesh-wide).
+func (s ServiceInfo) ResourceName() string { return ServiceKey(s.Registry, s.Namespace, s.Name) }
+
+// ServiceKey is the key of a service: "<namespace>/<name>", or the host of a ServiceEntry host.
+func ServiceKey(r Registry, namespace, name string) string {
+	if r == RegistryServiceEntry {
+		return name
+	}
+	return namespace + "/" + name
+}
 
 // Visibility is what decides which proxies see the service.
 func (s *ServiceInfo) Visibility() Visibility {
@@ -135,6 +185,9 @@ func (s ServiceInfo) Equals(o ServiceInfo) bool {
 	return s.Name == o.Name &&
 		s.Namespace == o.Namespace &&
 		s.Hostname == o.Hostname &&
+		s.Registry == o.Registry &&
+		s.ServiceEntry == o.ServiceEntry &&
+		s.MeshExternal == o.MeshExternal &&
 		s.Resolution == o.Resolution &&
 		s.TrafficDistribution == o.TrafficDistribution &&
 		s.NodeLocal == o.NodeLocal &&

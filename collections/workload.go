@@ -85,6 +85,16 @@ type EndpointMeta struct {
 	NodeName      string   `json:"NodeName"`
 	HostName      string   `json:"HostName"`
 	SubDomain     string   `json:"SubDomain"`
+	// Weight is a WorkloadEntry's (or ServiceEntry endpoint's) weight; 0 means 1.
+	Weight uint32 `json:"Weight,omitempty"`
+}
+
+// LBWeight is the endpoint's load-balancing weight: Weight, or 1 when unset.
+func (m *EndpointMeta) LBWeight() uint32 {
+	if m == nil || m.Weight == 0 {
+		return 1
+	}
+	return m.Weight
 }
 
 // Label is the endpoint's label k as istiod's augmented labels have it: the topology labels
@@ -156,6 +166,7 @@ func (m *EndpointMeta) Equals(o *EndpointMeta) bool {
 		m.NodeName == o.NodeName &&
 		m.HostName == o.HostName &&
 		m.SubDomain == o.SubDomain &&
+		m.Weight == o.Weight &&
 		m.PodLabels.Equal(o.PodLabels)
 }
 

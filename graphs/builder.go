@@ -24,11 +24,15 @@ const (
 // node is one collection of the graph with its live counters, kept from its own events so that
 // reading them costs nothing per object.
 type node struct {
-	name   string
-	kind   string
-	input  string
-	reads  []string
-	syncer krt.Syncer
+	name  string
+	kind  string
+	input string
+	// joined are a join's primary inputs after the first.
+	joined []string
+	// outputs lists a join's outputs by key: krt's debug handler does not hold joins.
+	outputs func() map[string]any
+	reads   []string
+	syncer  krt.Syncer
 	// uid is krt's identity of the collection.
 	uid uint64
 
@@ -168,6 +172,52 @@ func DeriveChecked[I controllers.Object, O any](d *Description, name string, par
 	return out, problems
 }
 
+// Join builds the union of collections of one type whose keys do not overlap (krt does not check
+// them: the join keeps no state of its own); each is a primary input.
+func Join[T any](d *Description, name string, cs ...krt.Collection[T]) krt.Collection[T] {
+	n := &node{name: name, kind: KindDerived, input: d.nameOf(cs[0])}
+	for _, c := range cs[1:] {
+		if rn := d.nameOf(c); rn != "" {
+			n.joined = append(n.joined, rn)
+		}
+	}
+	j := krt.JoinCollection(cs, append(d.opts.WithName(name), krt.WithJoinUnchecked())...)
+	n.outputs = func() map[string]any {
+		out := map[string]any{}
+		for _, o := range j.List() {
+			out[krt.GetKey(o)] = o
+		}
+		return out
+	}
+	return register(d, n, j)
+}
+
+// JoinDump is a join's outputs in the shape of krt's debug dump, which does not hold joins.
+type JoinDump struct {
+	Name  string `json:"name"`
+	State struct {
+		Outputs map[string]any `json:"outputs"`
+		Synced  bool           `json:"synced"`
+	} `json:"state"`
+}
+
+// JoinDumps dumps the joins of the graph.
+func (d *Description) JoinDumps() []JoinDump {
+	d.mu.RLock()
+	nodes := slices.Clone(d.nodes)
+	d.mu.RUnlock()
+	var out []JoinDump
+	for _, n := range nodes {
+		if n.outputs == nil {
+			continue
+		}
+		j := JoinDump{Name: n.name}
+		j.State.Outputs, j.State.Synced = n.outputs(), n.syncer.HasSynced()
+		out = append(out, j)
+	}
+	return out
+}
+
 // DeriveFromNothing builds the collection of a transform without a primary input: it reads only
 // what it Fetches.
 func DeriveFromNothing[O any](d *Description, name string, t transforms.Many[struct{}, O]) krt.Collection[O] {
@@ -305,6 +355,9 @@ func (d *Description) Snapshot() Snapshot {
 		}
 		if n.input != "" {
 			s.Edges = append(s.Edges, EdgeInfo{From: n.input, To: n.name, Kind: EdgeInput})
+		}
+		for _, in := range n.joined {
+			s.Edges = append(s.Edges, EdgeInfo{From: in, To: n.name, Kind: EdgeInput})
 		}
 		for _, dep := range n.reads {
 			s.Edges = append(s.Edges, EdgeInfo{From: dep, To: n.name, Kind: EdgeFetch})

@@ -14,6 +14,11 @@ import (
 const (
 	NameSystemNetwork    = "SystemNetwork"
 	NameNodeLocalities   = "NodeLocalities"
+	NameKubeServices     = "KubernetesServices"
+	NameServiceEntries   = "ServiceEntries"
+	NameEntriesByHost    = "ServiceEntriesByHost"
+	NameEntryServices    = "ServiceEntryServices"
+	NameWorkloadEntries  = "WorkloadEntries"
 	NameServiceInfos     = "ServiceInfos"
 	NameSliceEndpoints   = "SliceEndpoints"
 	NameServiceEndpoints = "ServiceEndpoints"
@@ -42,6 +47,10 @@ type Graph struct {
 
 	SystemNetwork  krt.Singleton[string]
 	NodeLocalities krt.Collection[collections.NodeLocality]
+	// ServiceEntries and WorkloadEntries are the converted Istio objects.
+	ServiceEntries  krt.Collection[collections.ServiceEntry]
+	WorkloadEntries krt.Collection[collections.WorkloadEntry]
+	// ServiceInfos are every service: the Kubernetes Services and the ServiceEntry hosts.
 	ServiceInfos   krt.Collection[collections.ServiceInfo]
 	SliceEndpoints krt.Collection[collections.SliceEndpoints]
 	// ServiceEndpoints holds one shard per Service ("<ns>/<name>"), empty when it has no endpoints.
@@ -86,6 +95,12 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	if in.Sidecars == nil {
 		in.Sidecars = krt.NewStaticCollection[*networkingclient.Sidecar](nil, nil, opts.WithName(collections.NameSidecars)...)
 	}
+	if in.ServiceEntries == nil {
+		in.ServiceEntries = krt.NewStaticCollection[*networkingclient.ServiceEntry](nil, nil, opts.WithName(collections.NameServiceEntries)...)
+	}
+	if in.WorkloadEntries == nil {
+		in.WorkloadEntries = krt.NewStaticCollection[*networkingclient.WorkloadEntry](nil, nil, opts.WithName(collections.NameWorkloadEntries)...)
+	}
 	d := newDescription(opts)
 	g := &Graph{Inputs: in, Description: d}
 	var problems []krt.Collection[collections.ObjectProblems]
@@ -99,23 +114,38 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	Input(d, collections.NameEndpointSlices, in.EndpointSlices)
 	Input(d, collections.NameDestRules, in.DestinationRules)
 	Input(d, collections.NameSidecars, in.Sidecars)
+	Input(d, collections.NameServiceEntries, in.ServiceEntries)
+	Input(d, collections.NameWorkloadEntries, in.WorkloadEntries)
 
 	// The registry: services and their endpoints. A Pod's workload (identity, topology) is
 	// derived where it is used, from the Pods fetched there.
 	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
 	g.SystemNetwork = Singleton(d, NameSystemNetwork, network, reads)
 	g.NodeLocalities = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(g.SystemNetwork))
-	var p krt.Collection[collections.ObjectProblems]
-	g.ServiceInfos, p = DeriveChecked(d, NameServiceInfos, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
+	kubeServices, p := DeriveChecked(d, NameKubeServices, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
 	checked(p)
+	g.ServiceEntries, p = DeriveChecked(d, NameServiceEntries, in.ServiceEntries, transforms.ServiceEntries(cfg, transforms.ServiceEntryInputs{
+		Namespaces: in.Namespaces, SystemNetwork: g.SystemNetwork,
+		Entries: in.ServiceEntries, EntriesByHost: krt.NewIndex(in.ServiceEntries, "byHost", transforms.ServiceEntryHosts),
+	}))
+	checked(p)
+	g.WorkloadEntries, p = DeriveChecked(d, NameWorkloadEntries, in.WorkloadEntries, transforms.WorkloadEntries(cfg, g.SystemNetwork))
+	checked(p)
+	entryServices := Derive(d, NameEntryServices,
+		Index(d, NameEntriesByHost, NameServiceEntries, krt.NewIndex(g.ServiceEntries, "byHost", transforms.EntryHosts)), transforms.ServiceEntryServices())
+	g.ServiceInfos = Join(d, NameServiceInfos, kubeServices, entryServices)
 	workloads := transforms.WorkloadInputs{Pods: in.Pods, Nodes: g.NodeLocalities, SystemNetwork: g.SystemNetwork,
 		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
 	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
 		Services: g.ServiceInfos, Workloads: workloads,
 	}))
 	checked(p)
-	g.ServiceEndpoints = Derive(d, NameServiceEndpoints, g.ServiceInfos, transforms.MergeServiceEndpoints(cfg,
-		g.SliceEndpoints, krt.NewIndex(g.SliceEndpoints, "byService", transforms.SliceService)))
+	g.ServiceEndpoints = Derive(d, NameServiceEndpoints, g.ServiceInfos, transforms.ServiceEndpointsOf(cfg, transforms.ServiceEndpointInputs{
+		Slices: g.SliceEndpoints, SlicesByService: krt.NewIndex(g.SliceEndpoints, "byService", transforms.SliceService),
+		ServiceEntries:  g.ServiceEntries,
+		WorkloadEntries: g.WorkloadEntries, WorkloadEntriesByNamespace: krt.NewIndex(g.WorkloadEntries, "byNamespace", transforms.ByNamespace),
+		Workloads: workloads,
+	}))
 
 	// Traffic policy.
 	g.DestinationRules, p = DeriveChecked(d, NameDestRules, in.DestinationRules, transforms.DestinationRules())
@@ -144,7 +174,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		RootNamespace: cfg.SystemNamespace, Services: g.ServiceInfos, Policies: g.ServicePolicies, Classes: g.ProxyClasses,
 	}))
 	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.ClustersFor(transforms.ClusterInputs{
-		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies,
+		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints,
 	}))
 	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, transforms.Listeners())
 	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes())

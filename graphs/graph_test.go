@@ -9,9 +9,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	istioapimeta "istio.io/api/meta/v1alpha1"
+	networking "istio.io/api/networking/v1"
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
 	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
@@ -221,7 +225,25 @@ func orderScenario() []history {
 	barB := fixtures.Slice("ns1", "bar-b", "bar", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.1.1", Cond: fixtures.Ready}) // no targetRef
 	goneA := fixtures.Slice("ns1", "gone-a", "gone", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.2.1", Cond: fixtures.Ready})
 
+	// Istio kinds: a WorkloadEntry the foo Service selects, relabelled; a health-checked entry
+	// that turns healthy; a STATIC ServiceEntry edited, and a newer one claiming its host; an
+	// entry selecting the foo Pods and WorkloadEntries.
+	vm1 := workloadEntry("vm-1", "10.0.3.1", map[string]string{"app": "foo"}, nil)
+	vm1b := workloadEntry("vm-1", "10.0.3.1", map[string]string{"app": "foo", "version": "v2"}, nil)
+	vm2sick := workloadEntry("vm-2", "10.0.3.2", map[string]string{"app": "bar"}, fixtures.Ptr(false))
+	vm2well := workloadEntry("vm-2", "10.0.3.2", map[string]string{"app": "bar"}, fixtures.Ptr(true))
+	ext := staticEntry("ext", "api.example.com", time.Unix(100, 0), "10.0.4.1")
+	ext2 := staticEntry("ext", "api.example.com", time.Unix(100, 0), "10.0.4.1", "10.0.4.2")
+	dup := staticEntry("dup", "api.example.com", time.Unix(200, 0), "10.0.4.9")
+	sel := staticEntry("sel", "sel.example.com", time.Unix(100, 0))
+	sel.Spec.WorkloadSelector = &networking.WorkloadSelector{Labels: map[string]string{"app": "foo"}}
+
 	return []history{
+		{up(vm1), up(vm1b)},
+		{up(vm2sick), up(vm2well)},
+		{up(ext), up(ext2)},
+		{up(dup)},
+		{up(sel)},
 		{up(ns1), up(ns1b)},
 		{up(sys), up(sys2)},
 		{up(n1), up(n1b)},
@@ -239,6 +261,30 @@ func orderScenario() []history {
 		{up(barB)},
 		{up(goneA), del(goneA)},
 	}
+}
+
+func workloadEntry(name, ip string, labels map[string]string, healthy *bool) *networkingclient.WorkloadEntry {
+	we := &networkingclient.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns1"},
+		Spec: networking.WorkloadEntry{Address: ip, Labels: labels, Ports: map[string]uint32{"http": 7070}}}
+	if healthy != nil {
+		we.Annotations = map[string]string{collections.AnnotationHealthChecksEnabled: "true"}
+		status := "False"
+		if *healthy {
+			status = "True"
+		}
+		we.Status.Conditions = []*istioapimeta.IstioCondition{{Type: collections.ConditionHealthy, Status: status}}
+	}
+	return we
+}
+
+func staticEntry(name, host string, created time.Time, ips ...string) *networkingclient.ServiceEntry {
+	se := &networkingclient.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns1", CreationTimestamp: metav1.NewTime(created)},
+		Spec: networking.ServiceEntry{Hosts: []string{host}, Resolution: networking.ServiceEntry_STATIC,
+			Ports: []*networking.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}}}}
+	for _, ip := range ips {
+		se.Spec.Endpoints = append(se.Spec.Endpoints, &networking.WorkloadEntry{Address: ip})
+	}
+	return se
 }
 
 func finalObjects(hs []history) []any {
@@ -259,14 +305,23 @@ func TestEventOrderNeverMatters(t *testing.T) {
 	var truth endpointsState
 	eventually(t, "ground truth", func() (bool, string) {
 		truth = stateOf(truthGraph)
-		return len(truth.Services) == 2, fmt.Sprint(len(truth.Services))
+		return len(truth.Services) == 4, fmt.Sprint(len(truth.Services))
 	})
 	// Sanity: the scenario exercises what it claims to.
-	if e := truth.Services["ns1/bar"].Endpoints; len(e) != 1 || e[0].Slice != "bar-b" {
-		t.Fatalf("FQDN replacement must leave only bar-b's endpoint: %+v", e)
+	if e := truth.Services["ns1/bar"].Endpoints; len(e) != 2 || e[0].Slice != "bar-b" {
+		t.Fatalf("FQDN replacement must leave only bar-b's endpoint (and vm-2's): %+v", e)
 	}
 	if _, ok := truth.Services["ns1/gone"]; ok {
 		t.Fatal("deleted service present")
+	}
+	if e := truth.Services["api.example.com"].Endpoints; len(e) != 2 || e[1].Address != "10.0.4.2" {
+		t.Fatalf("the older entry must own api.example.com, edited: %+v", e)
+	}
+	if e := truth.Services["ns1/bar"].Endpoints; len(e) != 2 || e[1].Address != "10.0.3.2" || e[1].Port != 7070 {
+		t.Fatalf("bar must select vm-2 once healthy: %+v", e)
+	}
+	if n := len(truth.Services["sel.example.com"].Endpoints); n != 3 {
+		t.Fatalf("sel.example.com must select foo-1, foo-2 (ready) and vm-1: %d endpoints", n)
 	}
 
 	seed := uint64(time.Now().UnixNano())

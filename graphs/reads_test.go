@@ -29,7 +29,22 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 		Spec: networking.DestinationRule{Host: "foo", Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"app": "foo"}}}}}
 	sc := &networkingclient.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "ns1"},
 		Spec: networking.Sidecar{Egress: []*networking.IstioEgressListener{{Hosts: []string{"./*"}}}}}
-	in := sources.NewStatic(opts, nil,
+	// A STATIC entry with an inline endpoint (and a host under the cluster domain, checked
+	// against the Kubernetes services); an entry selecting the foo Pods and a WorkloadEntry,
+	// which the foo Service selects too.
+	ext := &networkingclient.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: "ns1"},
+		Spec: networking.ServiceEntry{Hosts: []string{"api.example.com", "bar.ns1.svc.cluster.local"}, Resolution: networking.ServiceEntry_STATIC,
+			Ports: []*networking.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}}, Endpoints: []*networking.WorkloadEntry{{Address: "10.1.0.1"}}}}
+	sel := &networkingclient.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "sel", Namespace: "ns1"},
+		Spec: networking.ServiceEntry{Hosts: []string{"foo.example.com"}, Resolution: networking.ServiceEntry_STATIC,
+			Ports:            []*networking.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
+			WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": "foo"}}}}
+	vm := &networkingclient.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: "ns1"},
+		Spec: networking.WorkloadEntry{Address: "10.2.0.1", Labels: map[string]string{"app": "foo"}}}
+	dns := &networkingclient.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "dns", Namespace: "ns1"},
+		Spec: networking.ServiceEntry{Hosts: []string{"dns.example.com"}, Resolution: networking.ServiceEntry_DNS,
+			Ports: []*networking.ServicePort{{Number: 443, Name: "tls", Protocol: "TLS"}}}}
+	in := sources.NewStatic(opts, nil, ext, sel, vm, dns,
 		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net1"}, nil),
 		fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),

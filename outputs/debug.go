@@ -73,7 +73,7 @@ func NewDebugMux(o DebugOptions) http.Handler {
 		writeGraph(w, r, o.Graph.Description.Snapshot())
 	}))
 	handle("/debug/krtz", "krt's own dump of every collection; ?collection=NAME filters", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		krtz(w, r, o.Debugger)
+		krtz(w, r, o.Debugger, o.Graph.Description.JoinDumps())
 	}))
 	handle("/debug/endpointShardz", "endpoint shards per service, istiod's shape", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, r, EndpointShardz(o.Graph.ServiceEndpoints.List()))
@@ -139,8 +139,9 @@ func WriteJSON(w http.ResponseWriter, r *http.Request, v any) {
 	}
 }
 
-// krtz writes krt's debug dump, optionally only the collections named in ?collection=.
-func krtz(w http.ResponseWriter, r *http.Request, d *krt.DebugHandler) {
+// krtz writes krt's debug dump and the graph's joins (which krt's dump leaves out), optionally
+// only the collections named in ?collection=.
+func krtz(w http.ResponseWriter, r *http.Request, d *krt.DebugHandler, joins []graphs.JoinDump) {
 	raw, err := json.Marshal(d)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -150,6 +151,19 @@ func krtz(w http.ResponseWriter, r *http.Request, d *krt.DebugHandler) {
 	if err := json.Unmarshal(raw, &dump); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
+	}
+	for _, j := range joins {
+		name, err := json.Marshal(j.Name)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		state, err := json.Marshal(j.State)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		dump = append(dump, map[string]json.RawMessage{"name": name, "state": state})
 	}
 	if want := r.URL.Query()["collection"]; len(want) > 0 {
 		keep := dump[:0]

@@ -77,11 +77,19 @@ func EndpointShardz(all []collections.ServiceEndpoints) map[string]map[string]en
 			out[se.Hostname] = map[string]endpointShards{}
 		}
 		out[se.Hostname][se.Namespace] = endpointShards{
-			Shards:          map[string][]istioEndpoint{"Kubernetes/" + se.ClusterID: eps},
+			Shards:          map[string][]istioEndpoint{shardProvider(se.Registry) + "/" + se.ClusterID: eps},
 			ServiceAccounts: sas,
 		}
 	}
 	return out
+}
+
+// shardProvider is istiod's registry provider name: ServiceEntries are "External".
+func shardProvider(r collections.Registry) string {
+	if r == collections.RegistryServiceEntry {
+		return "External"
+	}
+	return "Kubernetes"
 }
 
 // registryService is istiod's model.Service as /debug/registryz renders it.
@@ -133,11 +141,13 @@ func Registryz(svcs []collections.ServiceInfo, clusterID string) []registryServi
 		if len(s.ClusterIPs) > 0 && s.ClusterIPs[0] != "None" {
 			addr = s.ClusterIPs[0]
 		}
-		// istiod's Resolution numbering: ClientSideLB 0, DNSLB 1, Passthrough 2, ..., Alias 4.
-		res := map[collections.Resolution]int{collections.ClientSideLB: 0, collections.Passthrough: 2, collections.Alias: 4}[s.Resolution]
+		// istiod's Resolution numbering: ClientSideLB 0, DNSLB 1, Passthrough 2, DNSRoundRobinLB 3,
+		// Alias 4.
+		res := map[collections.Resolution]int{collections.ClientSideLB: 0, collections.DNSLB: 1, collections.Passthrough: 2,
+			collections.DNSRoundRobinLB: 3, collections.Alias: 4}[s.Resolution]
 		out = append(out, registryService{
 			Attributes: registryAttributes{
-				ServiceRegistry: "Kubernetes", Name: s.Name, Namespace: s.Namespace, Labels: s.Labels,
+				ServiceRegistry: shardProvider(s.Registry), Name: s.Name, Namespace: s.Namespace, Labels: s.Labels,
 				ExportTo: s.ExportTo, LabelSelectors: s.Selector, Type: s.Type, ExternalName: s.ExternalName,
 				NodeLocal: s.NodeLocal, PublishNotReadyAddresses: s.PublishNotReadyAddresses,
 				TrafficDistribution: s.TrafficDistribution.String(),
@@ -147,6 +157,7 @@ func Registryz(svcs []collections.ServiceInfo, clusterID string) []registryServi
 			DefaultAddress: addr,
 			Hostname:       s.Hostname,
 			Resolution:     res,
+			MeshExternal:   s.MeshExternal,
 		})
 	}
 	slices.SortFunc(out, func(a, b registryService) int {

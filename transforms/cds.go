@@ -9,6 +9,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	xdstype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -39,6 +40,9 @@ import (
 
 // meshConnectTimeout is the mesh default connectTimeout istiod gives every cluster.
 const meshConnectTimeout = 10 * time.Second
+
+// meshDNSRefreshRate is the mesh default dnsRefreshRate of DNS clusters.
+const meshDNSRefreshRate = 60 * time.Second
 
 // grpcClusterPrefix starts the keys of the gRPC variants ('~' is in no namespace or cluster name).
 const grpcClusterPrefix = "grpc~"
@@ -102,6 +106,8 @@ type ClusterInputs struct {
 	// RootNamespace is istiod's root namespace (mesh-wide DestinationRules).
 	RootNamespace string
 	Policies      krt.Collection[collections.ServicePolicy]
+	// Endpoints give a DNS service's clusters their endpoints (read for those services only).
+	Endpoints krt.Collection[collections.ServiceEndpoints]
 }
 
 // ClustersFor builds the CDS resources of a service: per cluster port, the cluster
@@ -110,8 +116,12 @@ type ClusterInputs struct {
 // (see ClusterKey). A variant carries the policy of the rule its proxies get (ResolveDestinationRule),
 // merged for the port and subset (EffectiveTrafficPolicy); a subset the proxies' rule does not
 // define gets the rule's policy for the port.
+//
+// A DNS service (a ServiceEntry with resolution DNS or DNS_ROUND_ROBIN) gets STRICT_DNS or
+// LOGICAL_DNS clusters carrying their endpoints (filtered by subset), as istiod's buildCluster;
+// a cluster left without endpoints is not sent, as istiod does not send it.
 func ClustersFor(in ClusterInputs) Many[collections.ServiceInfo, collections.ResourceSet] {
-	return Many[collections.ServiceInfo, collections.ResourceSet]{Reads: []any{in.Policies}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
+	return Many[collections.ServiceInfo, collections.ResourceSet]{Reads: []any{in.Policies, in.Endpoints}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
 		ports := ClusterPorts(&svc)
 		if len(ports) == 0 {
 			return nil
@@ -119,10 +129,26 @@ func ClustersFor(in ClusterInputs) Many[collections.ServiceInfo, collections.Res
 		sp := krt.FetchOne(ctx, in.Policies, krt.FilterKey(svc.ResourceName()))
 		subsets := append([]string{""}, sp.Subsets()...)
 		variants := clusterVariants(&svc, sp, in.RootNamespace)
+		var dns func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment
+		if svc.Resolution.IsDNS() {
+			var eps []collections.Endpoint
+			if se := krt.FetchOne(ctx, in.Endpoints, krt.FilterKey(svc.ResourceName())); se != nil {
+				eps = se.Endpoints
+			}
+			dns = func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment {
+				name := ClusterName(port.Port, subset, svc.Hostname)
+				cp := ClusterPolicyFor(&svc, sp, in.RootNamespace, namespace, port.Port, subset)
+				la := PlanClusterCLA(name, &svc, port, eps, cp, collections.ProxyClass{}).Proto()
+				if len(la.Endpoints) == 0 {
+					return nil
+				}
+				return la
+			}
+		}
 		var out []collections.ResourceSet
 		for _, port := range ports {
 			for _, subset := range subsets {
-				out = appendClusterVariants(out, &svc, port.Port, subset, variants)
+				out = appendClusterVariants(out, &svc, port, subset, variants, dns)
 			}
 		}
 		return out
@@ -193,7 +219,10 @@ func ruleHasClusterSettings(r collections.DestinationRule) bool {
 
 // appendClusterVariants appends the sets of one cluster: the Envoy default, and every other
 // variant that differs (in bytes or problems) from what its proxies would otherwise resolve to.
-func appendClusterVariants(out []collections.ResourceSet, svc *collections.ServiceInfo, port int32, subset string, variants []clusterVariant) []collections.ResourceSet {
+func appendClusterVariants(out []collections.ResourceSet, svc *collections.ServiceInfo, servicePort collections.ServicePort, subset string,
+	variants []clusterVariant, dns func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment,
+) []collections.ResourceSet {
+	port := servicePort.Port
 	name := ClusterName(port, subset, svc.Hostname)
 	type built struct {
 		r        *collections.Resource
@@ -218,6 +247,15 @@ func appendClusterVariants(out []collections.ResourceSet, svc *collections.Servi
 	var envoyDefault, grpcDefault *built
 	for i, v := range variants {
 		cs := ClusterSettingsFor(svc, v.rule, port, subset)
+		if dns != nil {
+			if cs.LoadAssignment = dns(servicePort, subset, v.namespace); cs.LoadAssignment == nil {
+				if i == 0 {
+					// No endpoints: istiod sends no DNS cluster.
+					return out
+				}
+				continue
+			}
+		}
 		envoy, envoyProblems := CheckedCluster(name, cs, EnvoyCluster)
 		grpc, grpcProblems := CheckedCluster(name, cs, GRPCCluster)
 		if i == 0 {
@@ -245,6 +283,8 @@ type ClusterSettings struct {
 	SubsetPassthrough bool
 	// Rule is "<ns>/<name>" of the applying rule, "" without one.
 	Rule string
+	// LoadAssignment holds the endpoints of a DNS service's cluster (nil for EDS clusters).
+	LoadAssignment *endpoint.ClusterLoadAssignment
 }
 
 // ClusterSettingsFor resolves the settings of one cluster under a rule (nil: none applies).
@@ -311,8 +351,13 @@ const (
 // config and feature flags, reduced to the fields that decide endpoint choice.
 func EnvoyCluster(name string, cs ClusterSettings) *cluster.Cluster {
 	typ := cluster.Cluster_EDS
-	if cs.SubsetPassthrough {
+	switch {
+	case cs.SubsetPassthrough:
 		typ = cluster.Cluster_ORIGINAL_DST
+	case cs.LoadAssignment != nil && cs.Service.Resolution == collections.DNSRoundRobinLB:
+		typ = cluster.Cluster_LOGICAL_DNS
+	case cs.LoadAssignment != nil:
+		typ = cluster.Cluster_STRICT_DNS
 	}
 	c := &cluster.Cluster{
 		Name:                 name,
@@ -320,6 +365,14 @@ func EnvoyCluster(name string, cs ClusterSettings) *cluster.Cluster {
 		// applyDefaultConnectionPool: the mesh connectTimeout.
 		ConnectTimeout: durationpb.New(meshConnectTimeout),
 		CommonLbConfig: &cluster.Cluster_CommonLbConfig{},
+	}
+	if typ == cluster.Cluster_STRICT_DNS || typ == cluster.Cluster_LOGICAL_DNS {
+		// buildCluster: Envoy resolves the endpoints; IPv4 lookups (an IPv4 proxy's family),
+		// the mesh refresh rate, the records' TTL respected.
+		c.DnsLookupFamily = cluster.Cluster_V4_ONLY
+		c.DnsRefreshRate = durationpb.New(meshDNSRefreshRate) //nolint:staticcheck // what istiod sets
+		c.RespectDnsTtl = true                                //nolint:staticcheck // what istiod sets
+		c.LoadAssignment = cs.LoadAssignment
 	}
 	if cs.Subset == "" && cs.Service.SupportsDrainingEndpoints() {
 		// buildOutboundClusters, on the default cluster of a persistent-session service.

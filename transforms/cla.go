@@ -244,7 +244,8 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 	return plan
 }
 
-// Proto renders the plan as a ClusterLoadAssignment message: endpoint weight 1, tlsMode and
+// Proto renders the plan as a ClusterLoadAssignment message: endpoint weight (1 unless a
+// WorkloadEntry sets one), tlsMode and
 // istio.workload metadata, locality weight = sum of endpoint weights.
 func (p CLAPlan) Proto() *endpoint.ClusterLoadAssignment {
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: p.ClusterName}
@@ -384,7 +385,7 @@ func lbEndpoint(e collections.Endpoint, tlsMode string) *endpoint.LbEndpoint {
 			}}},
 		}},
 		HealthStatus:        healthOf[e.Health],
-		LoadBalancingWeight: wrapperspb.UInt32(1),
+		LoadBalancingWeight: wrapperspb.UInt32(m.LBWeight()),
 		Metadata:            &core.Metadata{FilterMetadata: fm},
 	}
 }

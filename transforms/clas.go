@@ -46,7 +46,8 @@ func NeedsClasses(svc *collections.ServiceInfo, sp *collections.ServicePolicy) b
 func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.ResourceSet] {
 	return Many[collections.ServiceEndpoints, collections.ResourceSet]{Reads: []any{in.Services, in.Policies, in.Classes}, Fn: func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
 		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName()))
-		if svc == nil {
+		if svc == nil || svc.Resolution.IsDNS() {
+			// Envoy resolves a DNS service's endpoints itself: its cluster carries them (CDS).
 			return nil
 		}
 		sp := krt.FetchOne(ctx, in.Policies, krt.FilterKey(se.ResourceName()))

@@ -85,8 +85,12 @@ func (e *encoder) localityGroup(b []byte, g CLAGroup) []byte {
 		b = protowire.AppendTag(b, fLocLbEndpoints, protowire.BytesType)
 		b = protowire.AppendBytes(b, e.lb)
 	}
-	// Every endpoint weighs 1: the locality weighs the number of endpoints.
-	weight := uint64(len(g.Endpoints))
+	// The locality weighs the sum of its endpoints' weights (1 each unless a WorkloadEntry sets
+	// one), saturating.
+	var weight uint64
+	for _, ep := range g.Endpoints {
+		weight += uint64(ep.Meta.LBWeight())
+	}
 	if weight > math.MaxUint32 {
 		weight = math.MaxUint32
 	}
@@ -118,9 +122,10 @@ func (e *encoder) lbEndpoint(b []byte, ep collections.Endpoint) []byte {
 	b = protowire.AppendTag(b, fLbMetadata, protowire.BytesType)
 	b = protowire.AppendBytes(b, md)
 	b = protowire.AppendTag(b, fLbWeight, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(1)))
+	w := uint64(ep.Meta.LBWeight())
+	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(w)))
 	b = protowire.AppendTag(b, fUInt32ValueValue, protowire.VarintType)
-	b = protowire.AppendVarint(b, 1)
+	b = protowire.AppendVarint(b, w)
 	// endpoint { address { socket_address { address, port_value } } }
 	sock := e.ep[:0]
 	sock = appendStringField(sock, fSocketAddress, ep.Address)

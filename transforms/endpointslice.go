@@ -215,29 +215,5 @@ func EndpointHealth(svc *collections.ServiceInfo, c discovery.EndpointConditions
 	return collections.UnHealthy
 }
 
-// MergeServiceEndpoints merges the endpoints of all slices of one service into its endpoint
-// shard: de-duplicated by (address, port name), healthiest copy first, then lowest slice name,
-// in a stable order.
-func MergeServiceEndpoints(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[collections.ServiceInfo, collections.ServiceEndpoints] {
-	return Single[collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
-		slicesOf := bySvc.Fetch(ctx, svc.ResourceName())
-		n := 0
-		for _, s := range slicesOf {
-			n += len(s.Endpoints)
-		}
-		all := make([]collections.Endpoint, 0, n)
-		for _, s := range slicesOf {
-			all = append(all, s.Endpoints...)
-		}
-		return &collections.ServiceEndpoints{
-			Hostname:  svc.Hostname,
-			Namespace: svc.Namespace,
-			Name:      svc.Name,
-			ClusterID: cfg.ClusterID,
-			Endpoints: collections.MergeEndpoints(all),
-		}
-	}}
-}
-
 // SliceService is the index extractor from a slice's endpoints to its Service key.
 func SliceService(s collections.SliceEndpoints) []string { return []string{s.ServiceKey()} }

@@ -363,7 +363,7 @@ func TestNoTargetRefLookup(t *testing.T) {
 	}
 }
 
-func TestMergeServiceEndpoints(t *testing.T) {
+func TestServiceEndpointsMergeSlices(t *testing.T) {
 	mk := func(ip, slice string, h collections.HealthStatus, port uint32) collections.Endpoint {
 		return collections.Endpoint{Address: ip, Port: port, PortName: "http", Health: h, Slice: slice}
 	}
@@ -377,8 +377,11 @@ func TestMergeServiceEndpoints(t *testing.T) {
 		}},
 		{Namespace: "ns1", Name: "c", Service: "bar", Endpoints: []collections.Endpoint{mk("10.0.0.99", "c", collections.Healthy, 80)}},
 	}, krt.WithStop(stop))
-	idx := krt.NewIndex(slices, "byService", SliceService)
-	out := MergeServiceEndpoints(collections.DefaultConfig(), slices, idx).Fn(krt.TestingDummyContext{},
+	wes := krt.NewStaticCollection[collections.WorkloadEntry](nil, nil, krt.WithStop(stop))
+	in := ServiceEndpointInputs{Slices: slices, SlicesByService: krt.NewIndex(slices, "byService", SliceService),
+		ServiceEntries:  krt.NewStaticCollection[collections.ServiceEntry](nil, nil, krt.WithStop(stop)),
+		WorkloadEntries: wes, WorkloadEntriesByNamespace: krt.NewIndex(wes, "byNamespace", ByNamespace), Workloads: workloadInputs(t)}
+	out := ServiceEndpointsOf(collections.DefaultConfig(), in).Fn(krt.TestingDummyContext{},
 		collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local"})
 	want := &collections.ServiceEndpoints{Hostname: "foo.ns1.svc.cluster.local", Namespace: "ns1", Name: "foo", ClusterID: "Kubernetes",
 		Endpoints: []collections.Endpoint{

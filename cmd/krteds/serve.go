@@ -43,9 +43,10 @@ func newServeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Watch Kubernetes (or a folder of manifests) and serve xDS",
-		Long: `serve watches Services, Pods, Nodes, Namespaces and EndpointSlices (and DestinationRules
-and Sidecars where their CRDs exist) and serves the endpoints istiod would serve. With --manifests it reads a YAML file or folder instead of a
-cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster config.`,
+		Long: `serve watches Services, Pods, Nodes, Namespaces and EndpointSlices (and DestinationRules,
+Sidecars, ServiceEntries and WorkloadEntries where their CRDs exist) and serves the endpoints istiod
+would serve. With --manifests it reads a YAML file or folder instead of a cluster; otherwise it uses
+--kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster config.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o) },
 	}

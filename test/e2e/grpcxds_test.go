@@ -16,8 +16,12 @@ import (
 	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	istioapimeta "istio.io/api/meta/v1alpha1"
+	networking "istio.io/api/networking/v1"
+	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
@@ -246,4 +250,43 @@ func TestSliceUpdateToFirstRPCLatency(t *testing.T) {
 	slices.Sort(samples)
 	t.Logf("EndpointSlice update → first RPC on the new set, 20 flips: median %v, min %v, max %v",
 		samples[len(samples)/2], samples[0], samples[len(samples)-1])
+}
+
+// TestGRPCClientReachesWorkloadEntries: a real gRPC xDS client reaches VM-style WorkloadEntry
+// backends through a ServiceEntry that selects them, and, through a Kubernetes Service, both a
+// Pod (from its EndpointSlice) and a WorkloadEntry the Service's selector picks.
+func TestGRPCClientReachesWorkloadEntries(t *testing.T) {
+	port := startBackends(t, "127.0.0.6", "127.0.0.7", "127.0.0.8", "127.0.0.9")
+	vm := func(name, ip, app string, healthy string) *networkingclient.WorkloadEntry {
+		we := &networkingclient.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: networking.WorkloadEntry{Address: ip, Labels: map[string]string{"app": app}}}
+		if healthy != "" {
+			we.Annotations = map[string]string{collections.AnnotationHealthChecksEnabled: "true"}
+			we.Status.Conditions = []*istioapimeta.IstioCondition{{Type: collections.ConditionHealthy, Status: healthy}}
+		}
+		return we
+	}
+	entry := &networkingclient.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "vms", Namespace: ns},
+		Spec: networking.ServiceEntry{Hosts: []string{"vm.example.com"}, Location: networking.ServiceEntry_MESH_INTERNAL,
+			Resolution:       networking.ServiceEntry_STATIC,
+			Ports:            []*networking.ServicePort{{Number: 80, Name: "grpc", Protocol: "GRPC", TargetPort: uint32(port)}},
+			WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": "vm"}}}}
+	mixed := fixtures.Service(ns, "mixed", fixtures.Port{Name: "grpc", Port: 80, Target: int32(port)})
+	objs := []any{
+		fixtures.Namespace(ns, nil, nil), fixtures.ZoneNode("n1", "r1", "z1"),
+		entry, vm("vm-1", "127.0.0.6", "vm", ""), vm("vm-2", "127.0.0.7", "vm", "True"),
+		mixed, fixtures.Pod(ns, "mixed-1", "mixed", "127.0.0.8", "n1"), vm("mixed-vm", "127.0.0.9", "mixed", ""),
+		fixtures.Slice(ns, "mixed-abc", "mixed", []fixtures.SlicePort{{Name: "grpc", Port: int32(port)}},
+			fixtures.Endpoint{IP: "127.0.0.8", Pod: "mixed-1", Cond: fixtures.Ready}),
+	}
+	m := startKrteds(t, 80, objs...)
+
+	vms := m.dial("xds:///vm.example.com:80")
+	until(t, vms, "both WorkloadEntries behind the ServiceEntry are reached", 30, exactly("127.0.0.6", "127.0.0.7"))
+	// vm-2's health check fails: it is no longer an endpoint.
+	m.app.Static.Apply(vm("vm-2", "127.0.0.7", "vm", "False"), false)
+	until(t, vms, "the unhealthy WorkloadEntry is no longer reached", 30, exactly("127.0.0.6"))
+
+	cc := m.dial("xds:///mixed.default.svc.cluster.local:80")
+	until(t, cc, "the Service reaches its Pod and its WorkloadEntry", 30, exactly("127.0.0.8", "127.0.0.9"))
 }
