@@ -2,6 +2,8 @@
 // dataflow: ServiceInfo, Workload, Endpoint, ...) and the constructors of its input collections.
 package collections
 
+import "strings"
+
 // Config carries the mesh-wide settings that transforms read. It is immutable once the graph is
 // built; changing it means building a new graph.
 type Config struct {
@@ -14,6 +16,22 @@ type Config struct {
 	// SystemNamespace is the namespace whose topology.istio.io/network label gives the default
 	// network, default "istio-system".
 	SystemNamespace string
+	// ClusterLocalHosts are hostnames (a leading "*." matches any prefix) whose endpoints a proxy
+	// sees only from its own cluster; default istiod's: "*.kube-system.svc.<domain>" and
+	// "kubernetes.default.svc.<domain>". They matter only when the mesh has remote clusters.
+	ClusterLocalHosts []string
+	// MultiCluster is set by the graph when the mesh has (or may get) remote clusters.
+	MultiCluster bool
+}
+
+// IsClusterLocal reports whether a hostname is cluster-local (ClusterLocalHosts).
+func (c Config) IsClusterLocal(hostname string) bool {
+	for _, h := range c.ClusterLocalHosts {
+		if h == hostname || (strings.HasPrefix(h, "*.") && strings.HasSuffix(hostname, h[1:])) {
+			return true
+		}
+	}
+	return false
 }
 
 // Defaults used by istiod and by krteds.
@@ -48,6 +66,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.SystemNamespace == "" {
 		c.SystemNamespace = d.SystemNamespace
+	}
+	if c.ClusterLocalHosts == nil {
+		c.ClusterLocalHosts = []string{"*.kube-system.svc." + c.Domain, "kubernetes.default.svc." + c.Domain}
 	}
 	return c
 }

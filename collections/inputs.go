@@ -25,6 +25,9 @@ type Inputs struct {
 	// ServiceEntries and WorkloadEntries (networking.istio.io) stay empty likewise.
 	ServiceEntries  krt.Collection[*networkingclient.ServiceEntry]
 	WorkloadEntries krt.Collection[*networkingclient.WorkloadEntry]
+	// RemoteClusters (optional) are the other clusters of the mesh: their endpoints join this
+	// cluster's, one shard per cluster. Nil: a single-cluster mesh, which pays nothing for it.
+	RemoteClusters krt.Collection[*Cluster]
 	// Clock (optional) is marked by the source whenever it writes a change.
 	Clock *InputClock
 }
@@ -41,6 +44,7 @@ const (
 	NameSidecars        = "input/Sidecars"
 	NameServiceEntries  = "input/ServiceEntries"
 	NameWorkloadEntries = "input/WorkloadEntries"
+	NameRemoteClusters  = "input/RemoteClusters"
 )
 
 // InputClock records when an input last changed, at the moment the source writes the change and

@@ -126,7 +126,11 @@ type ServiceInfo struct {
 	// TrafficDistribution is resolved from the spec, the Service annotation, then the Namespace annotation.
 	TrafficDistribution TrafficDistribution `json:"trafficDistribution"`
 	// NodeLocal is internalTrafficPolicy: Local.
-	NodeLocal                bool     `json:"nodeLocal,omitempty"`
+	NodeLocal bool `json:"nodeLocal,omitempty"`
+	// ClusterLocal: in a multi-cluster mesh, a proxy sees only its own cluster's endpoints.
+	ClusterLocal bool `json:"clusterLocal,omitempty"`
+	// Cluster is the cluster whose Service this is ("" for a ServiceEntry host).
+	Cluster                  string   `json:"cluster,omitempty"`
 	PublishNotReadyAddresses bool     `json:"publishNotReadyAddresses,omitempty"`
 	ClusterIPs               []string `json:"clusterIPs,omitempty"`
 	ExternalName             string   `json:"externalName,omitempty"`
@@ -191,6 +195,8 @@ func (s ServiceInfo) Equals(o ServiceInfo) bool {
 		s.Resolution == o.Resolution &&
 		s.TrafficDistribution == o.TrafficDistribution &&
 		s.NodeLocal == o.NodeLocal &&
+		s.ClusterLocal == o.ClusterLocal &&
+		s.Cluster == o.Cluster &&
 		s.PublishNotReadyAddresses == o.PublishNotReadyAddresses &&
 		s.ExternalName == o.ExternalName &&
 		s.Type == o.Type &&

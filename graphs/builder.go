@@ -3,6 +3,7 @@ package graphs
 import (
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +47,13 @@ type node struct {
 // collections their transforms read, with sizes and live counters.
 type Description struct {
 	opts krt.OptionsBuilder
+	// prefix starts the names of the collections built through this description ("<cluster>/"
+	// for a remote cluster's).
+	prefix string
+	s      *descriptionState
+}
 
+type descriptionState struct {
 	mu    sync.RWMutex
 	nodes []*node
 	// held are collections krt builds alongside a node (a checked transform's status), which hold
@@ -64,21 +71,38 @@ type NamedCollection struct {
 // Collections lists the graph's collections in dataflow order, inputs first, then the
 // collections krt keeps alongside them.
 func (d *Description) Collections() []NamedCollection {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	out := make([]NamedCollection, 0, len(d.nodes)+len(d.held))
-	for _, n := range d.nodes {
+	d.s.mu.RLock()
+	defer d.s.mu.RUnlock()
+	out := make([]NamedCollection, 0, len(d.s.nodes)+len(d.s.held))
+	for _, n := range d.s.nodes {
 		out = append(out, NamedCollection{Name: n.name, Kind: n.kind, Collection: n.syncer})
 	}
-	return append(out, d.held...)
+	return append(out, d.s.held...)
 }
 
-func newDescription(opts krt.OptionsBuilder) *Description { return &Description{opts: opts} }
+func newDescription(opts krt.OptionsBuilder) *Description {
+	return &Description{opts: opts, s: &descriptionState{}}
+}
+
+// scoped describes, in the same graph, collections built with their own options: names under
+// prefix (which must be the options' name prefix) and the options' stop channel. When that
+// closes, the collections leave the description.
+func (d *Description) scoped(prefix string, opts krt.OptionsBuilder) *Description {
+	sd := &Description{opts: opts, prefix: prefix + "/", s: d.s}
+	go func() {
+		<-opts.Stop()
+		d.s.mu.Lock()
+		defer d.s.mu.Unlock()
+		d.s.nodes = slices.DeleteFunc(d.s.nodes, func(n *node) bool { return strings.HasPrefix(n.name, sd.prefix) })
+		d.s.held = slices.DeleteFunc(d.s.held, func(c NamedCollection) bool { return strings.HasPrefix(c.Name, sd.prefix) })
+	}()
+	return sd
+}
 
 func (d *Description) add(n *node) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.nodes = append(d.nodes, n)
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	d.s.nodes = append(d.s.nodes, n)
 }
 
 // nameOf finds the collection a transform reads among the nodes.
@@ -87,9 +111,9 @@ func (d *Description) nameOf(c any) string {
 	if !ok {
 		return ""
 	}
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	for _, n := range d.nodes {
+	d.s.mu.RLock()
+	defer d.s.mu.RUnlock()
+	for _, n := range d.s.nodes {
 		if n.uid == uid {
 			return n.name
 		}
@@ -125,12 +149,12 @@ func collectionUID(v reflect.Value) (uint64, bool) {
 
 // Input records an input collection.
 func Input[T any](d *Description, name string, c krt.Collection[T]) krt.Collection[T] {
-	return register(d, &node{name: name, kind: KindInput}, c)
+	return register(d, &node{name: d.prefix + name, kind: KindInput}, c)
 }
 
 // Index groups a collection by an index key, as a collection of its own.
 func Index[K comparable, T any](d *Description, name, input string, idx krt.Index[K, T]) krt.Collection[krt.IndexObject[K, T]] {
-	return register(d, &node{name: name, kind: KindIndex, input: input}, krt.Collection[krt.IndexObject[K, T]](idx.AsCollection(d.opts.WithName(name)...)))
+	return register(d, &node{name: d.prefix + name, kind: KindIndex, input: d.prefix + input}, krt.Collection[krt.IndexObject[K, T]](idx.AsCollection(d.opts.WithName(name)...)))
 }
 
 // Derive builds the collection of a one-to-one transform over its primary input.
@@ -161,9 +185,9 @@ func DeriveChecked[I controllers.Object, O any](d *Description, name string, par
 		return t.Fn(ctx, i)
 	}, d.opts.WithName(name)...)
 	register(d, n, out)
-	d.mu.Lock()
-	d.held = append(d.held, NamedCollection{Name: name + "/status", Kind: KindDerived, Collection: status})
-	d.mu.Unlock()
+	d.s.mu.Lock()
+	d.s.held = append(d.s.held, NamedCollection{Name: d.prefix + name + "/status", Kind: KindDerived, Collection: status})
+	d.s.mu.Unlock()
 	problems := Derive(d, name+"/problems", status, transforms.Single[krt.ObjectWithStatus[I, collections.ObjectProblems], collections.ObjectProblems]{
 		Fn: func(_ krt.HandlerContext, s krt.ObjectWithStatus[I, collections.ObjectProblems]) *collections.ObjectProblems {
 			p := s.Status
@@ -175,13 +199,27 @@ func DeriveChecked[I controllers.Object, O any](d *Description, name string, par
 // Join builds the union of collections of one type whose keys do not overlap (krt does not check
 // them: the join keeps no state of its own); each is a primary input.
 func Join[T any](d *Description, name string, cs ...krt.Collection[T]) krt.Collection[T] {
-	n := &node{name: name, kind: KindDerived, input: d.nameOf(cs[0])}
+	return join(d, name, true, cs)
+}
+
+// JoinFirst builds the union of collections of one type whose keys may overlap: the item of the
+// first collection that has a key wins.
+func JoinFirst[T any](d *Description, name string, cs ...krt.Collection[T]) krt.Collection[T] {
+	return join(d, name, false, cs)
+}
+
+func join[T any](d *Description, name string, unchecked bool, cs []krt.Collection[T]) krt.Collection[T] {
+	n := &node{name: d.prefix + name, kind: KindDerived, input: d.nameOf(cs[0])}
 	for _, c := range cs[1:] {
 		if rn := d.nameOf(c); rn != "" {
 			n.joined = append(n.joined, rn)
 		}
 	}
-	j := krt.JoinCollection(cs, append(d.opts.WithName(name), krt.WithJoinUnchecked())...)
+	opts := d.opts.WithName(name)
+	if unchecked {
+		opts = append(opts, krt.WithJoinUnchecked())
+	}
+	j := krt.JoinCollection(cs, opts...)
 	n.outputs = func() map[string]any {
 		out := map[string]any{}
 		for _, o := range j.List() {
@@ -203,9 +241,9 @@ type JoinDump struct {
 
 // JoinDumps dumps the joins of the graph.
 func (d *Description) JoinDumps() []JoinDump {
-	d.mu.RLock()
-	nodes := slices.Clone(d.nodes)
-	d.mu.RUnlock()
+	d.s.mu.RLock()
+	nodes := slices.Clone(d.s.nodes)
+	d.s.mu.RUnlock()
 	var out []JoinDump
 	for _, n := range nodes {
 		if n.outputs == nil {
@@ -240,7 +278,7 @@ func Singleton[T any](d *Description, name string, f krt.TransformationEmpty[T],
 }
 
 func (d *Description) derived(name string, parent any, reads []any) *node {
-	n := &node{name: name, kind: KindDerived, input: d.nameOf(parent)}
+	n := &node{name: d.prefix + name, kind: KindDerived, input: d.nameOf(parent)}
 	for _, r := range reads {
 		if rn := d.nameOf(r); rn != "" && !slices.Contains(n.reads, rn) {
 			n.reads = append(n.reads, rn)
@@ -272,9 +310,9 @@ func register[T any](d *Description, n *node, c krt.Collection[T]) krt.Collectio
 
 // HasSynced reports whether every collection has synced.
 func (d *Description) HasSynced() bool {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	for _, n := range d.nodes {
+	d.s.mu.RLock()
+	defer d.s.mu.RUnlock()
+	for _, n := range d.s.nodes {
 		if !n.syncer.HasSynced() {
 			return false
 		}
@@ -284,9 +322,9 @@ func (d *Description) HasSynced() bool {
 
 // WaitUntilSynced blocks until every collection has synced, or stop is closed.
 func (d *Description) WaitUntilSynced(stop <-chan struct{}) bool {
-	d.mu.RLock()
-	nodes := slices.Clone(d.nodes)
-	d.mu.RUnlock()
+	d.s.mu.RLock()
+	nodes := slices.Clone(d.s.nodes)
+	d.s.mu.RUnlock()
 	for _, n := range nodes {
 		if !n.syncer.WaitUntilSynced(stop) {
 			return false
@@ -340,9 +378,9 @@ func (s Snapshot) Node(name string) (NodeInfo, bool) {
 
 // Snapshot reads sizes, counters and dependencies now, at a cost per collection, not per object.
 func (d *Description) Snapshot() Snapshot {
-	d.mu.RLock()
-	nodes := slices.Clone(d.nodes)
-	d.mu.RUnlock()
+	d.s.mu.RLock()
+	nodes := slices.Clone(d.s.nodes)
+	d.s.mu.RUnlock()
 	var s Snapshot
 	for _, n := range nodes {
 		ni := NodeInfo{

@@ -15,6 +15,7 @@ const (
 	NameSystemNetwork    = "SystemNetwork"
 	NameNodeLocalities   = "NodeLocalities"
 	NameKubeServices     = "KubernetesServices"
+	NameAllKubeServices  = "AllKubernetesServices"
 	NameServiceEntries   = "ServiceEntries"
 	NameEntriesByHost    = "ServiceEntriesByHost"
 	NameEntryServices    = "ServiceEntryServices"
@@ -89,6 +90,7 @@ type Graph struct {
 // until the inputs produce events. Adding a transform is one line here.
 func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilder) *Graph {
 	cfg = cfg.WithDefaults()
+	cfg.MultiCluster = in.RemoteClusters != nil
 	if in.DestinationRules == nil {
 		in.DestinationRules = krt.NewStaticCollection[*networkingclient.DestinationRule](nil, nil, opts.WithName(collections.NameDestRules)...)
 	}
@@ -133,6 +135,16 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	checked(p)
 	entryServices := Derive(d, NameEntryServices,
 		Index(d, NameEntriesByHost, NameServiceEntries, krt.NewIndex(g.ServiceEntries, "byHost", transforms.EntryHosts)), transforms.ServiceEntryServices())
+	// Remote clusters: each its own services and endpoint shards, merged by service; the local
+	// cluster's Service wins over a remote one.
+	var remoteShards krt.Collection[collections.ServiceEndpoints]
+	if in.RemoteClusters != nil {
+		Input(d, collections.NameRemoteClusters, in.RemoteClusters)
+		var remoteServices krt.Collection[collections.ServiceInfo]
+		remoteServices, remoteShards, p = remoteClusters(cfg, d, in.RemoteClusters)
+		checked(p)
+		kubeServices = JoinFirst(d, NameAllKubeServices, kubeServices, remoteServices)
+	}
 	g.ServiceInfos = Join(d, NameServiceInfos, kubeServices, entryServices)
 	workloads := transforms.WorkloadInputs{Pods: in.Pods, Nodes: g.NodeLocalities, SystemNetwork: g.SystemNetwork,
 		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
@@ -144,7 +156,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		Slices: g.SliceEndpoints, SlicesByService: krt.NewIndex(g.SliceEndpoints, "byService", transforms.SliceService),
 		ServiceEntries:  g.ServiceEntries,
 		WorkloadEntries: g.WorkloadEntries, WorkloadEntriesByNamespace: krt.NewIndex(g.WorkloadEntries, "byNamespace", transforms.ByNamespace),
-		Workloads: workloads,
+		Workloads: workloads, RemoteShards: remoteShards,
 	}))
 
 	// Traffic policy.

@@ -48,14 +48,16 @@ func EndpointShardz(all []collections.ServiceEndpoints) map[string]map[string]en
 		}
 		// istiod sends unhealthy endpoints by default (PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS=true).
 		sendUnhealthy := true
-		eps := make([]istioEndpoint, 0, len(se.Endpoints))
+		shards := map[string][]istioEndpoint{}
 		sas := map[string]struct{}{}
 		for _, e := range se.Endpoints {
 			m := e.Meta
 			if m.ServiceAccount != "" {
 				sas[m.ServiceAccount] = struct{}{}
 			}
-			eps = append(eps, istioEndpoint{
+			// One shard per registry and cluster, as istiod keys them.
+			shard := shardProvider(se.Registry) + "/" + m.ClusterID
+			shards[shard] = append(shards[shard], istioEndpoint{
 				Labels:                 m.AugmentedLabels(),
 				Addresses:              []string{e.Address},
 				ServicePortName:        e.PortName,
@@ -76,10 +78,7 @@ func EndpointShardz(all []collections.ServiceEndpoints) map[string]map[string]en
 		if out[se.Hostname] == nil {
 			out[se.Hostname] = map[string]endpointShards{}
 		}
-		out[se.Hostname][se.Namespace] = endpointShards{
-			Shards:          map[string][]istioEndpoint{shardProvider(se.Registry) + "/" + se.ClusterID: eps},
-			ServiceAccounts: sas,
-		}
+		out[se.Hostname][se.Namespace] = endpointShards{Shards: shards, ServiceAccounts: sas}
 	}
 	return out
 }

@@ -74,6 +74,10 @@ func Project(svc *collections.ServiceInfo, policy LBPolicy, c collections.ProxyC
 	if svc.NodeLocal {
 		out.NodeName = c.NodeName
 	}
+	if svc.NodeLocal || svc.ClusterLocal {
+		// Other clusters' shards are left out (node names are per cluster).
+		out.ClusterID = c.ClusterID
+	}
 	if policy.Failover && len(policy.FailoverPriority) > 0 {
 		// Only the labels the priorities read matter: the proxy's own ones it keeps, and the
 		// topology labels derived from these dimensions.
@@ -187,6 +191,9 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 			continue
 		}
 		if svc.NodeLocal && e.Meta.NodeName != class.NodeName {
+			continue
+		}
+		if (svc.NodeLocal || svc.ClusterLocal) && e.Meta.ClusterID != class.ClusterID {
 			continue
 		}
 		switch e.Health {

@@ -323,9 +323,14 @@ func TestProjection(t *testing.T) {
 	if p := Project(node, PolicyFor(node), c); p.NodeName != "n1" || p.Locality.Subzone != "s" {
 		t.Fatalf("PreferSameNode projection must keep node and subzone: %+v", p)
 	}
+	// Node names are per cluster: a node-local service keeps the cluster too.
 	local := &collections.ServiceInfo{NodeLocal: true}
-	if p := Project(local, PolicyFor(local), c); p != (collections.ProxyClass{NodeName: "n1"}) {
+	if p := Project(local, PolicyFor(local), c); p != (collections.ProxyClass{NodeName: "n1", ClusterID: c.ClusterID}) {
 		t.Fatalf("node-local projection %+v", p)
+	}
+	clusterLocal := &collections.ServiceInfo{ClusterLocal: true}
+	if p := Project(clusterLocal, PolicyFor(clusterLocal), c); p != (collections.ProxyClass{ClusterID: c.ClusterID}) {
+		t.Fatalf("cluster-local projection %+v", p)
 	}
 }
 

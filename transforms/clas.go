@@ -20,7 +20,7 @@ type CLAInputs struct {
 
 // DependsOnProxy reports whether a service's CLAs differ between proxies.
 func DependsOnProxy(svc *collections.ServiceInfo, policy LBPolicy) bool {
-	return svc.NodeLocal || (policy.Failover && len(policy.FailoverPriority) > 0)
+	return svc.NodeLocal || svc.ClusterLocal || (policy.Failover && len(policy.FailoverPriority) > 0)
 }
 
 // CLAKey is the key of the CLA of clusterName for a projected class.

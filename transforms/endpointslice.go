@@ -217,3 +217,17 @@ func EndpointHealth(svc *collections.ServiceInfo, c discovery.EndpointConditions
 
 // SliceService is the index extractor from a slice's endpoints to its Service key.
 func SliceService(s collections.SliceEndpoints) []string { return []string{s.ServiceKey()} }
+
+// ClusterShard merges the endpoints of one service's slices in one cluster into its shard:
+// de-duplicated by (address, port name), healthiest copy first, then lowest slice name, in a
+// stable order.
+func ClusterShard(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[collections.ServiceInfo, collections.ServiceEndpoints] {
+	return Single[collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
+		var all []collections.Endpoint
+		for _, s := range bySvc.Fetch(ctx, svc.ResourceName()) {
+			all = append(all, s.Endpoints...)
+		}
+		return &collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,
+			ClusterID: cfg.ClusterID, Endpoints: collections.MergeEndpoints(all)}
+	}}
+}

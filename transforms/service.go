@@ -61,6 +61,8 @@ func convertService(cfg collections.Config, svc *corev1.Service, nsAnnotations m
 	if si.Type == "" {
 		si.Type = string(corev1.ServiceTypeClusterIP)
 	}
+	si.Cluster = cfg.ClusterID
+	si.ClusterLocal = cfg.MultiCluster && cfg.IsClusterLocal(si.Hostname)
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
 		si.NodeLocal = true
 	}

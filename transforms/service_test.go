@@ -33,6 +33,7 @@ func TestConvertService(t *testing.T) {
 			Selector:   map[string]string{"app": "foo"},
 			Type:       "ClusterIP",
 			ClusterIPs: []string{"10.96.0.10"},
+			Cluster:    "Kubernetes",
 		}
 		if mut != nil {
 			mut(&si)

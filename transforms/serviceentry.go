@@ -336,6 +336,9 @@ type ServiceEndpointInputs struct {
 	WorkloadEntriesByNamespace krt.Index[string, collections.WorkloadEntry]
 	// Workloads give the Pods a ServiceEntry's workloadSelector may select.
 	Workloads WorkloadInputs
+	// RemoteShards (nil in a single-cluster mesh) hold, by service key, the endpoints the remote
+	// clusters have for it, in cluster order.
+	RemoteShards krt.Collection[collections.ServiceEndpoints]
 }
 
 // ByNamespace is the extractor of a by-namespace index of WorkloadEntries.
@@ -350,7 +353,11 @@ func ByNamespace(w collections.WorkloadEntry) []string { return []string{w.Names
 //     the WorkloadEntries of its namespace it selects; a DNS entry without either resolves its
 //     host.
 func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single[collections.ServiceInfo, collections.ServiceEndpoints] {
-	return Single[collections.ServiceInfo, collections.ServiceEndpoints]{Reads: append([]any{in.Slices, in.ServiceEntries, in.WorkloadEntries}, in.Workloads.reads()...), Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
+	reads := append([]any{in.Slices, in.ServiceEntries, in.WorkloadEntries}, in.Workloads.reads()...)
+	if in.RemoteShards != nil {
+		reads = append(reads, in.RemoteShards)
+	}
+	return Single[collections.ServiceInfo, collections.ServiceEndpoints]{Reads: reads, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
 		var all []collections.Endpoint
 		if svc.Registry == collections.RegistryServiceEntry {
 			all = serviceEntryEndpoints(ctx, cfg, in, &svc)
@@ -368,7 +375,7 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 				all = append(all, selectedByService(ctx, in, &svc)...)
 			}
 		}
-		return &collections.ServiceEndpoints{
+		out := &collections.ServiceEndpoints{
 			Hostname:  svc.Hostname,
 			Namespace: svc.Namespace,
 			Name:      svc.Name,
@@ -376,6 +383,15 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 			ClusterID: cfg.ClusterID,
 			Endpoints: collections.MergeEndpoints(all),
 		}
+		if in.RemoteShards != nil && svc.Registry == collections.RegistryKubernetes {
+			if r := krt.FetchOne(ctx, in.RemoteShards, krt.FilterKey(svc.ResourceName())); r != nil && len(r.Endpoints) > 0 {
+				// One shard per cluster, in cluster order (istiod's shard order); each remote
+				// shard is de-duplicated within its cluster only.
+				out.Endpoints = append(out.Endpoints, r.Endpoints...)
+				slices.SortStableFunc(out.Endpoints, func(a, b collections.Endpoint) int { return cmp.Compare(a.Meta.ClusterID, b.Meta.ClusterID) })
+			}
+		}
+		return out
 	}}
 }
 

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,6 +37,9 @@ type serveOptions struct {
 	debugAddr        string
 	debugAllowRemote bool
 	logLevel         string
+	remoteKubeconfig []string
+	remoteManifests  []string
+	clusterSecrets   bool
 	cfg              collections.Config
 }
 
@@ -66,6 +71,10 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.StringVar(&o.cfg.TrustDomain, "trust-domain", o.cfg.TrustDomain, "SPIFFE trust domain of workload identities")
 	f.StringVar(&o.cfg.SystemNamespace, "system-namespace", o.cfg.SystemNamespace, "namespace whose topology.istio.io/network label is the default network")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level (debug, info, warn, error), optionally per scope: info,xds=debug,kube=debug")
+	f.StringArrayVar(&o.remoteKubeconfig, "remote-kubeconfig", nil, "a remote cluster of the mesh, as <clusterID>=<kubeconfig path>; repeatable")
+	f.StringArrayVar(&o.remoteManifests, "remote-manifests", nil, "a remote cluster of the mesh read from a folder of manifests, as <clusterID>=<path>; repeatable")
+	f.BoolVar(&o.clusterSecrets, "cluster-secrets", true, "against a cluster, follow remote clusters in the system namespace's Secrets labelled istio/multiCluster=true (key: cluster ID, value: kubeconfig)")
+	f.StringArrayVar(&o.cfg.ClusterLocalHosts, "cluster-local-host", nil, "a hostname (\"*.\" prefix allowed) whose endpoints proxies see only from their own cluster; repeatable (default *.kube-system.svc.<domain>, kubernetes.default.svc.<domain>)")
 	return cmd
 }
 
@@ -102,6 +111,10 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		if opts.Cluster, err = clusterClient(ctx, o); err != nil {
 			return err
 		}
+		opts.ClusterSecrets = o.clusterSecrets
+	}
+	if opts.Remote, err = remotes(o); err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()
@@ -147,6 +160,37 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil
+}
+
+// remotes reads --remote-kubeconfig and --remote-manifests. A remote cluster's client is made
+// without contacting it: one that is unreachable joins when it answers.
+func remotes(o *serveOptions) ([]app.Remote, error) {
+	var out []app.Remote
+	seen := map[string]bool{}
+	for _, spec := range append(append([]string(nil), o.remoteKubeconfig...), o.remoteManifests...) {
+		id, path, ok := strings.Cut(spec, "=")
+		if !ok || id == "" || path == "" {
+			return nil, fmt.Errorf("remote cluster %q: want <clusterID>=<path>", spec)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("remote cluster %s given twice", id)
+		}
+		seen[id] = true
+		if slices.Contains(o.remoteManifests, spec) {
+			out = append(out, app.Remote{ID: id, Manifests: path})
+			continue
+		}
+		rc, err := kube.DefaultRestConfig(path, "")
+		if err != nil {
+			return nil, fmt.Errorf("remote cluster %s: %w", id, err)
+		}
+		c, err := kube.NewClient(kube.NewClientConfigForRestConfig(rc), cluster.ID(id))
+		if err != nil {
+			return nil, fmt.Errorf("remote cluster %s: %w", id, err)
+		}
+		out = append(out, app.Remote{ID: id, Client: c})
+	}
+	return out, nil
 }
 
 // clusterClient connects to the cluster named by --kubeconfig (or the usual defaults).

@@ -24,6 +24,12 @@ import (
 
 func client(t *testing.T) kube.Client {
 	t.Helper()
+	return clientOf(t, kubeconfig)
+}
+
+// clientOf is a client of the API server of a kubeconfig.
+func clientOf(t *testing.T, kubeconfig string) kube.Client {
+	t.Helper()
 	rc, err := kube.DefaultRestConfig(kubeconfig, "")
 	if err != nil {
 		t.Fatal(err)

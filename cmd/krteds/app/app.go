@@ -56,6 +56,18 @@ type Options struct {
 	// TokenAudiences, when set, let clients of the secure listener authenticate with a Kubernetes
 	// service-account token for one of these audiences (checked with TokenReview; Cluster only).
 	TokenAudiences []string
+	// Remote are the mesh's other clusters, each read through a client or from a folder.
+	Remote []Remote
+	// ClusterSecrets follows remote clusters in the local cluster's Secrets (Cluster only): those
+	// of the system namespace labelled istio/multiCluster=true, a kubeconfig per cluster ID.
+	ClusterSecrets bool
+}
+
+// Remote is one remote cluster: its ID and a client of it, or a folder of its manifests.
+type Remote struct {
+	ID        string
+	Client    kube.Client
+	Manifests string
 }
 
 // App is krteds assembled: the source, the graph, the xDS server and the debug server, running.
@@ -68,6 +80,8 @@ type App struct {
 	Static *sources.Static
 	// Files is the manifests source when the source is Manifests.
 	Files *sources.Files
+	// Remote runs the remote clusters (nil in a single-cluster mesh).
+	Remote *sources.RemoteClusters
 	// Source says where the objects come from, for logs.
 	Source string
 
@@ -133,6 +147,24 @@ func Start(o Options) (*App, error) {
 		return fail(errors.New("app: no source of objects (cluster, manifests or objects)"))
 	}
 
+	if len(o.Remote) > 0 || (o.ClusterSecrets && o.Cluster != nil) {
+		a.Remote = sources.NewRemoteClusters(opts, o.Config.WithDefaults().ClusterID, log.Named("clusters"))
+		in.RemoteClusters = a.Remote.Collection()
+		for _, r := range o.Remote {
+			var err error
+			if r.Client != nil {
+				err = a.Remote.AddClient(r.ID, r.Client, "kubeconfig")
+			} else {
+				err = a.Remote.AddManifests(r.ID, r.Manifests)
+			}
+			if err != nil {
+				return fail(err)
+			}
+		}
+		if o.ClusterSecrets && o.Cluster != nil {
+			a.Remote.WatchSecrets(o.Cluster, o.Config.WithDefaults().SystemNamespace, nil)
+		}
+	}
 	a.Graph = graphs.Build(o.Config, in, opts)
 	problems.Watch(a.Graph.Problems)
 	cfg := o.Config.WithDefaults()

@@ -1,0 +1,75 @@
+package sources
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"istio.io/istio/pkg/cluster"
+	"istio.io/istio/pkg/kube"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	"k8s.io/client-go/rest"
+)
+
+func waitClusters(t *testing.T, r *RemoteClusters, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got []string
+		for _, c := range r.Collection().List() {
+			got = append(got, c.ID)
+		}
+		if len(got) == len(want) && (len(want) == 0 || got[0] == want[0]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("clusters %v, want %v", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRemoteClustersJoinWhenSyncedAndLeave: a remote cluster read from a folder joins once read;
+// one whose API server never answers never joins and holds nothing back; a removed cluster
+// leaves and its collections stop.
+func TestRemoteClustersJoinWhenSyncedAndLeave(t *testing.T) {
+	stop := test.NewStop(t)
+	r := NewRemoteClusters(krt.NewOptionsBuilder(stop, "", nil), "Kubernetes", nil)
+	if err := r.AddManifests("Kubernetes", t.TempDir()); err == nil {
+		t.Fatal("a remote cluster may not take the local cluster's ID")
+	}
+	// An API server that never answers.
+	dead, err := kube.NewClient(kube.NewClientConfigForRestConfig(&rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second}), cluster.ID("dead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddClient("dead", dead, "test"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(svcYAML("ns1", "svc", 80)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddManifests("east", dir); err != nil {
+		t.Fatal(err)
+	}
+	waitClusters(t, r, "east")
+	c := *r.Collection().GetKey("east")
+	if got := len(c.Inputs.Services.List()); got != 1 {
+		t.Fatalf("east has %d services", got)
+	}
+	// The dead cluster had as long as east to sync; it is still out.
+	if r.Collection().GetKey("dead") != nil {
+		t.Fatal("an unsynced cluster joined")
+	}
+	r.Remove("east")
+	waitClusters(t, r)
+	select {
+	case <-c.Stop:
+	default:
+		t.Fatal("a removed cluster's collections keep running")
+	}
+	r.Remove("dead")
+}

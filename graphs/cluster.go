@@ -1,0 +1,115 @@
+package graphs
+
+import (
+	"cmp"
+	"slices"
+
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/transforms"
+)
+
+// Names of the collections of remote clusters.
+const (
+	NameRemoteGraphs   = "RemoteClusterGraphs"
+	NameRemoteServices = "RemoteServices"
+	NameRemoteShards   = "RemoteShards"
+	NameRemoteProblems = "RemoteProblems"
+	// NameShards is, under a remote cluster's name, its endpoint shard per service.
+	NameShards = "Shards"
+)
+
+// remoteGraph is what the graph derives for one remote cluster, under "<cluster>/" names: its
+// services, its endpoint shard per service and the problems of its objects, each keyed as the
+// local cluster's are, so that the clusters merge by key.
+type remoteGraph struct {
+	id       string
+	services krt.Collection[collections.ServiceInfo]
+	shards   krt.Collection[collections.ServiceEndpoints]
+	problems krt.Collection[collections.ObjectProblems]
+}
+
+func (r remoteGraph) ResourceName() string { return r.id }
+
+// Equals: the collections of one cluster are built once.
+func (r remoteGraph) Equals(o remoteGraph) bool {
+	return r.id == o.id && r.services == o.services && r.shards == o.shards && r.problems == o.problems
+}
+
+// buildRemote derives a remote cluster's collections from its inputs, as the local cluster's
+// are, with the cluster's ID: node localities, services, slice endpoints and one shard per
+// service. They stop when the cluster leaves.
+func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster) remoteGraph {
+	cfg.ClusterID = c.ID
+	sd := d.scoped(c.ID, krt.NewOptionsBuilder(c.Stop, c.ID, d.opts.Debugger()))
+	in := c.Inputs
+	Input(sd, collections.NameNamespaces, in.Namespaces)
+	Input(sd, collections.NameNodes, in.Nodes)
+	Input(sd, collections.NameServices, in.Services)
+	Input(sd, collections.NamePods, in.Pods)
+	Input(sd, collections.NameEndpointSlices, in.EndpointSlices)
+	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
+	systemNetwork := Singleton(sd, NameSystemNetwork, network, reads)
+	nodes := Derive(sd, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(systemNetwork))
+	services, p1 := DeriveChecked(sd, NameKubeServices, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
+	workloads := transforms.WorkloadInputs{Pods: in.Pods, Nodes: nodes, SystemNetwork: systemNetwork,
+		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
+	sliceEndpoints, p2 := DeriveChecked(sd, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
+		Services: services, Workloads: workloads,
+	}))
+	shards := Derive(sd, NameShards, services, transforms.ClusterShard(cfg, sliceEndpoints,
+		krt.NewIndex(sliceEndpoints, "byService", transforms.SliceService)))
+	// Problems name their cluster: "<cluster>/<namespace>/<name>".
+	problems := Derive(sd, NameProblems, krt.JoinCollection([]krt.Collection[collections.ObjectProblems]{p1, p2}, sd.opts.WithName("problems/joined")...),
+		transforms.Single[collections.ObjectProblems, collections.ObjectProblems]{Fn: func(_ krt.HandlerContext, p collections.ObjectProblems) *collections.ObjectProblems {
+			out := collections.ObjectProblems{Kind: p.Kind, Object: c.ID + "/" + p.Object}
+			for _, pr := range p.Problems {
+				pr.Object = out.Object
+				out.Problems = append(out.Problems, pr)
+			}
+			return &out
+		}})
+	return remoteGraph{id: c.ID, services: services, shards: shards, problems: problems}
+}
+
+// remoteClusters derives the remote clusters' collections and merges them by key: a service
+// several clusters have is the one of the lowest cluster ID; its shards are concatenated in
+// cluster order; problems are kept per cluster (their objects name it).
+func remoteClusters(cfg collections.Config, d *Description, clusters krt.Collection[*collections.Cluster]) (
+	krt.Collection[collections.ServiceInfo], krt.Collection[collections.ServiceEndpoints], krt.Collection[collections.ObjectProblems],
+) {
+	graphs := Derive(d, NameRemoteGraphs, clusters, transforms.Single[*collections.Cluster, remoteGraph]{Fn: func(_ krt.HandlerContext, c *collections.Cluster) *remoteGraph {
+		rg := c.Derived(func() any { return buildRemote(cfg, d, c) }).(remoteGraph)
+		return &rg
+	}})
+	services := nestedMerge(d, NameRemoteServices, graphs, func(r remoteGraph) krt.Collection[collections.ServiceInfo] { return r.services },
+		func(ts []collections.ServiceInfo) *collections.ServiceInfo {
+			s := slices.MinFunc(ts, func(a, b collections.ServiceInfo) int { return cmp.Compare(a.Cluster, b.Cluster) })
+			return &s
+		})
+	shards := nestedMerge(d, NameRemoteShards, graphs, func(r remoteGraph) krt.Collection[collections.ServiceEndpoints] { return r.shards },
+		func(ts []collections.ServiceEndpoints) *collections.ServiceEndpoints {
+			slices.SortFunc(ts, func(a, b collections.ServiceEndpoints) int { return cmp.Compare(a.ClusterID, b.ClusterID) })
+			out := ts[0]
+			out.ClusterID = ""
+			out.Endpoints = nil
+			for _, t := range ts {
+				out.Endpoints = append(out.Endpoints, t.Endpoints...)
+			}
+			return &out
+		})
+	problems := nestedMerge(d, NameRemoteProblems, graphs, func(r remoteGraph) krt.Collection[collections.ObjectProblems] { return r.problems },
+		func(ts []collections.ObjectProblems) *collections.ObjectProblems { return &ts[0] })
+	return services, shards, problems
+}
+
+// nestedMerge is the union of one collection of each remote cluster, items of one key merged.
+func nestedMerge[T any](d *Description, name string, graphs krt.Collection[remoteGraph], of func(remoteGraph) krt.Collection[T], merge func([]T) *T) krt.Collection[T] {
+	cols := krt.NewCollection(graphs, func(_ krt.HandlerContext, r remoteGraph) *krt.Collection[T] {
+		c := of(r)
+		return &c
+	}, d.opts.WithName(name+"/collections")...)
+	n := &node{name: d.prefix + name, kind: KindDerived, input: d.nameOf(graphs)}
+	return register(d, n, krt.NestedJoinWithMergeCollection(cols, merge, d.opts.WithName(name)...))
+}

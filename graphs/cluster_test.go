@@ -1,0 +1,145 @@
+package graphs
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/transforms"
+)
+
+// newRemote makes a remote cluster of static inputs holding objs; its stop closes it.
+func newRemote(t *testing.T, debugger *krt.DebugHandler, id string, objs ...any) (*collections.Cluster, chan struct{}) {
+	t.Helper()
+	stop := make(chan struct{})
+	in := sources.NewStatic(krt.NewOptionsBuilder(stop, id, debugger), nil, objs...)
+	return &collections.Cluster{ID: id, Source: "test", Inputs: in.Inputs(), Stop: stop}, stop
+}
+
+// claEndpoints lists "address:port@cluster" of a CLA, in order.
+func claEndpoints(t *testing.T, r *collections.Resource) []string {
+	t.Helper()
+	if r == nil {
+		return nil
+	}
+	cla := &endpoint.ClusterLoadAssignment{}
+	if err := proto.Unmarshal(r.Body, cla); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range cla.Endpoints {
+		for _, e := range l.LbEndpoints {
+			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+			wl := e.GetMetadata().GetFilterMetadata()["istio"].GetFields()["workload"].GetStringValue()
+			out = append(out, fmt.Sprintf("%s:%d@%s", sa.GetAddress(), sa.GetPortValue(), wl[strings.LastIndex(wl, ";")+1:]))
+		}
+	}
+	return out
+}
+
+// TestRemoteClusterShards: a remote cluster's endpoints join the local cluster's as a shard of
+// their own (an address both clusters use is two endpoints), after the local shard in cluster
+// order; a Service only the remote cluster has is served; a cluster-local service shows each
+// proxy its own cluster's endpoints only; the cluster's collections appear in the graph under
+// its name. When the cluster leaves, its endpoints, services and collections go with it.
+func TestRemoteClusterShards(t *testing.T) {
+	stop := test.NewStop(t)
+	debugger := new(krt.DebugHandler)
+	opts := krt.NewOptionsBuilder(stop, "", debugger)
+	local := []any{
+		fixtures.Service("ns1", "foo", fixtures.HTTP...),
+		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""),
+		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}),
+		fixtures.Service("kube-system", "dns", fixtures.HTTP...),
+		fixtures.Pod("kube-system", "dns-1", "dns", "10.0.9.1", ""),
+		fixtures.Slice("kube-system", "dns-a", "dns", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.9.1", Pod: "dns-1", Cond: fixtures.Ready}),
+	}
+	in := sources.NewStatic(opts, nil, local...)
+	inputs := in.Inputs()
+	clusters := krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
+	inputs.RemoteClusters = clusters
+	g := Build(collections.DefaultConfig(), inputs, opts)
+	if !g.WaitUntilSynced(stop) {
+		t.Fatal("not synced")
+	}
+	const foo, bar, dns = "outbound|80||foo.ns1.svc.cluster.local", "outbound|80||bar.ns1.svc.cluster.local", "outbound|80||dns.kube-system.svc.cluster.local"
+	shared := func(name string) []string {
+		set := g.CLAs.GetKey(name)
+		if set == nil {
+			return nil
+		}
+		return claEndpoints(t, set.Shared)
+	}
+	eventually(t, "the local shard", func() (bool, string) {
+		got := shared(foo)
+		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes"}), fmt.Sprint(got)
+	})
+
+	remote, remoteStop := newRemote(t, debugger, "cluster-2",
+		fixtures.Service("ns1", "foo", fixtures.HTTP...),
+		fixtures.Pod("ns1", "foo-r1", "foo", "10.0.0.1", ""), // the same address as the local pod
+		fixtures.Pod("ns1", "foo-r2", "foo", "10.1.0.2", ""),
+		fixtures.Slice("ns1", "foo-r", "foo", fixtures.HTTPSlice,
+			fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-r1", Cond: fixtures.Ready}, fixtures.Endpoint{IP: "10.1.0.2", Pod: "foo-r2", Cond: fixtures.Ready}),
+		fixtures.Service("ns1", "bar", fixtures.HTTP...),
+		fixtures.Pod("ns1", "bar-1", "bar", "10.1.0.3", ""),
+		fixtures.Slice("ns1", "bar-r", "bar", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.1.0.3", Pod: "bar-1", Cond: fixtures.Ready}),
+		fixtures.Service("kube-system", "dns", fixtures.HTTP...),
+		fixtures.Pod("kube-system", "dns-r", "dns", "10.1.9.1", ""),
+		fixtures.Slice("kube-system", "dns-r", "dns", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.1.9.1", Pod: "dns-r", Cond: fixtures.Ready}),
+	)
+	clusters.UpdateObject(remote)
+	eventually(t, "both shards, local first", func() (bool, string) {
+		got := shared(foo)
+		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes", "10.0.0.1:8080@cluster-2", "10.1.0.2:8080@cluster-2"}), fmt.Sprint(got)
+	})
+	eventually(t, "the remote-only service", func() (bool, string) {
+		got := shared(bar)
+		return slices.Equal(got, []string{"10.1.0.3:8080@cluster-2"}), fmt.Sprint(got)
+	})
+	if n, ok := g.Description.Snapshot().Node("cluster-2/" + NameSliceEndpoints); !ok || n.Size != 3 {
+		t.Fatalf("the remote cluster's slices are not in the graph: %+v", n)
+	}
+
+	// A cluster-local service: each proxy sees its own cluster's endpoints.
+	g.Connect(collections.ConnectedProxy{ConnID: "local", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+		IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes"})
+	g.Connect(collections.ConnectedProxy{ConnID: "remote", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+		IP: "10.1.0.50", Namespace: "ns1", ClusterID: "cluster-2"})
+	for conn, want := range map[string][]string{"local": {"10.0.9.1:8080@Kubernetes"}, "remote": {"10.1.9.1:8080@cluster-2"}} {
+		eventually(t, conn+"'s cluster-local endpoints", func() (bool, string) {
+			v := g.View(conn)
+			if v == nil {
+				return false, "no view"
+			}
+			r, pending := g.Resolve(v, transforms.TypeCLA, dns)
+			if pending {
+				return false, "pending"
+			}
+			got := claEndpoints(t, r)
+			return slices.Equal(got, want), fmt.Sprint(got)
+		})
+	}
+
+	// The cluster leaves.
+	clusters.DeleteObject(remote.ID)
+	close(remoteStop)
+	eventually(t, "the local shard alone", func() (bool, string) {
+		got := shared(foo)
+		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes"}), fmt.Sprint(got)
+	})
+	eventually(t, "the remote-only service to go", func() (bool, string) { return g.CLAs.GetKey(bar) == nil, "present" })
+	eventually(t, "the remote cluster's collections to leave the graph", func() (bool, string) {
+		_, ok := g.Description.Snapshot().Node("cluster-2/" + NameSliceEndpoints)
+		return !ok, "present"
+	})
+}
