@@ -22,6 +22,11 @@ type Config struct {
 	ClusterLocalHosts []string
 	// MultiCluster is set by the graph when the mesh has (or may get) remote clusters.
 	MultiCluster bool
+	// RegistryNetworks are meshNetworks' fromRegistry entries: the network of each cluster's
+	// endpoints that carry no network label (before the system namespace's label).
+	RegistryNetworks map[string]string
+	// MeshGateways are meshNetworks' gateways given by address.
+	MeshGateways []NetworkGateway
 }
 
 // IsClusterLocal reports whether a hostname is cluster-local (ClusterLocalHosts).

@@ -16,6 +16,7 @@ const (
 	NameRemoteServices = "RemoteServices"
 	NameRemoteShards   = "RemoteShards"
 	NameRemoteProblems = "RemoteProblems"
+	NameRemoteGateways = "RemoteGateways"
 	// NameShards is, under a remote cluster's name, its endpoint shard per service.
 	NameShards = "Shards"
 )
@@ -25,6 +26,7 @@ const (
 // local cluster's are, so that the clusters merge by key.
 type remoteGraph struct {
 	id       string
+	gateways krt.Collection[collections.ClusterGateways]
 	services krt.Collection[collections.ServiceInfo]
 	shards   krt.Collection[collections.ServiceEndpoints]
 	problems krt.Collection[collections.ObjectProblems]
@@ -34,7 +36,7 @@ func (r remoteGraph) ResourceName() string { return r.id }
 
 // Equals: the collections of one cluster are built once.
 func (r remoteGraph) Equals(o remoteGraph) bool {
-	return r.id == o.id && r.services == o.services && r.shards == o.shards && r.problems == o.problems
+	return r.id == o.id && r.gateways == o.gateways && r.services == o.services && r.shards == o.shards && r.problems == o.problems
 }
 
 // buildRemote derives a remote cluster's collections from its inputs, as the local cluster's
@@ -70,7 +72,8 @@ func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster)
 			}
 			return &out
 		}})
-	return remoteGraph{id: c.ID, services: services, shards: shards, problems: problems}
+	gateways := DeriveFromNothing(sd, NameServiceGateways, transforms.ServiceGateways(cfg, in.Services))
+	return remoteGraph{id: c.ID, gateways: gateways, services: services, shards: shards, problems: problems}
 }
 
 // remoteClusters derives the remote clusters' collections and merges them by key: a service
@@ -78,6 +81,7 @@ func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster)
 // cluster order; problems are kept per cluster (their objects name it).
 func remoteClusters(cfg collections.Config, d *Description, clusters krt.Collection[*collections.Cluster]) (
 	krt.Collection[collections.ServiceInfo], krt.Collection[collections.ServiceEndpoints], krt.Collection[collections.ObjectProblems],
+	krt.Collection[collections.ClusterGateways],
 ) {
 	graphs := Derive(d, NameRemoteGraphs, clusters, transforms.Single[*collections.Cluster, remoteGraph]{Fn: func(_ krt.HandlerContext, c *collections.Cluster) *remoteGraph {
 		rg := c.Derived(func() any { return buildRemote(cfg, d, c) }).(remoteGraph)
@@ -101,7 +105,9 @@ func remoteClusters(cfg collections.Config, d *Description, clusters krt.Collect
 		})
 	problems := nestedMerge(d, NameRemoteProblems, graphs, func(r remoteGraph) krt.Collection[collections.ObjectProblems] { return r.problems },
 		func(ts []collections.ObjectProblems) *collections.ObjectProblems { return &ts[0] })
-	return services, shards, problems
+	gateways := nestedMerge(d, NameRemoteGateways, graphs, func(r remoteGraph) krt.Collection[collections.ClusterGateways] { return r.gateways },
+		func(ts []collections.ClusterGateways) *collections.ClusterGateways { return &ts[0] })
+	return services, shards, problems, gateways
 }
 
 // nestedMerge is the union of one collection of each remote cluster, items of one key merged.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
@@ -142,4 +143,61 @@ func TestRemoteClusterShards(t *testing.T) {
 		_, ok := g.Description.Snapshot().Node("cluster-2/" + NameSliceEndpoints)
 		return !ok, "present"
 	})
+}
+
+// TestSplitHorizonAcrossClusters: a remote cluster on another network, with an east-west gateway
+// Service: a proxy of the local network reaches the remote endpoints through the gateway; a
+// proxy of the remote network reaches both clusters' endpoints directly (the local network has
+// no gateway).
+func TestSplitHorizonAcrossClusters(t *testing.T) {
+	stop := test.NewStop(t)
+	debugger := new(krt.DebugHandler)
+	opts := krt.NewOptionsBuilder(stop, "", debugger)
+	mtls := func(p *corev1.Pod) *corev1.Pod {
+		p.Labels["security.istio.io/tlsMode"] = "istio"
+		return p
+	}
+	in := sources.NewStatic(opts, nil,
+		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net1"}, nil),
+		fixtures.Service("ns1", "foo", fixtures.HTTP...),
+		mtls(fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "")),
+		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}))
+	inputs := in.Inputs()
+	clusters := krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
+	inputs.RemoteClusters = clusters
+	g := Build(collections.DefaultConfig(), inputs, opts)
+	if !g.WaitUntilSynced(stop) {
+		t.Fatal("not synced")
+	}
+	gw := fixtures.Service("istio-system", "eastwestgateway", fixtures.Port{Name: "tls", Port: 15443, Target: 15443})
+	gw.Labels = map[string]string{"topology.istio.io/network": "net2"}
+	gw.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.10"}}
+	remote, _ := newRemote(t, debugger, "east",
+		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net2"}, nil), gw,
+		fixtures.Service("ns1", "foo", fixtures.HTTP...),
+		mtls(fixtures.Pod("ns1", "foo-r", "foo", "10.1.0.2", "")),
+		fixtures.Slice("ns1", "foo-r", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.1.0.2", Pod: "foo-r", Cond: fixtures.Ready}))
+	clusters.UpdateObject(remote)
+	g.Connect(collections.ConnectedProxy{ConnID: "west", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+		IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes", Network: "net1"})
+	g.Connect(collections.ConnectedProxy{ConnID: "east", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+		IP: "10.1.0.50", Namespace: "ns1", ClusterID: "east", Network: "net2"})
+	const foo = "outbound|80||foo.ns1.svc.cluster.local"
+	for conn, want := range map[string][]string{
+		"west": {"10.0.0.1:8080@Kubernetes", "203.0.113.10:15443@east"},
+		"east": {"10.0.0.1:8080@Kubernetes", "10.1.0.2:8080@east"},
+	} {
+		eventually(t, conn+"'s view of foo", func() (bool, string) {
+			v := g.View(conn)
+			if v == nil {
+				return false, "no view"
+			}
+			r, pending := g.Resolve(v, transforms.TypeCLA, foo)
+			if pending {
+				return false, "pending"
+			}
+			got := claEndpoints(t, r)
+			return slices.Equal(got, want), fmt.Sprint(got)
+		})
+	}
 }

@@ -16,6 +16,10 @@ const (
 	NameNodeLocalities   = "NodeLocalities"
 	NameKubeServices     = "KubernetesServices"
 	NameAllKubeServices  = "AllKubernetesServices"
+	NameServiceGateways  = "ServiceGateways"
+	NameMeshGateways     = "input/MeshNetworksGateways"
+	NameGatewaySources   = "GatewaySources"
+	NameNetworkGateways  = "NetworkGateways"
 	NameServiceEntries   = "ServiceEntries"
 	NameEntriesByHost    = "ServiceEntriesByHost"
 	NameEntryServices    = "ServiceEntryServices"
@@ -52,8 +56,10 @@ type Graph struct {
 	ServiceEntries  krt.Collection[collections.ServiceEntry]
 	WorkloadEntries krt.Collection[collections.WorkloadEntry]
 	// ServiceInfos are every service: the Kubernetes Services and the ServiceEntry hosts.
-	ServiceInfos   krt.Collection[collections.ServiceInfo]
-	SliceEndpoints krt.Collection[collections.SliceEndpoints]
+	ServiceInfos krt.Collection[collections.ServiceInfo]
+	// NetworkGateways are the mesh's east-west gateways by network (empty: one network).
+	NetworkGateways krt.Singleton[collections.NetworkGateways]
+	SliceEndpoints  krt.Collection[collections.SliceEndpoints]
 	// ServiceEndpoints holds one shard per Service ("<ns>/<name>"), empty when it has no endpoints.
 	ServiceEndpoints krt.Collection[collections.ServiceEndpoints]
 
@@ -138,13 +144,26 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	// Remote clusters: each its own services and endpoint shards, merged by service; the local
 	// cluster's Service wins over a remote one.
 	var remoteShards krt.Collection[collections.ServiceEndpoints]
+	// Network gateways: the gateway Services of every cluster, and meshNetworks'.
+	gatewaySources := []krt.Collection[collections.ClusterGateways]{
+		DeriveFromNothing(d, NameServiceGateways, transforms.ServiceGateways(cfg, in.Services)),
+	}
+	if len(cfg.MeshGateways) > 0 {
+		mesh := krt.NewStaticCollection(nil, []collections.ClusterGateways{{Source: "meshNetworks", Gateways: cfg.MeshGateways}},
+			opts.WithName(NameMeshGateways)...)
+		gatewaySources = append(gatewaySources, Input(d, NameMeshGateways, krt.Collection[collections.ClusterGateways](mesh)))
+	}
 	if in.RemoteClusters != nil {
 		Input(d, collections.NameRemoteClusters, in.RemoteClusters)
 		var remoteServices krt.Collection[collections.ServiceInfo]
-		remoteServices, remoteShards, p = remoteClusters(cfg, d, in.RemoteClusters)
+		var remoteGateways krt.Collection[collections.ClusterGateways]
+		remoteServices, remoteShards, p, remoteGateways = remoteClusters(cfg, d, in.RemoteClusters)
 		checked(p)
 		kubeServices = JoinFirst(d, NameAllKubeServices, kubeServices, remoteServices)
+		gatewaySources = append(gatewaySources, remoteGateways)
 	}
+	gatewayIndex, reads := transforms.GatewayIndex(Join(d, NameGatewaySources, gatewaySources...))
+	g.NetworkGateways = Singleton(d, NameNetworkGateways, gatewayIndex, reads)
 	g.ServiceInfos = Join(d, NameServiceInfos, kubeServices, entryServices)
 	workloads := transforms.WorkloadInputs{Pods: in.Pods, Nodes: g.NodeLocalities, SystemNetwork: g.SystemNetwork,
 		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
@@ -184,6 +203,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	// The xDS resources.
 	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, transforms.ServiceCLAs(transforms.CLAInputs{
 		RootNamespace: cfg.SystemNamespace, Services: g.ServiceInfos, Policies: g.ServicePolicies, Classes: g.ProxyClasses,
+		Gateways: g.NetworkGateways,
 	}))
 	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.ClustersFor(transforms.ClusterInputs{
 		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints,

@@ -44,6 +44,9 @@ type LBPolicy struct {
 	Failover bool
 	// SupportsUnhealthy sends UNHEALTHY endpoints (istiod default true).
 	SupportsUnhealthy bool
+	// Networks (nil in a single-network mesh) routes endpoints of other networks through their
+	// gateways.
+	Networks *NetworkFilter
 }
 
 // PolicyFor resolves the load-balancing policy of a service's clusters. Without a
@@ -73,6 +76,9 @@ func Project(svc *collections.ServiceInfo, policy LBPolicy, c collections.ProxyC
 	var out collections.ProxyClass
 	if svc.NodeLocal {
 		out.NodeName = c.NodeName
+	}
+	if policy.Networks != nil {
+		out.Network = c.Network
 	}
 	if svc.NodeLocal || svc.ClusterLocal {
 		// Other clusters' shards are left out (node names are per cluster).
@@ -214,6 +220,14 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 			groups[e.Meta.Locality] = g
 		}
 		g.Endpoints = append(g.Endpoints, e)
+	}
+	if policy.Networks != nil {
+		// Split horizon, per locality, before priorities (istiod's EndpointsByNetworkFilter).
+		for l, g := range groups {
+			if g.Endpoints = filterByNetwork(g.Endpoints, policy.Networks, class.Network, port); len(g.Endpoints) == 0 {
+				delete(groups, l)
+			}
+		}
 	}
 	if len(groups) == 0 {
 		return plan

@@ -16,6 +16,9 @@ type CLAInputs struct {
 	Services      krt.Collection[collections.ServiceInfo]
 	Policies      krt.Collection[collections.ServicePolicy]
 	Classes       krt.Collection[collections.ProxyClass]
+	// Gateways are the network gateways: with any, endpoints of other networks are reached
+	// through them, and a CLA depends on the proxy's network.
+	Gateways krt.Singleton[collections.NetworkGateways]
 }
 
 // DependsOnProxy reports whether a service's CLAs differ between proxies.
@@ -44,14 +47,23 @@ func NeedsClasses(svc *collections.ServiceInfo, sp *collections.ServicePolicy) b
 // service whose CLAs do not depend on the proxy gets one shared CLA per cluster and does not read
 // the classes at all, so proxies connecting and leaving never recompute it.
 func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.ResourceSet] {
-	return Many[collections.ServiceEndpoints, collections.ResourceSet]{Reads: []any{in.Services, in.Policies, in.Classes}, Fn: func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
+	reads := []any{in.Services, in.Policies, in.Classes}
+	if in.Gateways != nil {
+		reads = append(reads, in.Gateways)
+	}
+	return Many[collections.ServiceEndpoints, collections.ResourceSet]{Reads: reads, Fn: func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
 		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName()))
 		if svc == nil || svc.Resolution.IsDNS() {
 			// Envoy resolves a DNS service's endpoints itself: its cluster carries them (CDS).
 			return nil
 		}
 		sp := krt.FetchOne(ctx, in.Policies, krt.FilterKey(se.ResourceName()))
-		perClass := NeedsClasses(svc, sp)
+		var gateways *collections.NetworkGateways
+		if in.Gateways != nil {
+			gateways = krt.FetchOne(ctx, in.Gateways.AsCollection())
+		}
+		multiNetwork := gateways.Enabled()
+		perClass := NeedsClasses(svc, sp) || multiNetwork
 		classes := []collections.ProxyClass{{}}
 		if perClass {
 			classes = krt.Fetch(ctx, in.Classes)
@@ -75,6 +87,9 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 				set := collections.ResourceSet{Key: name, Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
 				for _, c := range classes {
 					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
+					if multiNetwork {
+						cp.LB.Networks = &NetworkFilter{Gateways: gateways, TLS: cp.TLS}
+					}
 					projected := ProjectFor(svc, cp, c)
 					key := CLAKeyFor(claName, cp, projected)
 					r, ok := built[key]

@@ -141,9 +141,13 @@ func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collection
 	}
 }
 
-// SystemNetwork derives the default network: the topology.istio.io/network label of the system
-// namespace ("" without one). As a singleton, only a change of that label reaches its readers.
+// SystemNetwork derives the default network of the cluster's endpoints: the network meshNetworks
+// gives the cluster (fromRegistry), else the topology.istio.io/network label of the system
+// namespace ("" without one). As a singleton, only a change of it reaches its readers.
 func SystemNetwork(cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) (krt.TransformationEmpty[string], []any) {
+	if n := cfg.RegistryNetworks[cfg.ClusterID]; n != "" {
+		return func(krt.HandlerContext) *string { return &n }, nil
+	}
 	return func(ctx krt.HandlerContext) *string {
 		network := ""
 		if ns := krt.FetchOne(ctx, namespaces, krt.FilterKey(cfg.SystemNamespace)); ns != nil {

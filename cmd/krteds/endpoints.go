@@ -29,6 +29,8 @@ type endpointsOptions struct {
 	status    string
 	output    string
 	generator string
+	network   string
+	clusterID string
 	timeout   time.Duration
 }
 
@@ -68,6 +70,8 @@ prints the endpoints of every cluster it is sent, like istioctl proxy-config end
 	f.StringVar(&o.status, "status", "", "only endpoints with this health status (HEALTHY, UNHEALTHY, DRAINING)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	f.StringVar(&o.generator, "generator", "", "node metadata GENERATOR (grpc for a proxyless client)")
+	f.StringVar(&o.network, "network", "", "node metadata NETWORK: the proxy's network")
+	f.StringVar(&o.clusterID, "cluster-id", "", "node metadata CLUSTER_ID: the proxy's cluster")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for the server")
 	return cmd
 }
@@ -98,7 +102,8 @@ func fetchEndpoints(ctx context.Context, o *endpointsOptions) ([]endpointRow, er
 		return nil, err
 	}
 	defer cc.Close()
-	s, err := adsclient.Open(ctx, cc, adsclient.Node{ID: o.nodeID, Namespace: o.namespace, Generator: o.generator, Locality: parseLocality(o.locality)})
+	s, err := adsclient.Open(ctx, cc, adsclient.Node{ID: o.nodeID, Namespace: o.namespace, Generator: o.generator,
+		Network: o.network, ClusterID: o.clusterID, Locality: parseLocality(o.locality)})
 	if err != nil {
 		return nil, err
 	}

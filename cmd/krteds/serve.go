@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"istio.io/istio/pkg/cluster"
+	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/kube"
 	istiolog "istio.io/istio/pkg/log"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/transforms"
 )
 
 type serveOptions struct {
@@ -40,6 +42,7 @@ type serveOptions struct {
 	remoteKubeconfig []string
 	remoteManifests  []string
 	clusterSecrets   bool
+	meshNetworks     string
 	cfg              collections.Config
 }
 
@@ -73,6 +76,7 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.StringVar(&o.logLevel, "log-level", "info", "log level (debug, info, warn, error), optionally per scope: info,xds=debug,kube=debug")
 	f.StringArrayVar(&o.remoteKubeconfig, "remote-kubeconfig", nil, "a remote cluster of the mesh, as <clusterID>=<kubeconfig path>; repeatable")
 	f.StringArrayVar(&o.remoteManifests, "remote-manifests", nil, "a remote cluster of the mesh read from a folder of manifests, as <clusterID>=<path>; repeatable")
+	f.StringVar(&o.meshNetworks, "mesh-networks", "", "istiod's meshNetworks file: the network of each cluster (fromRegistry) and the network gateways given by address")
 	f.BoolVar(&o.clusterSecrets, "cluster-secrets", true, "against a cluster, follow remote clusters in the system namespace's Secrets labelled istio/multiCluster=true (key: cluster ID, value: kubeconfig)")
 	f.StringArrayVar(&o.cfg.ClusterLocalHosts, "cluster-local-host", nil, "a hostname (\"*.\" prefix allowed) whose endpoints proxies see only from their own cluster; repeatable (default *.kube-system.svc.<domain>, kubernetes.default.svc.<domain>)")
 	return cmd
@@ -106,6 +110,17 @@ func runServe(ctx context.Context, o *serveOptions) error {
 
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if o.meshNetworks != "" {
+		b, err := os.ReadFile(o.meshNetworks)
+		if err != nil {
+			return fmt.Errorf("--mesh-networks: %w", err)
+		}
+		mn, err := mesh.ParseMeshNetworks(string(b))
+		if err != nil {
+			return fmt.Errorf("--mesh-networks %s: %w", o.meshNetworks, err)
+		}
+		o.cfg.RegistryNetworks, o.cfg.MeshGateways = transforms.MeshNetworkSettings(mn)
+	}
 	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log}
 	if o.manifests == "" {
 		if opts.Cluster, err = clusterClient(ctx, o); err != nil {

@@ -246,3 +246,46 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestBinaryServesTwoClustersOnTwoNetworks runs the binary on the bundled two-cluster,
+// two-network example: a proxy of network1 reaches east's reviews pods through east's gateway, a
+// proxy of network2 reaches them directly, and both reach network1's directly.
+func TestBinaryServesTwoClustersOnTwoNetworks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	xdsAddr, debugAddr := freePort(t), freePort(t)
+	var logs bytes.Buffer
+	serve := exec.Command(bin, "serve", "--manifests", filepath.Join(repoRoot(t), "examples", "mesh"),
+		"--remote-manifests", "east="+filepath.Join(repoRoot(t), "examples", "east"), "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
+	serve.Stdout, serve.Stderr = &logs, &logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = serve.Process.Kill()
+		_ = serve.Wait()
+		if t.Failed() {
+			t.Logf("krteds serve output:\n%s", logs.String())
+		}
+	})
+	for network, want := range map[string][]string{
+		"network1": {"10.10.1.11:9080", "203.0.113.10:15443"},
+		"network2": {"10.10.1.11:9080", "10.30.1.11:9080", "10.30.1.12:9080"},
+	} {
+		waitFor(t, "the reviews endpoints of a proxy on "+network, func() bool {
+			out, err := run(t, bin, "endpoints", "--xds", xdsAddr, "--network", network, "--cluster", "outbound|9080||reviews.shop.svc.cluster.local",
+				"--node-id", "sidecar~10.10.0.99~probe.shop~shop.svc.cluster.local")
+			if err != nil {
+				return false
+			}
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					return false
+				}
+			}
+			return network != "network1" || !strings.Contains(out, "10.30.1.1")
+		})
+	}
+}
