@@ -19,9 +19,12 @@ import (
 	istioapimeta "istio.io/api/meta/v1alpha1"
 	networking "istio.io/api/networking/v1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/cluster"
+	"istio.io/istio/pkg/kube"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
@@ -289,4 +292,30 @@ func TestGRPCClientReachesWorkloadEntries(t *testing.T) {
 
 	cc := m.dial("xds:///mixed.default.svc.cluster.local:80")
 	until(t, cc, "the Service reaches its Pod and its WorkloadEntry", 30, exactly("127.0.0.8", "127.0.0.9"))
+}
+
+// TestUnreachableRemoteClusterHoldsNothingBack: a remote cluster whose API server never answers
+// does not delay the local cluster: the gRPC client reaches the local backends as without it.
+func TestUnreachableRemoteClusterHoldsNothingBack(t *testing.T) {
+	port := startBackends(t, "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	dead, err := kube.NewClient(kube.NewClientConfigForRestConfig(&rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second}), cluster.ID("dead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Objects: manifests(t, port), XDSListener: lis,
+		Remote: []app.Remote{{ID: "dead", Client: dead}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	m := &mesh{t: t, app: a, addr: lis.Addr().String(), port: 80}
+	cc := m.dial("xds:///echo.default.svc.cluster.local:80")
+	until(t, cc, "the local backends are reached", 30, exactly("127.0.0.2", "127.0.0.3", "127.0.0.4"))
+	if a.Remote.Collection().GetKey("dead") != nil {
+		t.Fatal("an unreachable cluster joined")
+	}
 }
