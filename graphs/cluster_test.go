@@ -161,7 +161,11 @@ func TestSplitHorizonAcrossClusters(t *testing.T) {
 		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net1"}, nil),
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		mtls(fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "")),
-		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}))
+		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}),
+		// bar is only on net1, which has no gateway: its CLA is the same for every network.
+		fixtures.Service("ns1", "bar", fixtures.HTTP...),
+		fixtures.Pod("ns1", "bar-1", "bar", "10.0.0.2", ""),
+		fixtures.Slice("ns1", "bar-a", "bar", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.2", Pod: "bar-1", Cond: fixtures.Ready}))
 	inputs := in.Inputs()
 	clusters := krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
 	inputs.RemoteClusters = clusters
@@ -199,5 +203,8 @@ func TestSplitHorizonAcrossClusters(t *testing.T) {
 			got := claEndpoints(t, r)
 			return slices.Equal(got, want), fmt.Sprint(got)
 		})
+	}
+	if set := g.CLAs.GetKey("outbound|80||bar.ns1.svc.cluster.local"); set == nil || set.Shared == nil {
+		t.Fatalf("a service on no gateway's network must share one CLA across networks: %+v", set)
 	}
 }

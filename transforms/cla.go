@@ -77,7 +77,7 @@ func Project(svc *collections.ServiceInfo, policy LBPolicy, c collections.ProxyC
 	if svc.NodeLocal {
 		out.NodeName = c.NodeName
 	}
-	if policy.Networks != nil {
+	if policy.Networks != nil && policy.Networks.Crosses {
 		out.Network = c.Network
 	}
 	if svc.NodeLocal || svc.ClusterLocal {

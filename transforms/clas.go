@@ -63,7 +63,9 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 			gateways = krt.FetchOne(ctx, in.Gateways.AsCollection())
 		}
 		multiNetwork := gateways.Enabled()
-		perClass := NeedsClasses(svc, sp) || multiNetwork
+		// The CLA depends on the proxy's network only if an endpoint is on a network with gateways.
+		crosses := multiNetwork && CrossesNetworks(gateways, se.Endpoints)
+		perClass := NeedsClasses(svc, sp) || crosses
 		classes := []collections.ProxyClass{{}}
 		if perClass {
 			classes = krt.Fetch(ctx, in.Classes)
@@ -88,7 +90,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 				for _, c := range classes {
 					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
 					if multiNetwork {
-						cp.LB.Networks = &NetworkFilter{Gateways: gateways, TLS: cp.TLS}
+						cp.LB.Networks = &NetworkFilter{Gateways: gateways, TLS: cp.TLS, Crosses: crosses}
 					}
 					projected := ProjectFor(svc, cp, c)
 					key := CLAKeyFor(claName, cp, projected)

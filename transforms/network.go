@@ -135,6 +135,19 @@ func gcd(a, b int) int {
 type NetworkFilter struct {
 	Gateways *collections.NetworkGateways
 	TLS      TLSMetadata
+	// Crosses: some endpoint is on a network with gateways, so the CLA depends on the proxy's
+	// network. Without it only the weights scale, the same for every proxy.
+	Crosses bool
+}
+
+// CrossesNetworks reports whether some endpoint is on a network that has gateways.
+func CrossesNetworks(gws *collections.NetworkGateways, eps []collections.Endpoint) bool {
+	for _, e := range eps {
+		if e.Meta.Network != "" && len(gws.For(e.Meta.Network, e.Meta.ClusterID)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // filterByNetwork is istiod's EndpointsByNetworkFilter for a sidecar, on one locality's

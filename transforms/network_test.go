@@ -59,7 +59,7 @@ func TestSplitHorizon(t *testing.T) {
 			"2.2.2.2:15443/4/;;;;c2", "2.2.2.3:15443/4/;;;;c2", "3.3.3.3:15443/2/;;;;", "locality 16"}},
 	} {
 		policy := PolicyFor(svc)
-		policy.Networks = &NetworkFilter{Gateways: gws}
+		policy.Networks = &NetworkFilter{Gateways: gws, Crosses: CrossesNetworks(gws, eps)}
 		class := Project(svc, policy, collections.ProxyClass{Network: tc.network, ClusterID: "c1"})
 		if class.Network != tc.network {
 			t.Fatalf("the projection drops the proxy's network: %+v", class)

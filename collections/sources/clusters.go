@@ -34,6 +34,9 @@ type RemoteClusters struct {
 	log      *zap.Logger
 	stop     <-chan struct{}
 
+	// OnFileProblems (optional) is given the file problems of each cluster read from a folder.
+	OnFileProblems func(krt.Collection[collections.ObjectProblems])
+
 	mu sync.Mutex
 	// running is how to stop each cluster started, by ID, and what started it.
 	running map[string]runningCluster
@@ -76,6 +79,9 @@ func (r *RemoteClusters) AddManifests(id, path string) error {
 		f, err := NewFiles(path, opts, FilesOptions{Log: r.log.Named(id)})
 		if err != nil {
 			return collections.Inputs{}, nil, err
+		}
+		if r.OnFileProblems != nil {
+			r.OnFileProblems(f.Problems())
 		}
 		return f.Inputs(), func() { f.Run(stop) }, nil
 	})

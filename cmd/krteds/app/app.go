@@ -150,6 +150,7 @@ func Start(o Options) (*App, error) {
 	if len(o.Remote) > 0 || (o.ClusterSecrets && o.Cluster != nil) {
 		a.Remote = sources.NewRemoteClusters(opts, o.Config.WithDefaults().ClusterID, log.Named("clusters"))
 		in.RemoteClusters = a.Remote.Collection()
+		a.Remote.OnFileProblems = problems.Watch
 		for _, r := range o.Remote {
 			var err error
 			if r.Client != nil {
