@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -60,7 +61,7 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&o.manifests, "manifests", "", "serve the Kubernetes objects in this YAML file or folder instead of a cluster")
+	f.StringVar(&o.manifests, "manifests", "", "serve the Kubernetes objects in this YAML file or folder instead of a cluster; a folder with a sub-folder named after --cluster-id holds one sub-folder per cluster")
 	f.StringVar(&o.xdsAddr, "xds-addr", "127.0.0.1:15010", "address of the plaintext, unauthenticated xDS (ADS) gRPC server; loopback unless opened, e.g. :15010")
 	f.StringVar(&o.xdsTLSAddr, "xds-tls-addr", ":15012", "address of the authenticated xDS server (used when --tls-cert, --tls-key and --tls-client-ca are set)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serving certificate (PEM) of the authenticated xDS server")
@@ -130,6 +131,19 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	}
 	if opts.Remote, err = remotes(o); err != nil {
 		return err
+	}
+	if o.manifests != "" {
+		local, others, err := clusterFolders(o.manifests, o.cfg.WithDefaults().ClusterID)
+		if err != nil {
+			return err
+		}
+		opts.Manifests = local
+		for _, r := range others {
+			if slices.ContainsFunc(opts.Remote, func(x app.Remote) bool { return x.ID == r.ID }) {
+				return fmt.Errorf("remote cluster %s is both a folder of --manifests and a flag", r.ID)
+			}
+		}
+		opts.Remote = append(opts.Remote, others...)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -206,6 +220,28 @@ func remotes(o *serveOptions) ([]app.Remote, error) {
 		out = append(out, app.Remote{ID: id, Client: c})
 	}
 	return out, nil
+}
+
+// clusterFolders reads the layout of --manifests: a folder holding a sub-folder named after the
+// local cluster's ID is a folder per cluster (<dir>/<clusterID>/…): that sub-folder is the local
+// cluster, every other sub-folder a remote cluster of its name (read as --remote-manifests). Any
+// other path is the local cluster alone.
+func clusterFolders(path, localID string) (string, []app.Remote, error) {
+	if fi, err := os.Stat(filepath.Join(path, localID)); err != nil || !fi.IsDir() {
+		return path, nil, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("--manifests: %w", err)
+	}
+	var remotes []app.Remote
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == localID || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		remotes = append(remotes, app.Remote{ID: e.Name(), Manifests: filepath.Join(path, e.Name())})
+	}
+	return filepath.Join(path, localID), remotes, nil
 }
 
 // clusterClient connects to the cluster named by --kubeconfig (or the usual defaults).

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestClusterFolders: a manifests folder with a sub-folder named after the local cluster is one
+// folder per cluster; any other folder is the local cluster alone.
+func TestClusterFolders(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"Kubernetes", "east", "west", ".hidden"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.yaml"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local, remotes, err := clusterFolders(dir, "Kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if local != filepath.Join(dir, "Kubernetes") || len(remotes) != 2 || remotes[0].ID != "east" || remotes[1].ID != "west" ||
+		remotes[0].Manifests != filepath.Join(dir, "east") {
+		t.Fatalf("local %s, remotes %+v", local, remotes)
+	}
+	// Without a folder of the local cluster's name: one cluster.
+	local, remotes, err = clusterFolders(dir, "other")
+	if err != nil || local != dir || remotes != nil {
+		t.Fatalf("local %s, remotes %+v, %v", local, remotes, err)
+	}
+}
