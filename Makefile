@@ -1,5 +1,16 @@
 # The README's commands are the entry points; these are conveniences.
-.PHONY: test bench bench-medium bench-large
+.PHONY: test bench bench-medium bench-large build image
+
+VERSION ?= dev
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/krteds/krteds/outputs.Version=$(VERSION) -X github.com/krteds/krteds/outputs.Commit=$(COMMIT)
+
+# A static binary with its version and commit (krteds version, /version, krteds_build_info).
+build:
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o krteds ./cmd/krteds
+
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t krteds:$(VERSION) .
 
 test:
 	go test ./...

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,7 @@ func NewDebugMux(o DebugOptions) http.Handler {
 	if o.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
 	}
+	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, r, Build()) })
 	handle("/debug/krt", "the collection graph: ?format=json|dot|html", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeGraph(w, r, o.Graph.Description.Snapshot())
 	}))
@@ -89,21 +91,27 @@ func NewDebugMux(o DebugOptions) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug", func(w http.ResponseWriter, _ *http.Request) {
+	index := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, "<!doctype html><title>krteds debug</title><h1>krteds debug</h1><ul>")
 		for _, p := range pages {
 			fmt.Fprintf(w, `<li><a href="%s">%s</a> %s</li>`, html.EscapeString(p.path), html.EscapeString(p.path), html.EscapeString(p.help))
 		}
-		fmt.Fprint(w, `<li><a href="/metrics">/metrics</a></li><li><a href="/ready">/ready</a></li></ul>`)
-	})
+		fmt.Fprint(w, `<li><a href="/metrics">/metrics</a></li><li><a href="/ready">/ready</a></li><li><a href="/version">/version</a></li></ul>`)
+	}
+	mux.HandleFunc("/debug", index)
+	mux.HandleFunc("/debug/{$}", index)
 	return loopbackOnly(mux, o.AllowRemote, o.Authenticate)
 }
 
-// loopbackOnly refuses /debug requests from non-loopback peers unless allowed, or authenticated.
+// loopbackOnly refuses /debug requests that did not come over loopback unless allowed, or
+// authenticated. A request came over loopback when both ends of its connection are loopback
+// addresses: a sidecar forwarding mesh traffic from 127.0.0.6 to the pod's address does not
+// qualify (only a proxy forwarding to 127.0.0.1 would; --debug-addr 127.0.0.1:15014 keeps the
+// debug port off the pod's address altogether).
 func loopbackOnly(next http.Handler, allowRemote bool, authenticate func(*http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !allowRemote && strings.HasPrefix(r.URL.Path, "/debug") && !IsLoopback(r.RemoteAddr) {
+		if !allowRemote && strings.HasPrefix(r.URL.Path, "/debug") && !overLoopback(r) {
 			if authenticate == nil {
 				http.Error(w, "debug endpoints answer only on loopback", http.StatusForbidden)
 				return
@@ -115,6 +123,15 @@ func loopbackOnly(next http.Handler, allowRemote bool, authenticate func(*http.R
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// overLoopback reports whether the request's connection has loopback addresses at both ends.
+func overLoopback(r *http.Request) bool {
+	if !IsLoopback(r.RemoteAddr) {
+		return false
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && IsLoopback(local.String())
 }
 
 // IsLoopback reports whether a host:port (or bare host) is a loopback address.
@@ -167,14 +184,22 @@ func krtz(w http.ResponseWriter, r *http.Request, d *krt.DebugHandler, joins []g
 	}
 	if want := r.URL.Query()["collection"]; len(want) > 0 {
 		keep := dump[:0]
+		var names []string
 		for _, c := range dump {
 			var name string
 			_ = json.Unmarshal(c["name"], &name)
+			names = append(names, name)
 			for _, n := range want {
-				if n == name {
+				// krt names an index's collection "index/<name>"; /debug/krt calls it <name>.
+				if n == name || "index/"+n == name {
 					keep = append(keep, c)
 				}
 			}
+		}
+		if len(keep) == 0 {
+			slices.Sort(names)
+			http.Error(w, fmt.Sprintf("no collection named %q; the collections are: %s", want, strings.Join(names, ", ")), http.StatusNotFound)
+			return
 		}
 		dump = keep
 	}

@@ -23,6 +23,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newEndpointsCommand(), newGraphCommand())
+	root.AddCommand(newServeCommand(), newEndpointsCommand(), newGraphCommand(), newVersionCommand())
 	return root
 }

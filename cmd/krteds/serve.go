@@ -24,6 +24,7 @@ import (
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/examples"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/transforms"
@@ -44,6 +45,7 @@ type serveOptions struct {
 	remoteManifests  []string
 	clusterSecrets   bool
 	meshNetworks     string
+	demo             bool
 	cfg              collections.Config
 }
 
@@ -77,6 +79,7 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.StringVar(&o.logLevel, "log-level", "info", "log level (debug, info, warn, error), optionally per scope: info,xds=debug,kube=debug")
 	f.StringArrayVar(&o.remoteKubeconfig, "remote-kubeconfig", nil, "a remote cluster of the mesh, as <clusterID>=<kubeconfig path>; repeatable")
 	f.StringArrayVar(&o.remoteManifests, "remote-manifests", nil, "a remote cluster of the mesh read from a folder of manifests, as <clusterID>=<path>; repeatable")
+	f.BoolVar(&o.demo, "demo", false, "serve the bundled example mesh (two clusters on two networks), written to a temporary folder whose files stay live")
 	f.StringVar(&o.meshNetworks, "mesh-networks", "", "istiod's meshNetworks file: the network of each cluster (fromRegistry) and the network gateways given by address")
 	f.BoolVar(&o.clusterSecrets, "cluster-secrets", true, "against a cluster, follow remote clusters in the system namespace's Secrets labelled istio/multiCluster=true (key: cluster ID, value: kubeconfig)")
 	f.StringArrayVar(&o.cfg.ClusterLocalHosts, "cluster-local-host", nil, "a hostname (\"*.\" prefix allowed) whose endpoints proxies see only from their own cluster; repeatable (default *.kube-system.svc.<domain>, kubernetes.default.svc.<domain>)")
@@ -111,6 +114,23 @@ func runServe(ctx context.Context, o *serveOptions) error {
 
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if o.demo {
+		if o.manifests != "" || o.kubeconfig != "" {
+			return fmt.Errorf("--demo serves the bundled examples: it goes without --manifests and --kubeconfig")
+		}
+		dir, err := os.MkdirTemp("", "krteds-demo-")
+		if err != nil {
+			return fmt.Errorf("--demo: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		if err := examples.WriteTo(dir); err != nil {
+			return fmt.Errorf("--demo: %w", err)
+		}
+		o.manifests = filepath.Join(dir, "mesh")
+		o.remoteManifests = append(o.remoteManifests, "east="+filepath.Join(dir, "east"))
+		log.Info("serving the bundled examples", zap.String("folder", dir),
+			zap.String("try", "cp "+filepath.Join(dir, "late", "reviews-late-pod.yaml")+" "+o.manifests+"/"))
+	}
 	if o.meshNetworks != "" {
 		b, err := os.ReadFile(o.meshNetworks)
 		if err != nil {
@@ -263,5 +283,5 @@ func clusterClient(ctx context.Context, o *serveOptions) (kube.Client, error) {
 }
 
 func noCluster(err error) error {
-	return fmt.Errorf("no Kubernetes cluster reachable (%v); to try krteds without one, run: krteds serve --manifests examples/mesh", err)
+	return fmt.Errorf("no Kubernetes cluster reachable (%v); to try krteds without one, run: krteds serve --demo", err)
 }

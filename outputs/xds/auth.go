@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -157,6 +158,11 @@ func (k KubeTokenReview) Authenticate(ctx context.Context, token string) (Identi
 	}
 	if !tr.Status.Authenticated {
 		return Identity{}, fmt.Errorf("token not authenticated: %s", tr.Status.Error)
+	}
+	// An authenticator that ignores audiences answers with none: the token is then not shown to
+	// be meant for krteds.
+	if len(k.Audiences) > 0 && !slices.ContainsFunc(tr.Status.Audiences, func(a string) bool { return slices.Contains(k.Audiences, a) }) {
+		return Identity{}, fmt.Errorf("token not valid for audiences %v (the TokenReview answers %v)", k.Audiences, tr.Status.Audiences)
 	}
 	// system:serviceaccount:<namespace>:<name>
 	parts := strings.Split(tr.Status.User.Username, ":")

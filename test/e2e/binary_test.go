@@ -231,7 +231,7 @@ func TestBinaryWithoutClusterSaysHowToRunTheExample(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	last := lines[len(lines)-1]
-	if !strings.Contains(last, "no Kubernetes cluster reachable") || !strings.Contains(last, "krteds serve --manifests examples/mesh") {
+	if !strings.Contains(last, "no Kubernetes cluster reachable") || !strings.Contains(last, "krteds serve --demo") {
 		t.Fatalf("unhelpful message:\n%s", out)
 	}
 }
@@ -247,9 +247,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestBinaryServesTwoClustersOnTwoNetworks runs the binary on the bundled two-cluster,
-// two-network example: a proxy of network1 reaches east's reviews pods through east's gateway, a
-// proxy of network2 reaches them directly, and both reach network1's directly.
+// TestBinaryServesTwoClustersOnTwoNetworks runs `krteds serve --demo` outside any checkout: the
+// bundled two-cluster, two-network example, embedded in the binary. A proxy of network1 reaches
+// east's reviews pods through east's gateway, a proxy of network2 reaches them directly, and
+// both reach network1's directly.
 func TestBinaryServesTwoClustersOnTwoNetworks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -257,8 +258,8 @@ func TestBinaryServesTwoClustersOnTwoNetworks(t *testing.T) {
 	bin := buildBinary(t)
 	xdsAddr, debugAddr := freePort(t), freePort(t)
 	var logs bytes.Buffer
-	serve := exec.Command(bin, "serve", "--manifests", filepath.Join(repoRoot(t), "examples", "mesh"),
-		"--remote-manifests", "east="+filepath.Join(repoRoot(t), "examples", "east"), "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
+	serve := exec.Command(bin, "serve", "--demo", "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
+	serve.Dir = t.TempDir()
 	serve.Stdout, serve.Stderr = &logs, &logs
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)

@@ -8,8 +8,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -110,6 +112,7 @@ func Start(o Options) (*App, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	outputs.RegisterBuildInfo(reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &App{Debugger: new(krt.DebugHandler), Registry: reg, cluster: o.Cluster, stop: make(chan struct{}), log: log, close: cancel}
 	fail := func(err error) (*App, error) {
@@ -132,7 +135,16 @@ func Start(o Options) (*App, error) {
 		in, run = files.Inputs(), func() { files.Run(a.stop) }
 		problems.Watch(files.Problems())
 	case o.Cluster != nil:
-		in, run = sources.Informers(o.Cluster, opts), func() { o.Cluster.RunAndWait(a.stop) }
+		in, run = sources.Informers(o.Cluster, opts), func() {
+			o.Cluster.RunAndWait(a.stop)
+			// Once the client has synced, its CRD watcher knows what is installed.
+			for _, kind := range slices.Sorted(maps.Keys(sources.IstioResources)) {
+				gvr := sources.IstioResources[kind]
+				if !sources.CRDInstalled(o.Cluster, gvr, func() { log.Info("CRD installed; reading it", zap.String("kind", kind)) }) {
+					log.Info("CRD not installed; the collection stays empty until it is", zap.String("kind", kind), zap.String("resource", gvr.String()))
+				}
+			}
+		}
 		a.Source = "cluster"
 		if o.Cluster.Kube() != nil {
 			if rc := o.Cluster.RESTConfig(); rc != nil {
@@ -211,13 +223,7 @@ func Start(o Options) (*App, error) {
 			}
 		}()
 	}
-	if o.Cluster != nil {
-		for kind, gvr := range sources.IstioResources {
-			if !sources.CRDInstalled(o.Cluster, gvr, func() { log.Info("CRD installed; reading it", zap.String("kind", kind)) }) {
-				log.Info("CRD not installed; the collection stays empty until it is", zap.String("kind", kind), zap.String("resource", gvr.String()))
-			}
-		}
-	}
+
 	go run()
 	return a, nil
 }

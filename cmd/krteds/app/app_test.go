@@ -169,6 +169,21 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 			t.Fatalf("/ready %d", code)
 		}
 	})
+	t.Run("version", func(t *testing.T) {
+		var v struct{ Version, Commit, GoVersion string }
+		r.getJSON("/version", &v)
+		if v.Version == "" || v.Commit == "" || !strings.HasPrefix(v.GoVersion, "go") {
+			t.Fatalf("/version %+v", v)
+		}
+	})
+	t.Run("index with a trailing slash", func(t *testing.T) {
+		if code, body := r.get("/debug/"); code != 200 || !strings.Contains(body, `href="/debug/krt"`) {
+			t.Fatalf("/debug/ %d", code)
+		}
+		if code, _ := r.get("/debug/nothing-here"); code != 404 {
+			t.Fatalf("/debug/nothing-here %d", code)
+		}
+	})
 	t.Run("index", func(t *testing.T) {
 		_, body := r.get("/debug")
 		for _, p := range []string{"/debug/krt", "/debug/krtz", "/debug/endpointShardz", "/debug/registryz", "/debug/syncz", "/debug/adsz", "/debug/memz", "/debug/pprof/", "/metrics"} {
@@ -203,6 +218,14 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 		r.getJSON("/debug/krtz?collection=ServiceInfos", &dump)
 		if len(dump) != 1 || dump[0].Name != "ServiceInfos" || dump[0].State.Outputs["ns1/foo"] == nil {
 			t.Fatalf("krtz %+v", dump)
+		}
+		// An index by the name /debug/krt gives it.
+		r.getJSON("/debug/krtz?collection="+graphs.NameProxiesByClass, &dump)
+		if len(dump) != 1 {
+			t.Fatalf("krtz of the index %+v", dump)
+		}
+		if code, body := r.get("/debug/krtz?collection=NoSuchThing"); code != 404 || !strings.Contains(body, "SliceEndpoints") {
+			t.Fatalf("an unknown collection: %d %s", code, body)
 		}
 	})
 	t.Run("endpointShardz", func(t *testing.T) {
@@ -283,6 +306,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 			`krteds_collection_size{collection="SliceEndpoints"} 2`,
 			`krteds_collection_recomputations_total{collection="SliceEndpoints"}`,
 			`krteds_collection_events_total{collection="input/EndpointSlices"}`,
+			`krteds_build_info{commit=`,
 		}
 		var body string
 		eventuallyTrue(t, "metrics", func() bool {
