@@ -80,6 +80,8 @@ type SliceEndpoints struct {
 	// Service is the owning Service's name (label kubernetes.io/service-name).
 	Service   string     `json:"service"`
 	Endpoints []Endpoint `json:"endpoints"`
+	// PendingPods counts the slice's endpoints left out until the Pod they name exists.
+	PendingPods int `json:"pendingPods,omitempty"`
 }
 
 // ResourceName is "<namespace>/<slice name>", the slice's key.
@@ -90,7 +92,7 @@ func (s SliceEndpoints) ServiceKey() string { return s.Namespace + "/" + s.Servi
 
 // Equals compares every field.
 func (s SliceEndpoints) Equals(o SliceEndpoints) bool {
-	return s.Namespace == o.Namespace && s.Name == o.Name && s.Service == o.Service &&
+	return s.Namespace == o.Namespace && s.Name == o.Name && s.Service == o.Service && s.PendingPods == o.PendingPods &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
 }
 

@@ -1,8 +1,12 @@
 package outputs
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
 )
 
@@ -40,4 +44,31 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.recomputes, prometheus.CounterValue, float64(n.Recomputes), n.Name)
 		}
 	}
+}
+
+// RegisterIstioRegistryMetrics exports istiod's registry gauges for the same facts:
+// pilot_services (the services krteds knows) and pilot_k8s_endpoints_pending_pod (slice
+// endpoints waiting for the Pod they name), kept from the graph's events, nothing per scrape.
+func RegisterIstioRegistryMetrics(reg prometheus.Registerer, g *graphs.Graph) {
+	var pending atomic.Int64
+	g.SliceEndpoints.RegisterBatch(func(evs []krt.Event[collections.SliceEndpoints]) {
+		for _, e := range evs {
+			if e.Old != nil {
+				pending.Add(-int64(e.Old.PendingPods))
+			}
+			if e.New != nil {
+				pending.Add(int64(e.New.PendingPods))
+			}
+		}
+	}, true)
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pilot_services", Help: "Total services known to pilot."}, func() float64 {
+			n, _ := g.Description.Snapshot().Node(graphs.NameServiceInfos)
+			return float64(n.Size)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pilot_k8s_endpoints_pending_pod",
+			Help: "Number of endpoints that do not currently have any corresponding pods."}, func() float64 {
+			return float64(pending.Load())
+		}),
+	)
 }

@@ -64,6 +64,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 		for i := range slice.Endpoints {
 			e := &slice.Endpoints[i]
 			health := EndpointHealth(svc, e.Conditions)
+			pending := false
 			for _, addr := range e.Addresses {
 				ip, err := netip.ParseAddr(addr)
 				if err != nil {
@@ -86,6 +87,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 					if w == nil {
 						// The Pod has not arrived yet: leave the endpoint out; this transform is
 						// recomputed when it does.
+						pending = true
 						continue
 					}
 					meta, podKey = w.Meta, w.ResourceName()
@@ -113,6 +115,9 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 						Meta:     meta,
 					})
 				}
+			}
+			if pending {
+				out.PendingPods++
 			}
 		}
 		return pr.result(), out

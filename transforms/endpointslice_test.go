@@ -427,3 +427,17 @@ func TestIPLookupKeepsOnlyThatIP(t *testing.T) {
 		t.Fatalf("endpoint pods %v (neighbour %s)", pods, neighbour)
 	}
 }
+
+// TestPendingPodsAreCounted: an endpoint whose Pod does not exist yet is left out and counted
+// (istiod's pilot_k8s_endpoints_pending_pod), once per endpoint whatever its addresses.
+func TestPendingPodsAreCounted(t *testing.T) {
+	slice := fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
+		fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.3", Pod: "foo-3", Cond: fixtures.Ready})
+	slice.Endpoints[2].Addresses = append(slice.Endpoints[2].Addresses, "10.0.0.4")
+	out, _ := runSlice(t, slice, fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""))
+	if out.PendingPods != 2 || len(out.Endpoints) != 1 {
+		t.Fatalf("pending %d, endpoints %d; want 2 pending, 1 endpoint", out.PendingPods, len(out.Endpoints))
+	}
+}

@@ -1,6 +1,9 @@
 package xds
 
 import (
+	"regexp"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,6 +19,50 @@ type Metrics struct {
 	Convergence   *prometheus.HistogramVec
 	RejectedNodes prometheus.Counter
 	UnknownTypes  prometheus.Counter
+
+	// The same facts under istiod's names, labels and buckets (pilot/pkg/xds/monitoring.go,
+	// pkg/xds/monitoring.go), for the dashboards and alerts written for istiod.
+	Istio IstioMetrics
+}
+
+// IstioMetrics are istiod's xDS metrics. Their type label is istiod's: cds, eds, lds, rds.
+type IstioMetrics struct {
+	Clients         *prometheus.GaugeVec     // pilot_xds{version}
+	Pushes          *prometheus.CounterVec   // pilot_xds_pushes{type}: cds, …; cds_senderr, …
+	PushTime        *prometheus.HistogramVec // pilot_xds_push_time{type}
+	ConvergenceTime prometheus.Histogram     // pilot_proxy_convergence_time
+	Rejects         *prometheus.CounterVec   // pilot_total_xds_rejects{type}
+	ExpiredNonces   *prometheus.CounterVec   // pilot_xds_expired_nonce{type}
+	versionsMu      sync.Mutex
+	versions        map[string]bool
+}
+
+// istioTypes are istiod's type label values of the four types krteds serves, in shortNames order.
+var istioTypes = [numTypes]string{"cds", "eds", "lds", "rds"}
+
+// maxProxyVersions bounds the version label of pilot_xds: a client names its own version.
+const maxProxyVersions = 32
+
+var versionPattern = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?(-[A-Za-z0-9.]+)?$`)
+
+// versionLabel is the pilot_xds label of a client's ISTIO_VERSION: "" when it has none, "other"
+// when it is not a version or when the label already holds maxProxyVersions versions.
+func (m *IstioMetrics) versionLabel(v string) string {
+	if v == "" {
+		return ""
+	}
+	if len(v) > 40 || !versionPattern.MatchString(v) {
+		return "other"
+	}
+	m.versionsMu.Lock()
+	defer m.versionsMu.Unlock()
+	if !m.versions[v] {
+		if len(m.versions) >= maxProxyVersions {
+			return "other"
+		}
+		m.versions[v] = true
+	}
+	return v
 }
 
 // NewMetrics creates the metrics and registers them with reg (when not nil). Every series exists
@@ -52,6 +99,37 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "krteds_xds_unknown_type_requests_total", Help: "Requests for resource types krteds does not serve.",
 		}),
 	}
+	m.Istio = IstioMetrics{
+		Clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pilot_xds", Help: "Number of endpoints connected to this pilot using XDS.",
+		}, []string{"version"}),
+		Pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilot_xds_pushes", Help: "Pilot build and send errors for lds, rds, cds and eds.",
+		}, []string{"type"}),
+		PushTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pilot_xds_push_time", Help: "Total time in seconds Pilot takes to push lds, rds, cds and eds.",
+			Buckets: []float64{.01, .1, 1, 3, 5, 10, 20, 30},
+		}, []string{"type"}),
+		ConvergenceTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "pilot_proxy_convergence_time", Help: "Delay in seconds between config change and a proxy receiving all required configuration.",
+			Buckets: []float64{.1, .5, 1, 3, 5, 10, 20, 30},
+		}),
+		Rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilot_total_xds_rejects", Help: "Total number of XDS responses from pilot rejected by proxy.",
+		}, []string{"type"}),
+		ExpiredNonces: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilot_xds_expired_nonce", Help: "Total number of XDS requests with an expired nonce.",
+		}, []string{"type"}),
+		versions: map[string]bool{},
+	}
+	for _, t := range istioTypes {
+		m.Istio.Pushes.WithLabelValues(t)
+		m.Istio.Pushes.WithLabelValues(t + "_senderr")
+		m.Istio.PushTime.WithLabelValues(t)
+		m.Istio.Rejects.WithLabelValues(t)
+		m.Istio.ExpiredNonces.WithLabelValues(t)
+	}
+	m.Istio.Clients.WithLabelValues("")
 	for _, t := range shortNames {
 		m.Pushes.WithLabelValues(t)
 		m.PushErrors.WithLabelValues(t)
@@ -64,16 +142,40 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Clients.WithLabelValues(p)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Clients, m.Pushes, m.PushErrors, m.NACKs, m.ExpiredNonces, m.ConfigSize, m.Convergence, m.RejectedNodes, m.UnknownTypes)
+		reg.MustRegister(m.Clients, m.Pushes, m.PushErrors, m.NACKs, m.ExpiredNonces, m.ConfigSize, m.Convergence, m.RejectedNodes, m.UnknownTypes,
+			m.Istio.Clients, m.Istio.Pushes, m.Istio.PushTime, m.Istio.ConvergenceTime, m.Istio.Rejects, m.Istio.ExpiredNonces)
 	}
 	return m
 }
 
-func (m *Metrics) clients(proxyType string, delta float64) {
+func (m *Metrics) clients(proxyType, istioVersion string, delta float64) {
 	m.Clients.WithLabelValues(proxyType).Add(delta)
+	m.Istio.Clients.WithLabelValues(istioVersion).Add(delta)
 }
 
-func (m *Metrics) pushed(short string, bytes int) {
-	m.Pushes.WithLabelValues(short).Inc()
-	m.ConfigSize.WithLabelValues(short).Observe(float64(bytes))
+func (m *Metrics) pushed(t typ, bytes int, took float64) {
+	m.Pushes.WithLabelValues(t.short()).Inc()
+	m.ConfigSize.WithLabelValues(t.short()).Observe(float64(bytes))
+	m.Istio.Pushes.WithLabelValues(istioTypes[t]).Inc()
+	m.Istio.PushTime.WithLabelValues(istioTypes[t]).Observe(took)
+}
+
+func (m *Metrics) pushFailed(t typ) {
+	m.PushErrors.WithLabelValues(t.short()).Inc()
+	m.Istio.Pushes.WithLabelValues(istioTypes[t] + "_senderr").Inc()
+}
+
+func (m *Metrics) converged(t typ, seconds float64) {
+	m.Convergence.WithLabelValues(t.short()).Observe(seconds)
+	m.Istio.ConvergenceTime.Observe(seconds)
+}
+
+func (m *Metrics) rejected(t typ) {
+	m.NACKs.WithLabelValues(t.short()).Inc()
+	m.Istio.Rejects.WithLabelValues(istioTypes[t]).Inc()
+}
+
+func (m *Metrics) expiredNonce(t typ) {
+	m.ExpiredNonces.WithLabelValues(t.short()).Inc()
+	m.Istio.ExpiredNonces.WithLabelValues(istioTypes[t]).Inc()
 }

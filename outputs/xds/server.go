@@ -167,7 +167,7 @@ func (s *Server) unregister(c *conn) {
 		st.subs = subSet{}
 	}
 	registered := c.proxy != nil
-	proxyType := ""
+	proxyType, istioVersion := "", c.istioVersion
 	if registered {
 		proxyType = c.proxy.Type
 		s.src.Disconnect(c.id)
@@ -188,7 +188,7 @@ func (s *Server) unregister(c *conn) {
 		}
 	}
 	if registered {
-		s.metrics.clients(proxyType, -1)
+		s.metrics.clients(proxyType, istioVersion, -1)
 		s.log.Info("xDS client disconnected", zap.String("conn", c.id))
 	}
 }

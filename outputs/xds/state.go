@@ -22,6 +22,8 @@ type conn struct {
 	identity *Identity
 	authErr  error
 	logs     limiter
+	// istioVersion is the client's pilot_xds version label.
+	istioVersion string
 
 	// wake (capacity 1) tells the stream's sender to look for work.
 	wake chan struct{}

@@ -155,7 +155,7 @@ func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty fun
 		}
 		start := time.Now()
 		if err := send(r, c); err != nil {
-			s.metrics.PushErrors.WithLabelValues(r.t.short()).Inc()
+			s.metrics.pushFailed(r.t)
 			return err
 		}
 		s.pushed(r, start)
@@ -170,11 +170,11 @@ func (s *Server) pushed(r *response, at time.Time) {
 		bytes += len(it.res.Body)
 		if it.update {
 			if ch := s.names.changed(it.id, r.t); ch != 0 {
-				s.metrics.Convergence.WithLabelValues(r.t.short()).Observe(at.Sub(time.Unix(0, ch)).Seconds())
+				s.metrics.converged(r.t, at.Sub(time.Unix(0, ch)).Seconds())
 			}
 		}
 	}
-	s.metrics.pushed(r.t.short(), bytes)
+	s.metrics.pushed(r.t, bytes, time.Since(at).Seconds())
 }
 
 func (s *Server) sotwResponse(r *response, c *conn) *discovery.DiscoveryResponse {
@@ -230,7 +230,7 @@ func (s *Server) handle(c *conn, req request) error {
 	nonce := req.nonce()
 	current := !first && nonce != "" && nonce == st.st.SentNonce
 	if nonce != "" && !current {
-		s.metrics.ExpiredNonces.WithLabelValues(t.short()).Inc()
+		s.metrics.expiredNonce(t)
 		if req.sotw != nil {
 			// A state-of-the-world request answering an older response is ignored: the client
 			// will answer the newest one with its full subscription.
@@ -262,7 +262,7 @@ func (s *Server) handle(c *conn, req request) error {
 func (s *Server) nack(c *conn, t typ, st *typeState, e *rpcstatus.Status) {
 	st.st.NACKs++
 	st.st.LastError = clip(e.GetMessage())
-	s.metrics.NACKs.WithLabelValues(t.short()).Inc()
+	s.metrics.rejected(t)
 	if ok, held := c.logs.allow(time.Now()); ok {
 		s.log.Warn("xDS client rejected a response", zap.String("conn", c.id), zap.String("node", clip(c.proxyID())),
 			zap.String("type", t.short()), zap.String("nonce", st.st.SentNonce), zap.String("error", st.st.LastError),
@@ -471,10 +471,11 @@ func (s *Server) identify(c *conn, node *core.Node) error {
 		return errStreamClosed
 	}
 	c.proxy = &cp
+	c.istioVersion = s.metrics.Istio.versionLabel(node.GetMetadata().GetFields()["ISTIO_VERSION"].GetStringValue())
 	s.src.Connect(cp)
 	c.mu.Unlock()
 	c.viewChanged(s.src.View(c.id))
-	s.metrics.clients(cp.Type, 1)
+	s.metrics.clients(cp.Type, c.istioVersion, 1)
 	s.log.Info("xDS client connected", zap.String("conn", c.id), zap.String("node", cp.ID), zap.String("peer", c.peer),
 		zap.String("namespace", cp.Namespace), zap.String("generator", cp.Generator))
 	return nil

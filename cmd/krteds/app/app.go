@@ -183,6 +183,7 @@ func Start(o Options) (*App, error) {
 	cfg := o.Config.WithDefaults()
 	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
 	reg.MustRegister(outputs.NewCollector(a.Graph.Description))
+	outputs.RegisterIstioRegistryMetrics(reg, a.Graph)
 	a.XDS.SetTrustDomain(cfg.TrustDomain)
 	var debugAuth func(*http.Request) error
 	if len(o.TokenAudiences) > 0 && o.Cluster != nil {

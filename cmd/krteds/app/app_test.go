@@ -307,6 +307,16 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 			`krteds_collection_recomputations_total{collection="SliceEndpoints"}`,
 			`krteds_collection_events_total{collection="input/EndpointSlices"}`,
 			`krteds_build_info{commit=`,
+			// istiod's names for the same facts.
+			`pilot_xds{version=""} 1`,
+			`pilot_xds_pushes{type="eds"} 2`,
+			`pilot_xds_pushes{type="cds_senderr"} 0`,
+			`pilot_total_xds_rejects{type="eds"} 1`,
+			`pilot_xds_expired_nonce{type="eds"}`,
+			`pilot_xds_push_time_count{type="eds"} 2`,
+			`pilot_proxy_convergence_time_count 1`,
+			`pilot_services 1`,
+			`pilot_k8s_endpoints_pending_pod 0`,
 		}
 		var body string
 		eventuallyTrue(t, "metrics", func() bool {
