@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -30,5 +32,16 @@ func TestClusterFolders(t *testing.T) {
 	local, remotes, err = clusterFolders(dir, "other")
 	if err != nil || local != dir || remotes != nil {
 		t.Fatalf("local %s, remotes %+v, %v", local, remotes, err)
+	}
+}
+
+func TestMistypedFlagSuggestsTheRightOne(t *testing.T) {
+	root := newRootCommand()
+	root.SetArgs([]string{"endpoints", "--clustr", "x"})
+	root.SetOut(io.Discard)
+	root.SetErr(io.Discard)
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "did you mean --cluster?") {
+		t.Fatalf("error %v", err)
 	}
 }

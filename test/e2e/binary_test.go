@@ -106,6 +106,24 @@ func run(t *testing.T, bin string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// syncBuffer is a bytes.Buffer a process writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // TestBinaryServesExamplesAndFollowsEdits runs the real binary on a copy of the bundled
 // examples, edits the manifests, and reads the result with `krteds endpoints`.
 func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
@@ -166,6 +184,17 @@ func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
 		t.Fatalf("the WorkloadEntry behind payments.shop.internal is not served (%v):\n%s", err, out)
 	}
 
+	// A watcher: `krteds endpoints --watch` prints the endpoints again each time they change.
+	var watchOut syncBuffer
+	watch := exec.Command(bin, "endpoints", "--xds", xdsAddr, "--watch", "--cluster", reviews,
+		"--node-id", "sidecar~10.10.0.11~frontend-7d9f8-aaaaa.shop~shop.svc.cluster.local")
+	watch.Stdout, watch.Stderr = &watchOut, &watchOut
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
+	waitFor(t, "the watcher's first table", func() bool { return strings.Contains(watchOut.String(), "10.10.1.11:9080") })
+
 	// The late Pod arrives as a new file.
 	late, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", "late", "reviews-late-pod.yaml"))
 	if err != nil {
@@ -175,6 +204,10 @@ func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the late pod's endpoint", func() bool { return strings.Contains(endpoints(), "10.10.1.15:9080   HEALTHY") })
+	waitFor(t, "the watcher to print the late pod's endpoint", func() bool {
+		out := watchOut.String()
+		return strings.Count(out, "# ") >= 2 && strings.Contains(out, "10.10.1.15:9080")
+	})
 
 	// An edit: the not-ready endpoint becomes ready.
 	shop := filepath.Join(dir, "10-shop.yaml")
