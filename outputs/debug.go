@@ -99,6 +99,13 @@ func NewDebugMux(o DebugOptions) http.Handler {
 		}
 		fmt.Fprint(w, `<li><a href="/metrics">/metrics</a></li><li><a href="/ready">/ready</a></li><li><a href="/version">/version</a></li></ul>`)
 	}
+	mux.HandleFunc("/debug/list", func(w http.ResponseWriter, r *http.Request) {
+		paths := []string{}
+		for _, p := range pages {
+			paths = append(paths, p.path)
+		}
+		WriteJSON(w, r, paths)
+	})
 	mux.HandleFunc("/debug", index)
 	mux.HandleFunc("/debug/{$}", index)
 	return loopbackOnly(mux, o.AllowRemote, o.Authenticate)

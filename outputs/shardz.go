@@ -1,6 +1,10 @@
 package outputs
 
 import (
+	"istio.io/istio/pkg/config/kube"
+	"istio.io/istio/pkg/config/protocol"
+	corev1 "k8s.io/api/core/v1"
+
 	"slices"
 
 	"github.com/krteds/krteds/collections"
@@ -134,7 +138,7 @@ func Registryz(svcs []collections.ServiceInfo, clusterID string) []registryServi
 	for _, s := range svcs {
 		ports := make([]registryPort, 0, len(s.Ports))
 		for _, p := range s.Ports {
-			ports = append(ports, registryPort{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
+			ports = append(ports, registryPort{Name: p.Name, Port: p.Port, Protocol: istioProtocol(s.Registry, p)})
 		}
 		addr := "0.0.0.0"
 		if len(s.ClusterIPs) > 0 && s.ClusterIPs[0] != "None" {
@@ -169,4 +173,20 @@ func Registryz(svcs []collections.ServiceInfo, clusterID string) []registryServi
 		return 0
 	})
 	return out
+}
+
+// istioProtocol is the protocol istiod gives a port (HTTP, GRPC, TCP, …): a Service's from its
+// name, appProtocol and protocol (kube.ConvertProtocol), a ServiceEntry's as written.
+func istioProtocol(r collections.Registry, p collections.ServicePort) string {
+	if r == collections.RegistryServiceEntry {
+		if p.Protocol == string(corev1.ProtocolUDP) {
+			return string(protocol.UDP)
+		}
+		return string(protocol.Parse(p.AppProtocol))
+	}
+	var app *string
+	if p.AppProtocol != "" {
+		app = &p.AppProtocol
+	}
+	return string(kube.ConvertProtocol(p.Port, p.Name, corev1.Protocol(p.Protocol), app))
 }

@@ -239,6 +239,7 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 		})},
 		"/debug/memz": {Help: "live heap by collection and structure, per endpoint and per proxy", Handler: outputs.MemoryPage(a.Graph, a.XDS, a.grpcServers()...)},
 	}
+	maps.Copy(extra, outputs.ProxyPages(a.Graph, a.XDS))
 	var notes func() []string
 	if a.Files != nil {
 		extra["/debug/sources"] = outputs.DebugPage{Help: "the manifest files served: objects, and why a file is not applied", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

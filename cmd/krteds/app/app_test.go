@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +249,43 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 		r.getJSON("/debug/registryz", &svcs)
 		if len(svcs) != 1 || svcs[0]["hostname"] != "foo.ns1.svc.cluster.local" {
 			t.Fatalf("registryz %+v", svcs)
+		}
+		// istiod's protocol of a port named http.
+		if p := svcs[0]["ports"].([]any)[0].(map[string]any)["protocol"]; p != "HTTP" {
+			t.Fatalf("registryz protocol %v", p)
+		}
+	})
+	t.Run("per-proxy pages", func(t *testing.T) {
+		const id = "sidecar~10.0.0.9~client.ns1~ns1.svc.cluster.local"
+		var clas []map[string]any
+		r.getJSON("/debug/edsz?proxyID="+url.QueryEscape(id), &clas)
+		if len(clas) != 1 || clas[0]["clusterName"] != cluster {
+			t.Fatalf("edsz %+v", clas)
+		}
+		var dump map[string][]map[string]any
+		r.getJSON("/debug/config_dump?proxyID="+url.QueryEscape(id), &dump)
+		if len(dump["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"]) != 1 {
+			t.Fatalf("config_dump %+v", dump)
+		}
+		if code, _ := r.get("/debug/edsz?proxyID=nobody"); code != 404 {
+			t.Fatalf("edsz of an unknown proxy: %d", code)
+		}
+		var conns struct {
+			Total int `json:"totalClients"`
+		}
+		r.getJSON("/debug/connections", &conns)
+		if conns.Total != 1 {
+			t.Fatalf("connections %+v", conns)
+		}
+		var ps map[string]any
+		r.getJSON("/debug/push_status", &ps)
+		if ps["services"] != 1.0 {
+			t.Fatalf("push_status %+v", ps)
+		}
+		var list []string
+		r.getJSON("/debug/list", &list)
+		if !slices.Contains(list, "/debug/edsz") || !slices.Contains(list, "/debug/krt") {
+			t.Fatalf("list %v", list)
 		}
 	})
 	t.Run("syncz", func(t *testing.T) {

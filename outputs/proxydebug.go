@@ -1,0 +1,140 @@
+package outputs
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/transforms"
+)
+
+// ProxyPages are istiod's per-proxy and connection debug pages: /debug/edsz?proxyID=,
+// /debug/config_dump?proxyID=, /debug/connections, /debug/push_status.
+func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
+	return map[string]DebugPage{
+		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<node id or connection id>",
+			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
+				writeResources(w, g, c, transforms.TypeCLA, func() proto.Message { return &endpoint.ClusterLoadAssignment{} })
+			})},
+		"/debug/config_dump": {Help: "what a proxy is sent, every type, as protojson; ?proxyID=",
+			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
+				out := map[string]json.RawMessage{}
+				for _, t := range []struct {
+					url string
+					mk  func() proto.Message
+				}{
+					{transforms.TypeCluster, func() proto.Message { return &cluster.Cluster{} }},
+					{transforms.TypeCLA, func() proto.Message { return &endpoint.ClusterLoadAssignment{} }},
+					{transforms.TypeListener, func() proto.Message { return &listener.Listener{} }},
+					{transforms.TypeRoute, func() proto.Message { return &route.RouteConfiguration{} }},
+				} {
+					b, err := resourcesJSON(g, c, t.url, t.mk)
+					if err != nil {
+						http.Error(w, err.Error(), http.StatusInternalServerError)
+						return
+					}
+					out[t.url] = b
+				}
+				WriteJSON(w, r, out)
+			})},
+		"/debug/connections": {Help: "connected clients: connection id, address, connected since", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			type conn struct {
+				ConnectionID string `json:"connectionId"`
+				ConnectedAt  string `json:"connectedAt"`
+				Address      string `json:"address"`
+				Peer         string `json:"peer,omitempty"`
+			}
+			out := struct {
+				Total   int    `json:"totalClients"`
+				Clients []conn `json:"clients"`
+			}{Clients: []conn{}}
+			for _, c := range srv.Status() {
+				if c.Proxy != nil {
+					out.Clients = append(out.Clients, conn{c.ConnID, c.ConnectedAt.UTC().Format("2006-01-02T15:04:05.000Z"), c.Proxy.IP, c.Peer})
+				}
+			}
+			out.Total = len(out.Clients)
+			WriteJSON(w, r, out)
+		})},
+		"/debug/push_status": {Help: "the registry's counts and the problems found, by kind and reason", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			problems := map[string]map[string]int{}
+			for _, op := range g.Problems.List() {
+				for _, p := range op.Problems {
+					if problems[p.Kind] == nil {
+						problems[p.Kind] = map[string]int{}
+					}
+					problems[p.Kind][p.Reason]++
+				}
+			}
+			snap := g.Description.Snapshot()
+			size := func(n string) int { ni, _ := snap.Node(n); return ni.Size }
+			WriteJSON(w, r, map[string]any{
+				"services": size(graphs.NameServiceInfos), "endpointShards": size(graphs.NameServiceEndpoints),
+				"clusterLoadAssignments": size(graphs.NameCLAs), "clients": len(srv.Status()), "problems": problems,
+			})
+		})},
+	}
+}
+
+// proxyHandler finds the connection ?proxyID= names (a node id or a connection id).
+func proxyHandler(srv *xds.Server, f func(http.ResponseWriter, *http.Request, xds.ConnStatus)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.URL.Query().Get("proxyID")
+		if id == "" {
+			http.Error(w, "?proxyID= (a node id or a connection id) is required", http.StatusBadRequest)
+			return
+		}
+		all := srv.Status()
+		i := slices.IndexFunc(all, func(c xds.ConnStatus) bool { return c.Proxy != nil && (c.ConnID == id || c.Proxy.ID == id) })
+		if i < 0 {
+			http.Error(w, fmt.Sprintf("no connected proxy %q", id), http.StatusNotFound)
+			return
+		}
+		f(w, r, all[i])
+	})
+}
+
+func writeResources(w http.ResponseWriter, g *graphs.Graph, c xds.ConnStatus, typeURL string, mk func() proto.Message) {
+	b, err := resourcesJSON(g, c, typeURL, mk)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// resourcesJSON renders, as a JSON array of protojson, the resources of a type the connection
+// watches, as the graph resolves them for its view now.
+func resourcesJSON(g *graphs.Graph, c xds.ConnStatus, typeURL string, mk func() proto.Message) (json.RawMessage, error) {
+	out := []json.RawMessage{}
+	if c.View == nil {
+		return json.Marshal(out)
+	}
+	for _, name := range c.Watches[typeURL] {
+		r, _ := g.Resolve(c.View, typeURL, name)
+		if r == nil {
+			continue
+		}
+		m := mk()
+		if err := proto.Unmarshal(r.Body, m); err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", name, err)
+		}
+		b, err := protojson.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return json.Marshal(out)
+}
