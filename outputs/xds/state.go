@@ -24,6 +24,8 @@ type conn struct {
 	logs     limiter
 	// istioVersion is the client's pilot_xds version label.
 	istioVersion string
+	// loopback: both ends of the connection are loopback addresses.
+	loopback bool
 
 	// wake (capacity 1) tells the stream's sender to look for work.
 	wake chan struct{}

@@ -36,8 +36,12 @@ func (s *Server) StreamAggregatedResources(stream discovery.AggregatedDiscoveryS
 		return request{sotw: r}, err
 	}, func(r *response, c *conn) error {
 		return stream.Send(s.sotwResponse(r, c))
-	}, func(typeURL string) error {
-		return stream.Send(&discovery.DiscoveryResponse{TypeUrl: typeURL})
+	}, func(c *conn, typeURL string) error {
+		out := &discovery.DiscoveryResponse{TypeUrl: typeURL}
+		for _, r := range s.debugResources(c, typeURL) {
+			out.Resources = append(out.Resources, r.Resource)
+		}
+		return stream.Send(out)
 	})
 }
 
@@ -48,8 +52,8 @@ func (s *Server) DeltaAggregatedResources(stream discovery.AggregatedDiscoverySe
 		return request{delta: r}, err
 	}, func(r *response, _ *conn) error {
 		return stream.Send(s.deltaResponse(r))
-	}, func(typeURL string) error {
-		return stream.Send(&discovery.DeltaDiscoveryResponse{TypeUrl: typeURL})
+	}, func(c *conn, typeURL string) error {
+		return stream.Send(&discovery.DeltaDiscoveryResponse{TypeUrl: typeURL, Resources: s.debugResources(c, typeURL)})
 	})
 }
 
@@ -89,12 +93,13 @@ func (r request) errorDetail() *rpcstatus.Status {
 
 // serve runs one stream: requests are read and applied on their own goroutine, responses are
 // decided and sent on this one, so a slow client holds at most one response per type.
-func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, error), send func(*response, *conn) error, sendEmpty func(string) error) error {
-	addr := ""
+func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, error), send func(*response, *conn) error, sendEmpty func(*conn, string) error) error {
+	addr, loopback := "", false
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		addr = p.Addr.String()
+		addr, loopback = p.Addr.String(), loopbackEnds(p.Addr, p.LocalAddr)
 	}
 	c := newConn(s.newConnID(delta), delta, addr)
+	c.loopback = loopback
 	if idn, tlsConn, err := s.authenticate(ctx); tlsConn {
 		c.identity, c.authErr = idn, err
 	}
@@ -132,7 +137,7 @@ func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, er
 }
 
 // flush sends every response that is due, in type order.
-func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty func(string) error) error {
+func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty func(*conn, string) error) error {
 	c.mu.Lock()
 	unknown := c.unknown
 	c.unknown = nil
@@ -141,7 +146,7 @@ func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty fun
 	// request has been sent.
 	defer func() {
 		for _, u := range unknown {
-			if err := sendEmpty(u); err != nil {
+			if err := sendEmpty(c, u); err != nil {
 				return
 			}
 		}
@@ -204,7 +209,9 @@ func (s *Server) handle(c *conn, req request) error {
 	}
 	t, known := typeOf(req.typeURL())
 	if !known {
-		s.metrics.UnknownTypes.Inc()
+		if req.typeURL() != TypeDebugSyncz {
+			s.metrics.UnknownTypes.Inc()
+		}
 		if req.nonce() == "" {
 			c.mu.Lock()
 			if len(c.unknown) < maxUnknownPending {

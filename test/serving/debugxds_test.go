@@ -1,0 +1,58 @@
+package serving
+
+import (
+	"slices"
+	"testing"
+
+	status "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+
+	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/adsclient"
+)
+
+// TestDebugSynczOverXDS: istioctl proxy-status --xds-address asks for istio.io/debug/syncz over
+// ADS; a client on loopback gets one ClientConfig per connected proxy (not itself), with the
+// sync state of each type as istiod's debugSyncStatus gives it.
+func TestDebugSynczOverXDS(t *testing.T) {
+	r := newRig(t, mesh()...)
+	p := r.open(sidecar("10.9.0.1", "ns1"))
+	_ = p.Request(adsclient.TypeCLA, fooCluster)
+	first := recv(t, p)
+	_ = p.Ack(first, fooCluster)
+	// A second request after the ACK: answered, it proves the ACK was applied.
+	_ = p.Request(adsclient.TypeCluster)
+	cds := recv(t, p)
+
+	q := r.open(adsclient.Node{ID: "sidecar~127.0.0.1~istioctl.ns1~ns1.svc.cluster.local", Namespace: "ns1"})
+	if err := q.Request(xds.TypeDebugSyncz); err != nil {
+		t.Fatal(err)
+	}
+	resp := recv(t, q)
+	if resp.TypeUrl != xds.TypeDebugSyncz || len(resp.Resources) != 1 {
+		t.Fatalf("syncz: type %s, %d resources", resp.TypeUrl, len(resp.Resources))
+	}
+	cc := &status.ClientConfig{}
+	if err := resp.Resources[0].UnmarshalTo(cc); err != nil {
+		t.Fatal(err)
+	}
+	if cc.GetNode().GetId() != sidecar("10.9.0.1", "ns1").ID {
+		t.Fatalf("node %s", cc.GetNode().GetId())
+	}
+	got := map[string]status.ConfigStatus{}
+	for _, g := range cc.GenericXdsConfigs {
+		got[g.TypeUrl] = g.ConfigStatus
+	}
+	want := map[string]status.ConfigStatus{
+		adsclient.TypeCLA:     status.ConfigStatus_SYNCED, // acknowledged
+		adsclient.TypeCluster: status.ConfigStatus_STALE,  // sent, not yet acknowledged
+	}
+	for typ, st := range want {
+		if got[typ] != st {
+			t.Errorf("%s: %s, want %s (all: %v)", typ, got[typ], st, got)
+		}
+	}
+	_ = cds
+	if !slices.ContainsFunc(cc.GenericXdsConfigs, func(g *status.ClientConfig_GenericXdsConfig) bool { return g.LastUpdated != nil }) {
+		t.Error("no last update time")
+	}
+}
