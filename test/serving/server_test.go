@@ -3,6 +3,7 @@ package serving
 import (
 	"context"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"net"
 	"slices"
 	"strings"
@@ -136,6 +137,32 @@ func waitTold(t *testing.T, r *rig, typeURL, name string, since time.Time) {
 	for r.srv.LastChange(typeURL, name).Before(since) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server never heard of the change to %s", name)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitResolved waits until the graph resolves the CLA name, for the rig's only client, to want.
+func waitResolved(t *testing.T, r *rig, name string, want []string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	var got []string
+	for {
+		if st := r.srv.Status(); len(st) == 1 {
+			if v := r.g.View(st[0].ConnID); v != nil {
+				if res, _ := r.g.Resolve(v, adsclient.TypeCLA, name); res != nil {
+					cla := &endpoint.ClusterLoadAssignment{}
+					if err := proto.Unmarshal(res.Body, cla); err != nil {
+						t.Fatal(err)
+					}
+					if got = endpointsOf(cla); slices.Equal(got, want) {
+						return
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the graph never resolved %s to %v (last %v)", name, want, got)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -345,13 +372,16 @@ func TestSlowClientGetsOnlyTheLatest(t *testing.T) {
 	}
 	last := time.Now()
 	r.in.Apply(fixtures.Pod("ns1", "foo-3", "foo", "10.0.0.3", "n1"), false) // the pod moves to n1
-	// The server has heard of the last change, and sent nothing while the client did not ACK.
+	final := []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.3:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p0 r1/z2"}
+	// The graph has the final state for this client (a change told after last may still be an
+	// intermediate one: the input clock moved before the graph caught up), and the server has
+	// heard of a change since; it sent nothing while the client did not ACK.
+	waitResolved(t, r, fooCluster, final)
 	waitTold(t, r, adsclient.TypeCLA, fooCluster, last)
 	expectNone(t, s)
 	_ = s.Ack(first, fooCluster)
 	latest := recv(t, s)
-	if got := endpointsOf(onlyCLA(t, latest)); !slices.Equal(got, []string{
-		"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.3:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p0 r1/z2"}) {
+	if got := endpointsOf(onlyCLA(t, latest)); !slices.Equal(got, final) {
 		t.Fatalf("catch-up response is not the latest state: %v", got)
 	}
 	_ = s.Ack(latest, fooCluster)
