@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -402,4 +405,51 @@ func TestMissingIstioCRDsDoNotStopKrteds(t *testing.T) {
 		t.Fatalf("%d DestinationRules without the CRD", n)
 	}
 	eventuallyTrue(t, "the service's CLA", func() bool { return app.Graph.CLAs.GetKey("outbound|80||foo.ns1.svc.cluster.local") != nil })
+}
+
+// TestGrafanaDashboardReadsKrtedsMetrics: every metric the bundled dashboard queries is one
+// krteds exports (the pilot_* ones under istiod's names, so the dashboard reads istiod too).
+func TestGrafanaDashboardReadsKrtedsMetrics(t *testing.T) {
+	r := startAppRig(t)
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	families, err := r.app.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// krteds_skipped_objects_total has a series only once something is skipped (its labels are
+	// the kinds and reasons met).
+	exported := map[string]bool{"krteds_skipped_objects_total": true}
+	for _, f := range families {
+		exported[f.GetName()] = true
+	}
+	metric := regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\{`)
+	n := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range metric.FindAllStringSubmatch(tg.Expr, -1) {
+				name := strings.TrimSuffix(m[1], "_bucket")
+				n++
+				if !exported[name] {
+					t.Errorf("panel %q queries %s, which krteds does not export", p.Title, name)
+				}
+			}
+		}
+	}
+	if n < 8 {
+		t.Fatalf("only %d metric references found", n)
+	}
 }
