@@ -39,26 +39,47 @@ func (r remoteGraph) Equals(o remoteGraph) bool {
 	return r.id == o.id && r.gateways == o.gateways && r.services == o.services && r.shards == o.shards && r.problems == o.problems
 }
 
+// registry is what every cluster, local or remote, derives alike from its Kubernetes inputs:
+// the default network, node localities, its Services, what a Pod's workload is derived from,
+// and its network gateways.
+type registry struct {
+	systemNetwork   krt.Singleton[string]
+	nodes           krt.Collection[collections.NodeLocality]
+	services        krt.Collection[collections.ServiceInfo]
+	serviceProblems krt.Collection[collections.ObjectProblems]
+	workloads       transforms.WorkloadInputs
+	gateways        krt.Collection[collections.ClusterGateways]
+}
+
+// buildRegistry registers a cluster's Kubernetes inputs and derives its registry.
+func buildRegistry(cfg collections.Config, d *Description, in collections.Inputs) registry {
+	Input(d, collections.NameNamespaces, in.Namespaces)
+	Input(d, collections.NameNodes, in.Nodes)
+	Input(d, collections.NameServices, in.Services)
+	Input(d, collections.NamePods, in.Pods)
+	Input(d, collections.NameEndpointSlices, in.EndpointSlices)
+	var r registry
+	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
+	r.systemNetwork = Singleton(d, NameSystemNetwork, network, reads)
+	r.nodes = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(r.systemNetwork))
+	r.services, r.serviceProblems = DeriveChecked(d, NameKubeServices, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
+	r.workloads = transforms.WorkloadInputs{Pods: in.Pods, Nodes: r.nodes, SystemNetwork: r.systemNetwork,
+		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
+	r.gateways = DeriveFromNothing(d, NameServiceGateways, transforms.ServiceGateways(cfg, in.Services))
+	return r
+}
+
 // buildRemote derives a remote cluster's collections from its inputs, as the local cluster's
-// are, with the cluster's ID: node localities, services, slice endpoints and one shard per
-// service. They stop when the cluster leaves.
+// are, with the cluster's ID: its registry, slice endpoints and one shard per service. They
+// stop when the cluster leaves.
 func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster) remoteGraph {
 	cfg.ClusterID = c.ID
 	sd := d.scoped(c.ID, krt.NewOptionsBuilder(c.Stop, c.ID, d.opts.Debugger()))
 	in := c.Inputs
-	Input(sd, collections.NameNamespaces, in.Namespaces)
-	Input(sd, collections.NameNodes, in.Nodes)
-	Input(sd, collections.NameServices, in.Services)
-	Input(sd, collections.NamePods, in.Pods)
-	Input(sd, collections.NameEndpointSlices, in.EndpointSlices)
-	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
-	systemNetwork := Singleton(sd, NameSystemNetwork, network, reads)
-	nodes := Derive(sd, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(systemNetwork))
-	services, p1 := DeriveChecked(sd, NameKubeServices, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
-	workloads := transforms.WorkloadInputs{Pods: in.Pods, Nodes: nodes, SystemNetwork: systemNetwork,
-		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
+	reg := buildRegistry(cfg, sd, in)
+	services, p1 := reg.services, reg.serviceProblems
 	sliceEndpoints, p2 := DeriveChecked(sd, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
-		Services: services, Workloads: workloads,
+		Services: services, Workloads: reg.workloads,
 	}))
 	shards := Derive(sd, NameShards, services, transforms.ClusterShard(cfg, sliceEndpoints,
 		krt.NewIndex(sliceEndpoints, "byService", transforms.SliceService)))
@@ -72,8 +93,7 @@ func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster)
 			}
 			return &out
 		}})
-	gateways := DeriveFromNothing(sd, NameServiceGateways, transforms.ServiceGateways(cfg, in.Services))
-	return remoteGraph{id: c.ID, gateways: gateways, services: services, shards: shards, problems: problems}
+	return remoteGraph{id: c.ID, gateways: reg.gateways, services: services, shards: shards, problems: problems}
 }
 
 // remoteClusters derives the remote clusters' collections and merges them by key: a service

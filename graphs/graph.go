@@ -114,23 +114,16 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	var problems []krt.Collection[collections.ObjectProblems]
 	checked := func(p krt.Collection[collections.ObjectProblems]) { problems = append(problems, p) }
 
-	// Inputs.
-	Input(d, collections.NameNamespaces, in.Namespaces)
-	Input(d, collections.NameNodes, in.Nodes)
-	Input(d, collections.NameServices, in.Services)
-	Input(d, collections.NamePods, in.Pods)
-	Input(d, collections.NameEndpointSlices, in.EndpointSlices)
+	// Inputs, and the registry every cluster derives alike: services and their endpoints. A
+	// Pod's workload (identity, topology) is derived where it is used, from the Pods fetched there.
+	reg := buildRegistry(cfg, d, in)
 	Input(d, collections.NameDestRules, in.DestinationRules)
 	Input(d, collections.NameSidecars, in.Sidecars)
 	Input(d, collections.NameServiceEntries, in.ServiceEntries)
 	Input(d, collections.NameWorkloadEntries, in.WorkloadEntries)
 
-	// The registry: services and their endpoints. A Pod's workload (identity, topology) is
-	// derived where it is used, from the Pods fetched there.
-	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
-	g.SystemNetwork = Singleton(d, NameSystemNetwork, network, reads)
-	g.NodeLocalities = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(g.SystemNetwork))
-	kubeServices, p := DeriveChecked(d, NameKubeServices, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
+	g.SystemNetwork, g.NodeLocalities = reg.systemNetwork, reg.nodes
+	kubeServices, p := reg.services, reg.serviceProblems
 	checked(p)
 	g.ServiceEntries, p = DeriveChecked(d, NameServiceEntries, in.ServiceEntries, transforms.ServiceEntries(cfg, transforms.ServiceEntryInputs{
 		Namespaces: in.Namespaces, SystemNetwork: g.SystemNetwork,
@@ -145,9 +138,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	// cluster's Service wins over a remote one.
 	var remoteShards krt.Collection[collections.ServiceEndpoints]
 	// Network gateways: the gateway Services of every cluster, and meshNetworks'.
-	gatewaySources := []krt.Collection[collections.ClusterGateways]{
-		DeriveFromNothing(d, NameServiceGateways, transforms.ServiceGateways(cfg, in.Services)),
-	}
+	gatewaySources := []krt.Collection[collections.ClusterGateways]{reg.gateways}
 	if len(cfg.MeshGateways) > 0 {
 		mesh := krt.NewStaticCollection(nil, []collections.ClusterGateways{{Source: "meshNetworks", Gateways: cfg.MeshGateways}},
 			opts.WithName(NameMeshGateways)...)
@@ -165,8 +156,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	gatewayIndex, reads := transforms.GatewayIndex(Join(d, NameGatewaySources, gatewaySources...))
 	g.NetworkGateways = Singleton(d, NameNetworkGateways, gatewayIndex, reads)
 	g.ServiceInfos = Join(d, NameServiceInfos, kubeServices, entryServices)
-	workloads := transforms.WorkloadInputs{Pods: in.Pods, Nodes: g.NodeLocalities, SystemNetwork: g.SystemNetwork,
-		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
+	workloads := reg.workloads
 	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
 		Services: g.ServiceInfos, Workloads: workloads,
 	}))
