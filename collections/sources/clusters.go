@@ -46,6 +46,11 @@ type runningCluster struct {
 	stop   chan struct{}
 	origin string
 	hash   uint64
+	// serving: the cluster is in the collection. A cluster started again (a new kubeconfig)
+	// replaces the serving one only once it has synced: replaces is the serving one's stop,
+	// closed then, so the cluster's endpoints never leave the mesh while it restarts.
+	serving  bool
+	replaces chan struct{}
 }
 
 // NewRemoteClusters makes an empty set of remote clusters; all stop when stop closes. localID is
@@ -100,11 +105,17 @@ func (r *RemoteClusters) add(id, source, origin string, hash uint64,
 		return fmt.Errorf("remote cluster %s: %w", id, err)
 	}
 	r.mu.Lock()
+	next := runningCluster{stop: stop, origin: origin, hash: hash}
 	if old, ok := r.running[id]; ok {
-		r.col.DeleteObject(id)
-		close(old.stop)
+		if old.serving {
+			next.replaces = old.stop
+		} else {
+			// A start that never synced is dropped; the one it was to replace still serves.
+			close(old.stop)
+			next.replaces = old.replaces
+		}
 	}
-	r.running[id] = runningCluster{stop: stop, origin: origin, hash: hash}
+	r.running[id] = next
 	r.mu.Unlock()
 	go func() {
 		select {
@@ -127,10 +138,16 @@ func (r *RemoteClusters) add(id, source, origin string, hash uint64,
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if cur, ok := r.running[id]; !ok || cur.stop != stop {
+		cur, ok := r.running[id]
+		if !ok || cur.stop != stop {
 			return // replaced or removed meanwhile
 		}
 		r.col.UpdateObject(&collections.Cluster{ID: id, Source: source, Inputs: in, Stop: stop})
+		if cur.replaces != nil {
+			close(cur.replaces)
+		}
+		cur.serving, cur.replaces = true, nil
+		r.running[id] = cur
 		r.log.Info("remote cluster joined", zap.String("cluster", id), zap.String("source", source), zap.Duration("synced in", time.Since(start)))
 	}()
 	return nil
@@ -143,6 +160,9 @@ func (r *RemoteClusters) Remove(id string) {
 	if c, ok := r.running[id]; ok {
 		r.col.DeleteObject(id)
 		close(c.stop)
+		if c.replaces != nil {
+			close(c.replaces)
+		}
 		delete(r.running, id)
 		r.log.Info("remote cluster left", zap.String("cluster", id))
 	}
@@ -158,23 +178,27 @@ func (r *RemoteClusters) WatchSecrets(local kube.Client, namespace string, newCl
 		newClient = ClientOfKubeconfig
 	}
 	secrets := kclient.NewFiltered[*corev1.Secret](local, kclient.Filter{Namespace: namespace, LabelSelector: LabelMultiCluster + "=true"})
-	var mu sync.Mutex
-	keys := map[string][]string{} // secret → the cluster IDs it started
+	// The informer calls the handlers one at a time.
 	apply := func(s *corev1.Secret, deleted bool) {
-		mu.Lock()
-		defer mu.Unlock()
 		origin := s.Namespace + "/" + s.Name
 		var want map[string][]byte
 		if !deleted {
 			want = s.Data
 		}
-		for _, id := range keys[origin] {
-			if _, ok := want[id]; !ok {
-				r.Remove(id)
+		// The clusters this Secret started that it no longer names leave.
+		r.mu.Lock()
+		var gone []string
+		for id, c := range r.running {
+			if _, ok := want[id]; c.origin == origin && !ok {
+				gone = append(gone, id)
 			}
 		}
-		keys[origin] = slices.Sorted(maps.Keys(want))
-		for id, kc := range want {
+		r.mu.Unlock()
+		for _, id := range gone {
+			r.Remove(id)
+		}
+		for _, id := range slices.Sorted(maps.Keys(want)) {
+			kc := want[id]
 			h := xxhash.Sum64(kc)
 			r.mu.Lock()
 			cur, ok := r.running[id]

@@ -73,3 +73,60 @@ func TestRemoteClustersJoinWhenSyncedAndLeave(t *testing.T) {
 	}
 	r.Remove("dead")
 }
+
+// TestRemoteClusterKeepsServingWhileItRestarts: a cluster started again (a new kubeconfig) keeps
+// the one serving until it has synced: a restart that never syncs leaves the old one in place.
+func TestRemoteClusterKeepsServingWhileItRestarts(t *testing.T) {
+	stop := test.NewStop(t)
+	r := NewRemoteClusters(krt.NewOptionsBuilder(stop, "", nil), "Kubernetes", nil)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(svcYAML("ns1", "svc", 80)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddManifests("east", dir); err != nil {
+		t.Fatal(err)
+	}
+	waitClusters(t, r, "east")
+	first := *r.Collection().GetKey("east")
+	dead, err := kube.NewClient(kube.NewClientConfigForRestConfig(&rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second}), cluster.ID("east"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AddClient("east", dead, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// A third start that syncs: when it is in the collection, the restart that never synced had
+	// as long, and the first must have served until then.
+	dir2 := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir2, "svc.yaml"), []byte(svcYAML("ns1", "svc", 81)+"---\n"+svcYAML("ns1", "other", 82)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.Stop:
+		t.Fatal("the serving cluster stopped when a restart began")
+	default:
+	}
+	if got := r.Collection().GetKey("east"); got == nil || (*got) != first {
+		t.Fatal("the serving cluster left the collection when a restart began")
+	}
+	if err := r.AddManifests("east", dir2); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c := r.Collection().GetKey("east"); c != nil && len((*c).Inputs.Services.List()) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted cluster never replaced the serving one")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-first.Stop:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the replaced cluster's collections keep running")
+	}
+	r.Remove("east")
+	waitClusters(t, r)
+}
