@@ -47,6 +47,24 @@ func claEndpoints(t *testing.T, r *collections.Resource) []string {
 	return out
 }
 
+// waitResolves waits until the CLA name resolves, for the connection's view, to want
+// ("address:port@cluster" in order).
+func waitResolves(t *testing.T, g *Graph, conn, name string, want []string) {
+	t.Helper()
+	eventually(t, conn+"'s view of "+name, func() (bool, string) {
+		v := g.View(conn)
+		if v == nil {
+			return false, "no view"
+		}
+		r, pending := g.Resolve(v, transforms.TypeCLA, name)
+		if pending {
+			return false, "pending"
+		}
+		got := claEndpoints(t, r)
+		return slices.Equal(got, want), fmt.Sprint(got)
+	})
+}
+
 // TestRemoteClusterShards: a remote cluster's endpoints join the local cluster's as a shard of
 // their own (an address both clusters use is two endpoints), after the local shard in cluster
 // order; a Service only the remote cluster has is served; a cluster-local service shows each
@@ -117,18 +135,7 @@ func TestRemoteClusterShards(t *testing.T) {
 	g.Connect(collections.ConnectedProxy{ConnID: "remote", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.1.0.50", Namespace: "ns1", ClusterID: "cluster-2"})
 	for conn, want := range map[string][]string{"local": {"10.0.9.1:8080@Kubernetes"}, "remote": {"10.1.9.1:8080@cluster-2"}} {
-		eventually(t, conn+"'s cluster-local endpoints", func() (bool, string) {
-			v := g.View(conn)
-			if v == nil {
-				return false, "no view"
-			}
-			r, pending := g.Resolve(v, transforms.TypeCLA, dns)
-			if pending {
-				return false, "pending"
-			}
-			got := claEndpoints(t, r)
-			return slices.Equal(got, want), fmt.Sprint(got)
-		})
+		waitResolves(t, g, conn, dns, want)
 	}
 
 	// The cluster leaves.
@@ -191,18 +198,7 @@ func TestSplitHorizonAcrossClusters(t *testing.T) {
 		"west": {"10.0.0.1:8080@Kubernetes", "203.0.113.10:15443@east"},
 		"east": {"10.0.0.1:8080@Kubernetes", "10.1.0.2:8080@east"},
 	} {
-		eventually(t, conn+"'s view of foo", func() (bool, string) {
-			v := g.View(conn)
-			if v == nil {
-				return false, "no view"
-			}
-			r, pending := g.Resolve(v, transforms.TypeCLA, foo)
-			if pending {
-				return false, "pending"
-			}
-			got := claEndpoints(t, r)
-			return slices.Equal(got, want), fmt.Sprint(got)
-		})
+		waitResolves(t, g, conn, foo, want)
 	}
 	if set := g.CLAs.GetKey("outbound|80||bar.ns1.svc.cluster.local"); set == nil || set.Shared == nil {
 		t.Fatalf("a service on no gateway's network must share one CLA across networks: %+v", set)

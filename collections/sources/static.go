@@ -138,25 +138,8 @@ func (s Static) Apply(obj any, del bool) {
 // Delete removes the object of that kind and krt key ("<namespace>/<name>" or "<name>").
 func (s Static) Delete(kind Kind, key string) {
 	s.Clock.Mark()
-	switch kind {
-	case KindNamespace:
-		s.Namespaces.DeleteObject(key)
-	case KindNode:
-		s.Nodes.DeleteObject(key)
-	case KindPod:
-		s.Pods.DeleteObject(key)
-	case KindService:
-		s.Services.DeleteObject(key)
-	case KindEndpointSlice:
-		s.EndpointSlices.DeleteObject(key)
-	case KindDestinationRule:
-		s.DestinationRules.DeleteObject(key)
-	case KindSidecar:
-		s.Sidecars.DeleteObject(key)
-	case KindServiceEntry:
-		s.ServiceEntries.DeleteObject(key)
-	case KindWorkloadEntry:
-		s.WorkloadEntries.DeleteObject(key)
+	if o := s.of(kind); o.del != nil {
+		o.del(key)
 	}
 }
 
@@ -166,26 +149,44 @@ func (s Static) Delete(kind Kind, key string) {
 // once per object it depends on (a rollout's slice once per pod).
 func (s Static) Batch(kind Kind, ups []any, dels []string) {
 	s.Clock.Mark()
+	if o := s.of(kind); o.batch != nil {
+		o.batch(ups, dels)
+	}
+}
+
+// kindOps are the writes of the collection of one kind.
+type kindOps struct {
+	del   func(key string)
+	batch func(ups []any, dels []string)
+}
+
+func opsOf[T any](c krt.StaticCollection[T]) kindOps {
+	return kindOps{del: c.DeleteObject, batch: func(ups []any, dels []string) { batch(c, ups, dels) }}
+}
+
+// of is the collection of a kind.
+func (s Static) of(kind Kind) kindOps {
 	switch kind {
 	case KindNamespace:
-		batch(s.Namespaces, ups, dels)
+		return opsOf(s.Namespaces)
 	case KindNode:
-		batch(s.Nodes, ups, dels)
+		return opsOf(s.Nodes)
 	case KindPod:
-		batch(s.Pods, ups, dels)
+		return opsOf(s.Pods)
 	case KindService:
-		batch(s.Services, ups, dels)
+		return opsOf(s.Services)
 	case KindEndpointSlice:
-		batch(s.EndpointSlices, ups, dels)
+		return opsOf(s.EndpointSlices)
 	case KindDestinationRule:
-		batch(s.DestinationRules, ups, dels)
+		return opsOf(s.DestinationRules)
 	case KindSidecar:
-		batch(s.Sidecars, ups, dels)
+		return opsOf(s.Sidecars)
 	case KindServiceEntry:
-		batch(s.ServiceEntries, ups, dels)
+		return opsOf(s.ServiceEntries)
 	case KindWorkloadEntry:
-		batch(s.WorkloadEntries, ups, dels)
+		return opsOf(s.WorkloadEntries)
 	}
+	return kindOps{}
 }
 
 // batch replaces the collection's contents by its current contents with the changes applied:

@@ -21,7 +21,7 @@ func TestDebugSynczOverXDS(t *testing.T) {
 	_ = p.Ack(first, fooCluster)
 	// A second request after the ACK: answered, it proves the ACK was applied.
 	_ = p.Request(adsclient.TypeCluster)
-	cds := recv(t, p)
+	_ = recv(t, p)
 
 	q := r.open(adsclient.Node{ID: "sidecar~127.0.0.1~istioctl.ns1~ns1.svc.cluster.local", Namespace: "ns1"})
 	if err := q.Request(xds.TypeDebugSyncz); err != nil {
@@ -51,7 +51,6 @@ func TestDebugSynczOverXDS(t *testing.T) {
 			t.Errorf("%s: %s, want %s (all: %v)", typ, got[typ], st, got)
 		}
 	}
-	_ = cds
 	if !slices.ContainsFunc(cc.GenericXdsConfigs, func(g *status.ClientConfig_GenericXdsConfig) bool { return g.LastUpdated != nil }) {
 		t.Error("no last update time")
 	}
