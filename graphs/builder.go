@@ -188,11 +188,14 @@ func DeriveChecked[I controllers.Object, O any](d *Description, name string, par
 	d.s.mu.Lock()
 	d.s.held = append(d.s.held, NamedCollection{Name: d.prefix + name + "/status", Kind: KindDerived, Collection: status})
 	d.s.mu.Unlock()
-	problems := Derive(d, name+"/problems", status, transforms.Single[krt.ObjectWithStatus[I, collections.ObjectProblems], collections.ObjectProblems]{
-		Fn: func(_ krt.HandlerContext, s krt.ObjectWithStatus[I, collections.ObjectProblems]) *collections.ObjectProblems {
-			p := s.Status
-			return &p
-		}})
+	// The problems come from the same transform over the same input: the graph shows that input
+	// as theirs (the status collection between them is krt's plumbing, not a node).
+	pn := &node{name: d.prefix + name + "/problems", kind: KindDerived, input: d.nameOf(parent)}
+	problems := register(d, pn, krt.NewCollection(status, func(_ krt.HandlerContext, s krt.ObjectWithStatus[I, collections.ObjectProblems]) *collections.ObjectProblems {
+		pn.recomputes.Add(1)
+		p := s.Status
+		return &p
+	}, d.opts.WithName(name+"/problems")...))
 	return out, problems
 }
 

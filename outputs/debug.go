@@ -74,6 +74,8 @@ func NewDebugMux(o DebugOptions) http.Handler {
 	handle("/debug/krt", "the collection graph: ?format=json|dot|html", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeGraph(w, r, o.Graph.Description.Snapshot())
 	}))
+	mux.HandleFunc("/debug/krt/dagre.min.js", serveDagre)
+	handle("/debug/krt/licenses", "licences of the graph page's embedded layout library", http.HandlerFunc(serveLicenses))
 	handle("/debug/krtz", "krt's own dump of every collection; ?collection=NAME filters", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		krtz(w, r, o.Debugger, o.Graph.Description.JoinDumps())
 	}))

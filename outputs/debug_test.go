@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +36,25 @@ func TestDebugNeedsLoopbackAtBothEnds(t *testing.T) {
 		if w.Code != tc.want {
 			t.Errorf("%s → %s: %d, want %d", tc.remote, tc.local, w.Code, tc.want)
 		}
+	}
+}
+
+// TestGraphPageLoadsOnlyFromThisServer: the embedded layout library is the pinned file, and the
+// page fetches nothing from another origin.
+func TestGraphPageLoadsOnlyFromThisServer(t *testing.T) {
+	if got := dagreDigest(); got != DagreSHA256 {
+		t.Errorf("embedded dagre.min.js has sha256 %s, pinned %s (web/fetch-dagre.sh checks it against npm)", got, DagreSHA256)
+	}
+	// Only the SVG namespace may name another origin; it is an identifier, never loaded.
+	if m := regexp.MustCompile(`(src|href|fetch\(|url\(|@import)\s*=?\s*["']?(https?:)?//`).FindString(Page); m != "" {
+		t.Errorf("the graph page loads from another origin (%q): it must load only from krteds", m)
+	}
+	if !strings.Contains(Page, `<script src="krt/dagre.min.js">`) {
+		t.Error("the graph page does not load the embedded layout library")
+	}
+	w := httptest.NewRecorder()
+	serveLicenses(w, httptest.NewRequest("GET", "/debug/krt/licenses", nil))
+	if body := w.Body.String(); strings.Count(body, "Permission is hereby granted") != 2 {
+		t.Errorf("/debug/krt/licenses should carry both MIT licences:\n%s", body)
 	}
 }

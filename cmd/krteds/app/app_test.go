@@ -208,9 +208,15 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 			t.Fatalf("dot:\n%s", body)
 		}
 		_, body := r.get("/debug/krt?format=html")
-		if !strings.Contains(body, "<svg") || strings.Contains(body, "src=") || strings.Contains(body, "<link") || strings.Contains(body, "@import") ||
-			!strings.Contains(body, `fetch("?format=json"`) {
-			t.Fatal("html page must draw with SVG, refresh from this server, and load nothing from elsewhere")
+		if !strings.Contains(body, "<svg") || !strings.Contains(body, `<script src="krt/dagre.min.js">`) || !strings.Contains(body, `fetch("krt?format=json"`) {
+			t.Fatal("html page must draw with SVG, lay out with the embedded dagre and refresh from this server")
+		}
+		// The page's relative URLs resolve against /debug/krt: the library is served beside it.
+		if code, js := r.get("/debug/krt/dagre.min.js"); code != 200 || !strings.Contains(js, "var dagre=") {
+			t.Fatalf("/debug/krt/dagre.min.js: %d %.100q", code, js)
+		}
+		if code, lic := r.get("/debug/krt/licenses"); code != 200 || !strings.Contains(lic, "Chris Pettitt") {
+			t.Fatalf("/debug/krt/licenses: %d %.100q", code, lic)
 		}
 	})
 	t.Run("krtz", func(t *testing.T) {
