@@ -47,14 +47,20 @@ type debugPage struct {
 	path, help string
 }
 
-// NewDebugMux builds the HTTP handler of the debug port: /ready, /metrics, and /debug/*.
-func NewDebugMux(o DebugOptions) http.Handler {
+// NewDebugMux builds the HTTP handler of the debug port: /ready, /metrics, and /debug/*. It
+// returns the pages themselves (for the xDS debug type istio.io/debug, which decides access
+// itself) and the handler the port serves, which answers /debug only over loopback or to an
+// authenticated client.
+func NewDebugMux(o DebugOptions) (*http.ServeMux, http.Handler) {
 	mux := http.NewServeMux()
 	var pages []debugPage
 	handle := func(path, help string, h http.Handler) {
 		pages = append(pages, debugPage{path, help})
 		mux.Handle(path, h)
 	}
+	// Liveness: the process answers. Readiness (/ready) also needs the graph synced; a liveness
+	// probe on it would restart a krteds that is still syncing a large cluster.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
 		if o.Ready != nil && !o.Ready() {
 			http.Error(w, "not ready: the graph has not synced", http.StatusServiceUnavailable)
@@ -110,7 +116,7 @@ func NewDebugMux(o DebugOptions) http.Handler {
 	})
 	mux.HandleFunc("/debug", index)
 	mux.HandleFunc("/debug/{$}", index)
-	return loopbackOnly(mux, o.AllowRemote, o.Authenticate)
+	return mux, loopbackOnly(mux, o.AllowRemote, o.Authenticate)
 }
 
 // loopbackOnly refuses /debug requests that did not come over loopback unless allowed, or

@@ -24,7 +24,7 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 	return map[string]DebugPage{
 		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<node id or connection id>",
 			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
-				writeResources(w, g, c, transforms.TypeCLA, func() proto.Message { return &endpoint.ClusterLoadAssignment{} })
+				writeResources(w, srv, c, transforms.TypeCLA, func() proto.Message { return &endpoint.ClusterLoadAssignment{} })
 			})},
 		"/debug/config_dump": {Help: "what a proxy is sent, every type, as protojson; ?proxyID=",
 			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
@@ -38,7 +38,7 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 					{transforms.TypeListener, func() proto.Message { return &listener.Listener{} }},
 					{transforms.TypeRoute, func() proto.Message { return &route.RouteConfiguration{} }},
 				} {
-					b, err := resourcesJSON(g, c, t.url, t.mk)
+					b, err := resourcesJSON(srv, c, t.url, t.mk)
 					if err != nil {
 						http.Error(w, err.Error(), http.StatusInternalServerError)
 						return
@@ -104,8 +104,8 @@ func proxyHandler(srv *xds.Server, f func(http.ResponseWriter, *http.Request, xd
 	})
 }
 
-func writeResources(w http.ResponseWriter, g *graphs.Graph, c xds.ConnStatus, typeURL string, mk func() proto.Message) {
-	b, err := resourcesJSON(g, c, typeURL, mk)
+func writeResources(w http.ResponseWriter, srv *xds.Server, c xds.ConnStatus, typeURL string, mk func() proto.Message) {
+	b, err := resourcesJSON(srv, c, typeURL, mk)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -115,20 +115,13 @@ func writeResources(w http.ResponseWriter, g *graphs.Graph, c xds.ConnStatus, ty
 }
 
 // resourcesJSON renders, as a JSON array of protojson, the resources of a type the connection
-// watches, as the graph resolves them for its view now.
-func resourcesJSON(g *graphs.Graph, c xds.ConnStatus, typeURL string, mk func() proto.Message) (json.RawMessage, error) {
+// watches (the wildcard included), as the graph resolves them for its view now.
+func resourcesJSON(srv *xds.Server, c xds.ConnStatus, typeURL string, mk func() proto.Message) (json.RawMessage, error) {
 	out := []json.RawMessage{}
-	if c.View == nil {
-		return json.Marshal(out)
-	}
-	for _, name := range c.Watches[typeURL] {
-		r, _ := g.Resolve(c.View, typeURL, name)
-		if r == nil {
-			continue
-		}
+	for _, r := range srv.Watched(c, typeURL) {
 		m := mk()
 		if err := proto.Unmarshal(r.Body, m); err != nil {
-			return nil, fmt.Errorf("decoding %s: %w", name, err)
+			return nil, fmt.Errorf("decoding %s: %w", r.Name, err)
 		}
 		b, err := protojson.Marshal(m)
 		if err != nil {

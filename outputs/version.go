@@ -1,6 +1,8 @@
 package outputs
 
 import (
+	"encoding/json"
+	"os"
 	"runtime"
 	"runtime/debug"
 
@@ -57,4 +59,35 @@ func RegisterBuildInfo(reg prometheus.Registerer) {
 		Help: "Always 1; the labels say which build of krteds runs."}, []string{"version", "commit", "go_version"})
 	g.WithLabelValues(b.Version, b.Commit, b.GoVersion).Set(1)
 	reg.MustRegister(g)
+}
+
+// controlPlane is istiod's IstioControlPlaneInstance, as JSON.
+type controlPlane struct {
+	Component string
+	ID        string
+	Info      struct {
+		Version   string `json:"version"`
+		Revision  string `json:"revision"`
+		GoVersion string `json:"golang_version"`
+		Status    string `json:"status"`
+		Tag       string `json:"tag"`
+	}
+}
+
+// ControlPlaneID is how krteds names itself in istio.io/debug/syncz answers, in istiod's JSON
+// (component, instance ID, build), which istioctl proxy-status shows: the instance is $POD_NAME
+// (the chart sets it), else the host name.
+func ControlPlaneID() string {
+	cp := controlPlane{Component: "krteds", ID: os.Getenv("POD_NAME")}
+	if cp.ID == "" {
+		cp.ID, _ = os.Hostname()
+	}
+	b := Build()
+	cp.Info.Version, cp.Info.Revision, cp.Info.GoVersion, cp.Info.Tag = b.Version, b.Commit, b.GoVersion, b.Version
+	cp.Info.Status = "Clean"
+	if b.Modified {
+		cp.Info.Status = "Modified"
+	}
+	out, _ := json.Marshal(cp)
+	return string(out)
 }

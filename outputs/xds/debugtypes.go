@@ -1,43 +1,113 @@
 package xds
 
 import (
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+
+	admin "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	status "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/krteds/krteds/collections"
 )
 
-// TypeDebugSyncz is istiod's xDS debug type istioctl proxy-status --xds-address asks for: one
-// envoy.service.status.v3.ClientConfig per connected proxy, its sync state per type.
-const TypeDebugSyncz = "istio.io/debug/syncz"
+// The xDS debug types istiod answers, which istioctl asks for with --xds-address:
+//   - istio.io/debug/syncz: one envoy.service.status.v3.ClientConfig per connected proxy, its
+//     sync state per type (istioctl proxy-status);
+//   - istio.io/debug/config_dump: the Envoy admin config dump of the proxy the one resource name
+//     names (istioctl proxy-status <proxy> --file, to diff it against the proxy's own);
+//   - istio.io/debug: the debug page the one resource name names, e.g. "connections" or
+//     "edsz?proxyID=…", its body as the resource (istioctl x internal-debug).
+const (
+	TypeDebugSyncz      = "istio.io/debug/syncz"
+	TypeDebugConfigDump = "istio.io/debug/config_dump"
+	TypeDebug           = "istio.io/debug"
+)
 
-// debugResources answers an xDS debug type on stream c, as istiod's StatusGen does: a client on a
-// loopback connection sees every proxy; an authenticated client (the TLS port) the proxies of its
-// own namespace; any other client nothing.
-func (s *Server) debugResources(c *conn, typeURL string) []*discovery.Resource {
-	if typeURL != TypeDebugSyncz {
-		return nil
-	}
-	namespace := ""
+// isDebugType reports whether a type URL is one of istiod's debug types.
+func isDebugType(u string) bool { return u == TypeDebug || strings.HasPrefix(u, TypeDebug+"/") }
+
+// debugRequest is a request of a type krteds serves no resources of: answered once, with the
+// debug resources when the type is a debug type.
+type debugRequest struct {
+	typeURL string
+	name    string // the first resource name, clipped
+}
+
+// debugNoncePrefix starts the nonce of every answer to a debug type.
+const debugNoncePrefix = "debug-"
+
+// nextDebugNonce is the nonce of the next answer to a debug type on stream c.
+func (c *conn) nextDebugNonce() string {
+	return debugNoncePrefix + strconv.FormatUint(c.debugSent.Add(1), 10)
+}
+
+// acksDebugAnswer reports whether a nonce is one of a debug answer sent on stream c: the
+// request is then an ACK. A debug request with any other nonce is a new request (istioctl's
+// client sends a nonce of its own with its first request; istiod answers it).
+func (c *conn) acksDebugAnswer(nonce string) bool {
+	n, err := strconv.ParseUint(strings.TrimPrefix(nonce, debugNoncePrefix), 10, 64)
+	return err == nil && strings.HasPrefix(nonce, debugNoncePrefix) && n >= 1 && n <= c.debugSent.Load()
+}
+
+// maxDebugName bounds the resource name of a debug request krteds keeps.
+const maxDebugName = 1024
+
+// activeNamespaceDebuggers are the debug pages a caller outside the system namespace may read,
+// for the proxies of its own namespace (istiod's list, less ndsz which krteds does not serve).
+var activeNamespaceDebuggers = map[string]bool{"config_dump": true, "edsz": true}
+
+// callerScope is who may see what on stream c, as istiod's StatusGen decides: a loopback
+// connection or an identity of the system namespace sees every proxy; another authenticated
+// identity the proxies of its namespace; an unauthenticated remote client nothing (ok false).
+func (s *Server) callerScope(c *conn) (namespace string, ok bool) {
 	switch {
 	case c.loopback:
+		return "", true
+	case c.identity != nil && c.identity.Namespace == s.systemNamespace:
+		return "", true
 	case c.identity != nil:
-		namespace = c.identity.Namespace
-	default:
+		return c.identity.Namespace, true
+	}
+	return "", false
+}
+
+// debugResources answers a debug request on stream c.
+func (s *Server) debugResources(c *conn, req debugRequest) []*discovery.Resource {
+	namespace, ok := s.callerScope(c)
+	if !ok {
 		return nil
 	}
+	switch req.typeURL {
+	case TypeDebugSyncz:
+		return s.syncz(c, namespace)
+	case TypeDebugConfigDump:
+		return s.configDump(req.name, namespace)
+	case TypeDebug:
+		return s.debugPage(req.name, namespace)
+	}
+	return nil
+}
+
+func (s *Server) syncz(c *conn, namespace string) []*discovery.Resource {
 	var out []*discovery.Resource
 	for _, st := range s.Status() {
 		if st.Proxy == nil || st.ConnID == c.id || (namespace != "" && st.Proxy.Namespace != namespace) {
 			continue
 		}
-		cc := &status.ClientConfig{Node: &core.Node{Id: st.Proxy.ID, Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		cc := &status.ClientConfig{Node: &core.Node{Id: istioProxyID(st.Proxy.ID), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 			"CLUSTER_ID": structpb.NewStringValue(orDefault(st.Proxy.ClusterID, s.clusterID)),
 			"NAMESPACE":  structpb.NewStringValue(st.Proxy.Namespace),
 		}}}}
@@ -58,9 +128,126 @@ func (s *Server) debugResources(c *conn, typeURL string) []*discovery.Resource {
 		if err != nil {
 			continue
 		}
-		out = append(out, &discovery.Resource{Name: st.Proxy.ID, Resource: a})
+		out = append(out, &discovery.Resource{Name: istioProxyID(st.Proxy.ID), Resource: a})
 	}
 	return out
+}
+
+// istioProxyID is istiod's proxy ID of a node id: its third field, <pod>.<namespace>, for
+// sidecar~<ip>~<pod>.<namespace>~<domain>; the node id itself when it has another shape.
+func istioProxyID(nodeID string) string {
+	if parts := strings.Split(nodeID, "~"); len(parts) == 4 && parts[2] != "" {
+		return parts[2]
+	}
+	return nodeID
+}
+
+// proxyStatus finds the connected proxy a node id, istiod's proxy ID (<pod>.<namespace>) or a
+// connection id names, within namespace (all when empty).
+func (s *Server) proxyStatus(id, namespace string) (ConnStatus, bool) {
+	for _, st := range s.Status() {
+		if st.Proxy != nil && (st.Proxy.ID == id || istioProxyID(st.Proxy.ID) == id || st.ConnID == id) && (namespace == "" || st.Proxy.Namespace == namespace) {
+			return st, true
+		}
+	}
+	return ConnStatus{}, false
+}
+
+// configDump is istiod's connectionConfigDump without EDS: the clusters, listeners and routes a
+// proxy watches, as the graph resolves them for its view now, each with the version last sent.
+func (s *Server) configDump(proxyID, namespace string) []*discovery.Resource {
+	st, ok := s.proxyStatus(proxyID, namespace)
+	if !ok {
+		return nil
+	}
+	resolved := func(typeURL string, add func(name, version string, a *anypb.Any, at *timestamppb.Timestamp)) {
+		ts := st.Types[typeURL]
+		var at *timestamppb.Timestamp
+		if !ts.SentTime.IsZero() {
+			at = timestamppb.New(ts.SentTime)
+		}
+		for _, r := range s.Watched(st, typeURL) {
+			add(r.Name, ts.SentVersion, &anypb.Any{TypeUrl: r.TypeURL, Value: r.Body}, at)
+		}
+	}
+	clusters := &admin.ClustersConfigDump{}
+	resolved(tCluster.url(), func(_, v string, a *anypb.Any, at *timestamppb.Timestamp) {
+		clusters.DynamicActiveClusters = append(clusters.DynamicActiveClusters, &admin.ClustersConfigDump_DynamicCluster{VersionInfo: v, Cluster: a, LastUpdated: at})
+	})
+	listeners := &admin.ListenersConfigDump{}
+	resolved(tListener.url(), func(name, v string, a *anypb.Any, at *timestamppb.Timestamp) {
+		listeners.DynamicListeners = append(listeners.DynamicListeners, &admin.ListenersConfigDump_DynamicListener{Name: name,
+			ActiveState: &admin.ListenersConfigDump_DynamicListenerState{VersionInfo: v, Listener: a, LastUpdated: at}})
+	})
+	routes := &admin.RoutesConfigDump{}
+	resolved(tRoute.url(), func(_, v string, a *anypb.Any, at *timestamppb.Timestamp) {
+		routes.DynamicRouteConfigs = append(routes.DynamicRouteConfigs, &admin.RoutesConfigDump_DynamicRouteConfig{VersionInfo: v, RouteConfig: a, LastUpdated: at})
+	})
+	var out []*discovery.Resource
+	for _, m := range []proto.Message{clusters, listeners, routes} {
+		a, err := anypb.New(m)
+		if err != nil {
+			continue
+		}
+		out = append(out, &discovery.Resource{Resource: a})
+	}
+	return out
+}
+
+// Watched is what a stream watches of a type, as the graph resolves it for the stream's view
+// now: the names it subscribes to, and everything its view lists when it subscribes to the
+// wildcard.
+func (s *Server) Watched(st ConnStatus, typeURL string) []*collections.Resource {
+	if st.View == nil {
+		return nil
+	}
+	var out []*collections.Resource
+	seen := map[string]bool{}
+	for _, name := range st.Watches[typeURL] {
+		if name == "*" {
+			for _, r := range s.src.List(st.View, typeURL) {
+				if !seen[r.Name] {
+					seen[r.Name] = true
+					out = append(out, r)
+				}
+			}
+			continue
+		}
+		if r, _ := s.src.Resolve(st.View, typeURL, name); r != nil && !seen[r.Name] {
+			seen[r.Name] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// debugPage answers istio.io/debug: the body of the debug page /debug/<name>, as istiod's
+// DebugGen does. Outside the system namespace only the pages of activeNamespaceDebuggers, for a
+// proxy of the caller's namespace.
+func (s *Server) debugPage(name, namespace string) []*discovery.Resource {
+	if s.debugPages == nil || name == "" {
+		return nil
+	}
+	u, err := url.Parse(name)
+	if err != nil || strings.Contains(u.Path, "..") {
+		return nil
+	}
+	if namespace != "" {
+		if !activeNamespaceDebuggers[u.Path] {
+			return nil
+		}
+		if _, ok := s.proxyStatus(u.Query().Get("proxyID"), namespace); !ok {
+			return nil
+		}
+	}
+	req := httptest.NewRequest(http.MethodGet, "/debug/"+strings.TrimPrefix(name, "/"), nil)
+	rec := httptest.NewRecorder()
+	s.debugPages.ServeHTTP(rec, req)
+	body := rec.Body.Bytes()
+	if rec.Code != http.StatusOK {
+		body = append([]byte(fmt.Sprintf("%d %s: ", rec.Code, http.StatusText(rec.Code))), body...)
+	}
+	return []*discovery.Resource{{Name: name, Resource: &anypb.Any{TypeUrl: TypeDebug, Value: body}}}
 }
 
 // syncStatus is istiod's debugSyncStatus.

@@ -4,6 +4,7 @@
 package xds
 
 import (
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
 
 	"github.com/krteds/krteds/collections"
@@ -21,10 +23,14 @@ type Server struct {
 	src         Source
 	clusterID   string
 	trustDomain string
-	tokens      TokenAuthenticator
-	log         *zap.Logger
-	metrics     *Metrics
-	names       *nameTable
+	// For the xDS debug types (SetDebug).
+	systemNamespace string
+	controlPlane    *core.ControlPlane
+	debugPages      http.Handler
+	tokens          TokenAuthenticator
+	log             *zap.Logger
+	metrics         *Metrics
+	names           *nameTable
 
 	synced atomic.Bool
 	nextID atomic.Int64
@@ -79,6 +85,16 @@ func (s *Server) Synced() bool { return s.synced.Load() }
 
 // SetTrustDomain sets the trust domain authenticated identities must belong to.
 func (s *Server) SetTrustDomain(td string) { s.trustDomain = td }
+
+// SetDebug sets what the xDS debug types need: the system namespace (its identities see every
+// proxy), the control plane identifier sent with istio.io/debug/syncz (istiod's JSON of
+// component, instance ID and build), and the debug pages istio.io/debug reads.
+func (s *Server) SetDebug(systemNamespace, controlPlaneID string, pages http.Handler) {
+	s.systemNamespace, s.debugPages = systemNamespace, pages
+	if controlPlaneID != "" {
+		s.controlPlane = &core.ControlPlane{Identifier: controlPlaneID}
+	}
+}
 
 // onChange marks the changed names dirty on every stream that holds or lists them.
 func (s *Server) onChange(ch collections.Change) {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -38,7 +39,10 @@ type conn struct {
 	nonce  uint64
 	// unknown are type URLs of requests for types krteds does not serve, each answered once
 	// with an empty response (bounded; no other state is kept for them).
-	unknown []string
+	unknown []debugRequest
+	// debugSent counts the answers to debug types sent on the stream; their nonces are
+	// debugNonce(n), so that an ACK of one is told from a new request.
+	debugSent atomic.Uint64
 }
 
 // sub is what a stream holds of one name of one type.

@@ -36,10 +36,17 @@ func (s *Server) StreamAggregatedResources(stream discovery.AggregatedDiscoveryS
 		return request{sotw: r}, err
 	}, func(r *response, c *conn) error {
 		return stream.Send(s.sotwResponse(r, c))
-	}, func(c *conn, typeURL string) error {
-		out := &discovery.DiscoveryResponse{TypeUrl: typeURL}
-		for _, r := range s.debugResources(c, typeURL) {
+	}, func(c *conn, req debugRequest) error {
+		out := &discovery.DiscoveryResponse{TypeUrl: req.typeURL}
+		if isDebugType(req.typeURL) {
+			out.Nonce = c.nextDebugNonce()
+			out.VersionInfo = out.Nonce
+		}
+		for _, r := range s.debugResources(c, req) {
 			out.Resources = append(out.Resources, r.Resource)
+		}
+		if req.typeURL == TypeDebugSyncz {
+			out.ControlPlane = s.controlPlane
 		}
 		return stream.Send(out)
 	})
@@ -52,8 +59,16 @@ func (s *Server) DeltaAggregatedResources(stream discovery.AggregatedDiscoverySe
 		return request{delta: r}, err
 	}, func(r *response, _ *conn) error {
 		return stream.Send(s.deltaResponse(r))
-	}, func(c *conn, typeURL string) error {
-		return stream.Send(&discovery.DeltaDiscoveryResponse{TypeUrl: typeURL, Resources: s.debugResources(c, typeURL)})
+	}, func(c *conn, req debugRequest) error {
+		out := &discovery.DeltaDiscoveryResponse{TypeUrl: req.typeURL, Resources: s.debugResources(c, req)}
+		if isDebugType(req.typeURL) {
+			out.Nonce = c.nextDebugNonce()
+			out.SystemVersionInfo = out.Nonce
+		}
+		if req.typeURL == TypeDebugSyncz {
+			out.ControlPlane = s.controlPlane
+		}
+		return stream.Send(out)
 	})
 }
 
@@ -84,6 +99,14 @@ func (r request) nonce() string {
 	return r.delta.GetResponseNonce()
 }
 
+// names are the resource names a request subscribes to.
+func (r request) names() []string {
+	if r.sotw != nil {
+		return r.sotw.GetResourceNames()
+	}
+	return r.delta.GetResourceNamesSubscribe()
+}
+
 func (r request) errorDetail() *rpcstatus.Status {
 	if r.sotw != nil {
 		return r.sotw.GetErrorDetail()
@@ -93,7 +116,7 @@ func (r request) errorDetail() *rpcstatus.Status {
 
 // serve runs one stream: requests are read and applied on their own goroutine, responses are
 // decided and sent on this one, so a slow client holds at most one response per type.
-func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, error), send func(*response, *conn) error, sendEmpty func(*conn, string) error) error {
+func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, error), send func(*response, *conn) error, sendEmpty func(*conn, debugRequest) error) error {
 	addr, loopback := "", false
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr, loopback = p.Addr.String(), loopbackEnds(p.Addr, p.LocalAddr)
@@ -137,7 +160,7 @@ func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, er
 }
 
 // flush sends every response that is due, in type order.
-func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty func(*conn, string) error) error {
+func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty func(*conn, debugRequest) error) error {
 	c.mu.Lock()
 	unknown := c.unknown
 	c.unknown = nil
@@ -209,13 +232,17 @@ func (s *Server) handle(c *conn, req request) error {
 	}
 	t, known := typeOf(req.typeURL())
 	if !known {
-		if req.typeURL() != TypeDebugSyncz {
+		if !isDebugType(req.typeURL()) {
 			s.metrics.UnknownTypes.Inc()
 		}
-		if req.nonce() == "" {
+		if req.nonce() == "" || (isDebugType(req.typeURL()) && !c.acksDebugAnswer(req.nonce())) {
 			c.mu.Lock()
 			if len(c.unknown) < maxUnknownPending {
-				c.unknown = append(c.unknown, clip(req.typeURL()))
+				dr := debugRequest{typeURL: clip(req.typeURL())}
+				if names := req.names(); len(names) > 0 && len(names[0]) <= maxDebugName {
+					dr.name = names[0]
+				}
+				c.unknown = append(c.unknown, dr)
 			}
 			c.mu.Unlock()
 			c.kick()

@@ -2,6 +2,7 @@ package serving
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	status "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
@@ -35,7 +36,8 @@ func TestDebugSynczOverXDS(t *testing.T) {
 	if err := resp.Resources[0].UnmarshalTo(cc); err != nil {
 		t.Fatal(err)
 	}
-	if cc.GetNode().GetId() != sidecar("10.9.0.1", "ns1").ID {
+	// istiod's proxy ID: <pod>.<namespace>, the node id's third field.
+	if want := strings.Split(sidecar("10.9.0.1", "ns1").ID, "~")[2]; cc.GetNode().GetId() != want {
 		t.Fatalf("node %s", cc.GetNode().GetId())
 	}
 	got := map[string]status.ConfigStatus{}

@@ -204,20 +204,25 @@ func Start(o Options) (*App, error) {
 			return fail(errors.New("app: a secure listener needs a TLS configuration"))
 		}
 		a.secure = xds.NewGRPCServer(ctx, a.XDS, append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(o.SecureTLS))}, o.GRPCOptions...)...)
+	}
+	a.grpc = xds.NewGRPCServer(ctx, a.XDS, o.GRPCOptions...)
+	// The debug pages exist without a debug port too: istioctl reads them over xDS.
+	pages, served := a.debugMux(cfg, o, reg, debugAuth)
+	a.XDS.SetDebug(cfg.SystemNamespace, outputs.ControlPlaneID(), pages)
+	if a.secure != nil {
 		go func() {
 			if err := a.secure.Serve(o.SecureListener); err != nil {
 				log.Error("secure xDS server stopped", zap.Error(err))
 			}
 		}()
 	}
-	a.grpc = xds.NewGRPCServer(ctx, a.XDS, o.GRPCOptions...)
 	go func() {
 		if err := a.grpc.Serve(o.XDSListener); err != nil {
 			log.Error("xDS server stopped", zap.Error(err))
 		}
 	}()
 	if o.DebugListener != nil {
-		a.http = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: a.debugMux(cfg, o, reg, debugAuth)}
+		a.http = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: served}
 		go func() {
 			if err := a.http.Serve(o.DebugListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("debug server stopped", zap.Error(err))
@@ -229,7 +234,7 @@ func Start(o Options) (*App, error) {
 	return a, nil
 }
 
-func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Registry, auth func(*http.Request) error) http.Handler {
+func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Registry, auth func(*http.Request) error) (*http.ServeMux, http.Handler) {
 	extra := map[string]outputs.DebugPage{
 		"/debug/syncz": {Help: "per proxy: sent and acknowledged nonces per type, last NACK; ?namespace=", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			outputs.WriteJSON(w, r, a.XDS.Syncz(r.URL.Query().Get("namespace")))

@@ -382,7 +382,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 func TestDebugIsLoopbackOnly(t *testing.T) {
 	r := startAppRig(t)
 	h := r.app.DebugHandler()
-	for path, want := range map[string]int{"/debug/krt": http.StatusForbidden, "/ready": http.StatusOK, "/metrics": http.StatusOK} {
+	for path, want := range map[string]int{"/debug/krt": http.StatusForbidden, "/ready": http.StatusOK, "/healthz": http.StatusOK, "/metrics": http.StatusOK} {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		req.RemoteAddr = "192.0.2.7:4444"
 		w := httptest.NewRecorder()

@@ -1,0 +1,39 @@
+package xds
+
+import (
+	"net/http"
+	"testing"
+)
+
+// TestDebugCallerScope is istiod's StatusGen/DebugGen rule: loopback and the system namespace's
+// identities see everything; another identity only its namespace, and of istio.io/debug only
+// the per-proxy pages for its own proxies; an unauthenticated remote client nothing.
+func TestDebugCallerScope(t *testing.T) {
+	s := &Server{systemNamespace: "istio-system", conns: map[string]*conn{}, names: newNameTable()}
+	s.debugPages = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("page " + r.URL.String())) })
+	for _, tc := range []struct {
+		name       string
+		c          *conn
+		ns         string
+		ok         bool
+		page, want string // an istio.io/debug request and the body expected ("" for none)
+	}{
+		{"loopback", &conn{loopback: true}, "", true, "connections", "page /debug/connections"},
+		{"system namespace", &conn{identity: &Identity{Namespace: "istio-system"}}, "", true, "push_status", "page /debug/push_status"},
+		{"other namespace", &conn{identity: &Identity{Namespace: "ns1"}}, "ns1", true, "connections", ""},
+		{"other namespace, a proxy not its own", &conn{identity: &Identity{Namespace: "ns1"}}, "ns1", true, "edsz?proxyID=sidecar~1.2.3.4~a.ns2~ns2.svc.cluster.local", ""},
+		{"unauthenticated remote", &conn{}, "", false, "connections", ""},
+	} {
+		ns, ok := s.callerScope(tc.c)
+		if ns != tc.ns || ok != tc.ok {
+			t.Errorf("%s: scope %q %t, want %q %t", tc.name, ns, ok, tc.ns, tc.ok)
+		}
+		got := ""
+		if res := s.debugResources(tc.c, debugRequest{typeURL: TypeDebug, name: tc.page}); len(res) == 1 {
+			got = string(res[0].Resource.Value)
+		}
+		if got != tc.want {
+			t.Errorf("%s: istio.io/debug %s gave %q, want %q", tc.name, tc.page, got, tc.want)
+		}
+	}
+}
