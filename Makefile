@@ -1,5 +1,5 @@
 # The README's commands are the entry points; these are conveniences.
-.PHONY: test bench bench-medium bench-large build image
+.PHONY: test bench bench-medium bench-large build image manifests tools
 
 VERSION ?= dev
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -14,6 +14,14 @@ image:
 
 test:
 	go test ./...
+
+# istioctl and helm, built from the modules pinned in test/tools (the integration suite runs them).
+tools:
+	bash test/tools/build.sh
+
+# deploy/krteds.yaml from the Helm chart.
+manifests: tools
+	bash deploy/render.sh > deploy/krteds.yaml
 
 # The scale benchmark suite at the small size (a few minutes); see docs/BENCHMARKS.md.
 bench:
