@@ -89,6 +89,8 @@ type Graph struct {
 	Description *Description
 
 	empty emptyCLAs
+	// config is the configuration the graph was built with (explain reads the root namespace).
+	config collections.Config
 }
 
 // Build wires the graph over the inputs, in dataflow order. Every collection is named, registered
@@ -110,7 +112,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		in.WorkloadEntries = krt.NewStaticCollection[*networkingclient.WorkloadEntry](nil, nil, opts.WithName(collections.NameWorkloadEntries)...)
 	}
 	d := newDescription(opts)
-	g := &Graph{Inputs: in, Description: d}
+	g := &Graph{Inputs: in, Description: d, config: cfg}
 	var problems []krt.Collection[collections.ObjectProblems]
 	checked := func(p krt.Collection[collections.ObjectProblems]) { problems = append(problems, p) }
 

@@ -47,6 +47,25 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 				}
 				WriteJSON(w, r, out)
 			})},
+		"/debug/explain": {Help: "why each endpoint of a cluster is, or is not, sent to a proxy; ?proxyID=&cluster=[&endpoint=]",
+			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
+				cluster := r.URL.Query().Get("cluster")
+				if cluster == "" {
+					http.Error(w, "?cluster= (an EDS cluster name, outbound|<port>|<subset>|<hostname>) is required", http.StatusBadRequest)
+					return
+				}
+				p := g.Proxies.GetKey(c.ConnID)
+				if p == nil {
+					http.Error(w, fmt.Sprintf("proxy %s is connected but its view is not computed yet; ask again", c.Proxy.ID), http.StatusServiceUnavailable)
+					return
+				}
+				ex, err := g.Explain(p, cluster, r.URL.Query().Get("endpoint"))
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				WriteJSON(w, r, ex)
+			})},
 		"/debug/connections": {Help: "connected clients: connection id, address, connected since", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			type conn struct {
 				ConnectionID string `json:"connectionId"`

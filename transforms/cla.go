@@ -179,6 +179,62 @@ type CLAGroup struct {
 	Endpoints []collections.Endpoint
 }
 
+// Exclusion is the rule by which PlanClusterCLA leaves an endpoint out of a CLA (Kept: none).
+type Exclusion uint8
+
+const (
+	Kept Exclusion = iota
+	// ExcludedPort: the endpoint is of another port name than the cluster's service port.
+	ExcludedPort
+	// ExcludedNode: a node-local service (internalTrafficPolicy Local), endpoint on another node.
+	ExcludedNode
+	// ExcludedCluster: a node- or cluster-local service, endpoint in another cluster.
+	ExcludedCluster
+	// ExcludedTerminating: terminating endpoints are never sent.
+	ExcludedTerminating
+	// ExcludedUnhealthy: unhealthy endpoints are sent only when the policy supports it.
+	ExcludedUnhealthy
+	// ExcludedDraining: draining endpoints are sent only for persistent-session services.
+	ExcludedDraining
+	// ExcludedSubset: the endpoint's labels do not match the subset's.
+	ExcludedSubset
+)
+
+// Exclude is PlanCLA's rule for one endpoint: which rule, if any, leaves it out of the CLA of
+// the service port for the (projected) proxy class. krteds explain reports the same rule.
+func Exclude(svc *collections.ServiceInfo, port collections.ServicePort, policy LBPolicy, class collections.ProxyClass, e collections.Endpoint) Exclusion {
+	switch {
+	case e.PortName != port.Name:
+		return ExcludedPort
+	case svc.NodeLocal && e.Meta.NodeName != class.NodeName:
+		return ExcludedNode
+	case (svc.NodeLocal || svc.ClusterLocal) && e.Meta.ClusterID != class.ClusterID:
+		return ExcludedCluster
+	}
+	switch e.Health {
+	case collections.Terminating:
+		return ExcludedTerminating
+	case collections.UnHealthy:
+		if !policy.SupportsUnhealthy {
+			return ExcludedUnhealthy
+		}
+	case collections.Draining:
+		if !svc.SupportsDrainingEndpoints() {
+			return ExcludedDraining
+		}
+	}
+	return Kept
+}
+
+// ExcludeFromCluster is PlanClusterCLA's rule for one endpoint: the subset's labels, then
+// Exclude.
+func ExcludeFromCluster(svc *collections.ServiceInfo, port collections.ServicePort, cp ClusterPolicy, class collections.ProxyClass, e collections.Endpoint) Exclusion {
+	if len(cp.SubsetLabels) > 0 && !subsetMatch(e.Meta.Label, cp.SubsetLabels) {
+		return ExcludedSubset
+	}
+	return Exclude(svc, port, cp.LB, class, e)
+}
+
 // PlanCLA decides the content of the ClusterLoadAssignment of one service port for one (projected)
 // proxy class, following istiod's BuildClusterLoadAssignment:
 //   - endpoints of the port's name only; on a node-local service only those on the proxy's node;
@@ -193,26 +249,8 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 	plan := CLAPlan{ClusterName: clusterName}
 	groups := map[collections.Locality]*CLAGroup{}
 	for _, e := range eps {
-		if e.PortName != port.Name {
+		if Exclude(svc, port, policy, class, e) != Kept {
 			continue
-		}
-		if svc.NodeLocal && e.Meta.NodeName != class.NodeName {
-			continue
-		}
-		if (svc.NodeLocal || svc.ClusterLocal) && e.Meta.ClusterID != class.ClusterID {
-			continue
-		}
-		switch e.Health {
-		case collections.Terminating:
-			continue
-		case collections.UnHealthy:
-			if !policy.SupportsUnhealthy {
-				continue
-			}
-		case collections.Draining:
-			if !svc.SupportsDrainingEndpoints() {
-				continue
-			}
 		}
 		g := groups[e.Meta.Locality]
 		if g == nil {
@@ -289,7 +327,7 @@ func PlanClusterCLA(clusterName string, svc *collections.ServiceInfo, port colle
 	if len(cp.SubsetLabels) > 0 {
 		sel := make([]collections.Endpoint, 0, len(eps))
 		for _, e := range eps {
-			if subsetMatch(e.Meta.Label, cp.SubsetLabels) {
+			if ExcludeFromCluster(svc, port, cp, class, e) != ExcludedSubset {
 				sel = append(sel, e)
 			}
 		}

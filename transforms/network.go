@@ -157,6 +157,23 @@ func CrossesNetworks(gws *collections.NetworkGateways, eps []collections.Endpoin
 // and its weight is split evenly (integer division) among its network's gateways (of its cluster
 // if it has any, else of the network), each gateway then one endpoint carrying the sum (at
 // least 1), in address order, with tlsMode istio and the gateway's cluster and network.
+// NetworkRoute is how the split horizon sends an endpoint to a proxy on proxyNetwork: directly,
+// through the gateways of the endpoint's network, or (neither) not at all: an endpoint on another
+// network with gateways is reached through them only with mTLS (istiod's isMtlsEnabled: its
+// tlsMode metadata is istio).
+func NetworkRoute(e collections.Endpoint, nf *NetworkFilter, proxyNetwork string) (direct bool, gateways []collections.NetworkGateway) {
+	epNet := e.Meta.Network
+	gws := nf.Gateways.For(epNet, e.Meta.ClusterID)
+	force := proxyNetwork == "" && epNet != "" && len(gws) > 0
+	if !force && (epNet == "" || proxyNetwork == "" || epNet == proxyNetwork || len(gws) == 0) {
+		return true, nil
+	}
+	if nf.TLS.Value(e.Meta.TLSMode) != collections.TLSModeIstio {
+		return false, nil
+	}
+	return false, gws
+}
+
 func filterByNetwork(eps []collections.Endpoint, nf *NetworkFilter, proxyNetwork string, port collections.ServicePort) []collections.Endpoint {
 	sf := max(nf.Gateways.ScaleFactor, 1)
 	out := make([]collections.Endpoint, 0, len(eps))
@@ -166,10 +183,8 @@ func filterByNetwork(eps []collections.Endpoint, nf *NetworkFilter, proxyNetwork
 		if ew := e.Meta.LBWeight(); ew < math.MaxUint32/sf {
 			w = ew * sf
 		}
-		epNet := e.Meta.Network
-		gws := nf.Gateways.For(epNet, e.Meta.ClusterID)
-		force := proxyNetwork == "" && epNet != "" && len(gws) > 0
-		if !force && (epNet == "" || proxyNetwork == "" || epNet == proxyNetwork || len(gws) == 0) {
+		direct, gws := NetworkRoute(e, nf, proxyNetwork)
+		if direct {
 			if w != e.Meta.LBWeight() {
 				m := *e.Meta
 				m.Weight = w
@@ -178,8 +193,7 @@ func filterByNetwork(eps []collections.Endpoint, nf *NetworkFilter, proxyNetwork
 			out = append(out, e)
 			continue
 		}
-		if nf.TLS.Value(e.Meta.TLSMode) != collections.TLSModeIstio {
-			// istiod's isMtlsEnabled: the endpoint's tlsMode metadata is istio.
+		if len(gws) == 0 {
 			continue
 		}
 		if gwWeights == nil {
