@@ -27,6 +27,9 @@ type Config struct {
 	RegistryNetworks map[string]string
 	// MeshGateways are meshNetworks' gateways given by address.
 	MeshGateways []NetworkGateway
+	// LRS points every EDS cluster's lrs_server at krteds itself (self), so that clients report
+	// their load to it.
+	LRS bool
 }
 
 // IsClusterLocal reports whether a hostname is cluster-local (ClusterLocalHosts).

@@ -198,7 +198,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		Gateways: g.NetworkGateways,
 	}))
 	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.ClustersFor(transforms.ClusterInputs{
-		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints,
+		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints, LRS: cfg.LRS,
 	}))
 	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, transforms.Listeners())
 	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes())

@@ -108,6 +108,8 @@ type ClusterInputs struct {
 	Policies      krt.Collection[collections.ServicePolicy]
 	// Endpoints give a DNS service's clusters their endpoints (read for those services only).
 	Endpoints krt.Collection[collections.ServiceEndpoints]
+	// LRS points EDS clusters' lrs_server at the management server itself.
+	LRS bool
 }
 
 // ClustersFor builds the CDS resources of a service: per cluster port, the cluster
@@ -148,7 +150,7 @@ func ClustersFor(in ClusterInputs) Many[collections.ServiceInfo, collections.Res
 		var out []collections.ResourceSet
 		for _, port := range ports {
 			for _, subset := range subsets {
-				out = appendClusterVariants(out, &svc, port, subset, variants, dns)
+				out = appendClusterVariants(out, &svc, port, subset, variants, dns, in.LRS)
 			}
 		}
 		return out
@@ -220,7 +222,7 @@ func ruleHasClusterSettings(r collections.DestinationRule) bool {
 // appendClusterVariants appends the sets of one cluster: the Envoy default, and every other
 // variant that differs (in bytes or problems) from what its proxies would otherwise resolve to.
 func appendClusterVariants(out []collections.ResourceSet, svc *collections.ServiceInfo, servicePort collections.ServicePort, subset string,
-	variants []clusterVariant, dns func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment,
+	variants []clusterVariant, dns func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment, lrs bool,
 ) []collections.ResourceSet {
 	port := servicePort.Port
 	name := ClusterName(port, subset, svc.Hostname)
@@ -247,6 +249,7 @@ func appendClusterVariants(out []collections.ResourceSet, svc *collections.Servi
 	var envoyDefault, grpcDefault *built
 	for i, v := range variants {
 		cs := ClusterSettingsFor(svc, v.rule, port, subset)
+		cs.LRS = lrs
 		if dns != nil {
 			if cs.LoadAssignment = dns(servicePort, subset, v.namespace); cs.LoadAssignment == nil {
 				if i == 0 {
@@ -285,6 +288,8 @@ type ClusterSettings struct {
 	Rule string
 	// LoadAssignment holds the endpoints of a DNS service's cluster (nil for EDS clusters).
 	LoadAssignment *endpoint.ClusterLoadAssignment
+	// LRS sets an EDS cluster's lrs_server to self: clients report its load to krteds.
+	LRS bool
 }
 
 // ClusterSettingsFor resolves the settings of one cluster under a rule (nil: none applies).
@@ -389,8 +394,17 @@ func EnvoyCluster(name string, cs ClusterSettings) *cluster.Cluster {
 	if c.GetType() == cluster.Cluster_EDS {
 		// maybeApplyEdsConfig.
 		c.EdsClusterConfig = adsEDSConfig(name)
+		applyLRS(c, cs)
 	}
 	return c
+}
+
+// applyLRS points an EDS cluster's load reports at the management server itself (self is the
+// one LRS server gRPC accepts).
+func applyLRS(c *cluster.Cluster, cs ClusterSettings) {
+	if cs.LRS {
+		c.LrsServer = &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Self{Self: &core.SelfConfigSource{}}, ResourceApiVersion: core.ApiVersion_V3}
+	}
 }
 
 // drainingOverride keeps DRAINING endpoints for persistent sessions (buildOutboundClusters).
@@ -603,6 +617,7 @@ func applyRingHash(c *cluster.Cluster, alg *collections.LBAlgorithm) {
 // round robin, as istiod does for the other policies gRPC cannot apply.
 func GRPCCluster(name string, cs ClusterSettings) *cluster.Cluster {
 	c := EDSCluster(name)
+	applyLRS(c, cs)
 	if cs.Subset == "" && cs.Service.SupportsDrainingEndpoints() {
 		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{OverrideHostStatus: drainingOverride()}
 	}

@@ -916,3 +916,21 @@ func TestClusterEnvoyRejectsIsReported(t *testing.T) {
 		}
 	}
 }
+
+// TestLRSPointsEDSClustersAtSelf: with LRS on, Envoy's and gRPC's EDS clusters name the
+// management server itself (self, the one LRS server gRPC accepts) as their lrs_server; without
+// it, none.
+func TestLRSPointsEDSClustersAtSelf(t *testing.T) {
+	svc := cdsService()
+	for _, lrs := range []bool{false, true} {
+		cs := ClusterSettings{Service: svc, LRS: lrs}
+		for kind, c := range map[string]interface{ GetLrsServer() *core.ConfigSource }{
+			"envoy": EnvoyCluster("outbound|80||a.ns.svc.cluster.local", cs),
+			"grpc":  GRPCCluster("outbound|80||a.ns.svc.cluster.local", cs),
+		} {
+			if got := c.GetLrsServer().GetSelf() != nil; got != lrs {
+				t.Errorf("%s cluster, LRS %t: lrs_server self %t", kind, lrs, got)
+			}
+		}
+	}
+}

@@ -40,6 +40,7 @@ type serveOptions struct {
 	tlsCert, tlsKey  string
 	tlsClientCA      string
 	jwtAudiences     []string
+	lrsInterval      time.Duration
 	debugAddr        string
 	debugAllowRemote bool
 	logLevel         string
@@ -81,6 +82,8 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.StringVar(&o.logLevel, "log-level", "info", "log level (debug, info, warn, error), optionally per scope: info,xds=debug,kube=debug")
 	f.StringArrayVar(&o.remoteKubeconfig, "remote-kubeconfig", nil, "a remote cluster of the mesh, as <clusterID>=<kubeconfig path>; repeatable")
 	f.StringArrayVar(&o.remoteManifests, "remote-manifests", nil, "a remote cluster of the mesh read from a folder of manifests, as <clusterID>=<path>; repeatable")
+	f.BoolVar(&o.cfg.LRS, "lrs", false, "serve load reporting (LRS): EDS clusters name krteds as their lrs_server, and the load clients report is exported as krteds_lrs_* metrics and /debug/loadz")
+	f.DurationVar(&o.lrsInterval, "lrs-interval", 10*time.Second, "how often clients report their load, with --lrs")
 	f.BoolVar(&o.demo, "demo", false, "serve the bundled example mesh (two clusters on two networks), written to a temporary folder whose files stay live")
 	f.StringVar(&o.meshNetworks, "mesh-networks", "", "istiod's meshNetworks file: the network of each cluster (fromRegistry) and the network gateways given by address")
 	f.BoolVar(&o.clusterSecrets, "cluster-secrets", true, "against a cluster, follow remote clusters in the system namespace's Secrets labelled istio/multiCluster=true (key: cluster ID, value: kubeconfig)")
@@ -146,7 +149,10 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		}
 		o.cfg.RegistryNetworks, o.cfg.MeshGateways = transforms.MeshNetworkSettings(mn)
 	}
-	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log}
+	if o.lrsInterval <= 0 {
+		return fmt.Errorf("--lrs-interval %s: want a positive duration", o.lrsInterval)
+	}
+	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log, LRSInterval: o.lrsInterval}
 	if o.manifests == "" {
 		if opts.Cluster, err = clusterClient(ctx, o); err != nil {
 			return err

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -24,5 +25,8 @@ func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grp
 	}, opts...)
 	gs := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, s)
+	if s.loadReports != nil {
+		lrs.RegisterLoadReportingServiceServer(gs, s.loadReports)
+	}
 	return gs
 }

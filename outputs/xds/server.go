@@ -27,10 +27,12 @@ type Server struct {
 	systemNamespace string
 	controlPlane    *core.ControlPlane
 	debugPages      http.Handler
-	tokens          TokenAuthenticator
-	log             *zap.Logger
-	metrics         *Metrics
-	names           *nameTable
+	// loadReports serves LRS on the same gRPC servers (nil: LRS off).
+	loadReports *LoadReports
+	tokens      TokenAuthenticator
+	log         *zap.Logger
+	metrics     *Metrics
+	names       *nameTable
 
 	synced atomic.Bool
 	nextID atomic.Int64
@@ -85,6 +87,9 @@ func (s *Server) Synced() bool { return s.synced.Load() }
 
 // SetTrustDomain sets the trust domain authenticated identities must belong to.
 func (s *Server) SetTrustDomain(td string) { s.trustDomain = td }
+
+// SetLoadReports serves LRS with l on the gRPC servers made after (NewGRPCServer).
+func (s *Server) SetLoadReports(l *LoadReports) { s.loadReports = l }
 
 // SetDebug sets what the xDS debug types need: the system namespace (its identities see every
 // proxy), the control plane identifier sent with istio.io/debug/syncz (istiod's JSON of

@@ -28,6 +28,7 @@ import (
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/transforms"
 )
 
 // Options configures a running krteds. Exactly one source is set: Cluster, Manifests or Objects.
@@ -58,6 +59,8 @@ type Options struct {
 	// TokenAudiences, when set, let clients of the secure listener authenticate with a Kubernetes
 	// service-account token for one of these audiences (checked with TokenReview; Cluster only).
 	TokenAudiences []string
+	// LRSInterval is how often clients report their load when Config.LRS is on (default 10 s).
+	LRSInterval time.Duration
 	// Remote are the mesh's other clusters, each read through a client or from a folder.
 	Remote []Remote
 	// ClusterSecrets follows remote clusters in the local cluster's Secrets (Cluster only): those
@@ -78,6 +81,8 @@ type App struct {
 	XDS      *xds.Server
 	Debugger *krt.DebugHandler
 	Registry *prometheus.Registry
+	// LoadReports is the LRS server (nil unless Config.LRS).
+	LoadReports *xds.LoadReports
 	// Static holds the input collections when the source is Objects.
 	Static *sources.Static
 	// Files is the manifests source when the source is Manifests.
@@ -185,6 +190,14 @@ func Start(o Options) (*App, error) {
 	reg.MustRegister(outputs.NewCollector(a.Graph.Description))
 	outputs.RegisterIstioRegistryMetrics(reg, a.Graph)
 	a.XDS.SetTrustDomain(cfg.TrustDomain)
+	if cfg.LRS {
+		interval := o.LRSInterval
+		if interval <= 0 {
+			interval = 10 * time.Second
+		}
+		a.LoadReports = xds.NewLoadReports(interval, a.servesCLA, reg, log.Named("lrs"))
+		a.XDS.SetLoadReports(a.LoadReports)
+	}
 	var debugAuth func(*http.Request) error
 	if len(o.TokenAudiences) > 0 && o.Cluster != nil {
 		tr := xds.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain}
@@ -242,6 +255,13 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 		"/debug/adsz": {Help: "connected xDS clients, their class and what they watch", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			outputs.WriteJSON(w, r, a.XDS.Adsz())
 		})},
+		"/debug/loadz": {Help: "the load clients report (LRS, with --lrs): per cluster, locality and drop category, and the reporters", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if a.LoadReports == nil {
+				http.Error(w, "load reporting is off (krteds serve --lrs turns it on)", http.StatusNotFound)
+				return
+			}
+			outputs.WriteJSON(w, r, a.LoadReports.Loadz())
+		})},
 		"/debug/memz": {Help: "live heap by collection and structure, per endpoint and per proxy", Handler: outputs.MemoryPage(a.Graph, a.XDS, a.grpcServers()...)},
 	}
 	maps.Copy(extra, outputs.ProxyPages(a.Graph, a.XDS))
@@ -274,6 +294,15 @@ func (a *App) grpcServers() []any {
 		out = append(out, a.secure)
 	}
 	return out
+}
+
+// servesCLA reports whether krteds serves the EDS cluster of a name (LRS counts only those).
+func (a *App) servesCLA(name string) bool {
+	if a.Graph.CLAs.GetKey(name) != nil {
+		return true
+	}
+	key := transforms.UnknownSubsetKey(name)
+	return key != "" && a.Graph.CLAs.GetKey(key) != nil
 }
 
 // Cluster is the Kubernetes client the graph reads, nil unless the source is a cluster.
