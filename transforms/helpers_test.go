@@ -64,6 +64,7 @@ func workloadInputs(t testing.TB, objs ...any) WorkloadInputs {
 		Nodes:         krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)),
 		SystemNetwork: network,
 		ReadyPodsByIP: krt.NewIndex(pc, "readyByIP", ReadyPodIPs),
+		PodsByGroup:   krt.NewIndex(pc, "byGroup", PodGroupKeys),
 	}
 }
 
