@@ -107,10 +107,14 @@ func (s *Server) syncz(c *conn, namespace string) []*discovery.Resource {
 		if st.Proxy == nil || st.ConnID == c.id || (namespace != "" && st.Proxy.Namespace != namespace) {
 			continue
 		}
-		cc := &status.ClientConfig{Node: &core.Node{Id: istioProxyID(st.Proxy.ID), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		meta := map[string]*structpb.Value{
 			"CLUSTER_ID": structpb.NewStringValue(orDefault(st.Proxy.ClusterID, s.clusterID)),
 			"NAMESPACE":  structpb.NewStringValue(st.Proxy.Namespace),
-		}}}}
+		}
+		if st.IstioVersion != "" {
+			meta["ISTIO_VERSION"] = structpb.NewStringValue(st.IstioVersion) // istioctl's VERSION column
+		}
+		cc := &status.ClientConfig{Node: &core.Node{Id: istioProxyID(st.Proxy.ID), Metadata: &structpb.Struct{Fields: meta}}}
 		urls := make([]string, 0, len(st.Types))
 		for u := range st.Types {
 			urls = append(urls, u)

@@ -272,14 +272,17 @@ func (s *Server) newConnID(delta bool) string {
 
 // ConnStatus is the protocol state of one stream, for /debug/syncz and /debug/adsz.
 type ConnStatus struct {
-	ConnID      string                      `json:"connectionId"`
-	Delta       bool                        `json:"delta"`
-	Peer        string                      `json:"peer,omitempty"`
-	ConnectedAt time.Time                   `json:"connectedAt"`
-	Proxy       *collections.ConnectedProxy `json:"proxy,omitempty"`
-	View        *collections.View           `json:"view,omitempty"`
-	Watches     map[string][]string         `json:"watches"`
-	Types       map[string]TypeStatus       `json:"resources"`
+	ConnID      string    `json:"connectionId"`
+	Delta       bool      `json:"delta"`
+	Peer        string    `json:"peer,omitempty"`
+	ConnectedAt time.Time `json:"connectedAt"`
+	// IstioVersion is the client's ISTIO_VERSION as the pilot_xds metric labels it ("other"
+	// past the distinct versions counted).
+	IstioVersion string                      `json:"istioVersion,omitempty"`
+	Proxy        *collections.ConnectedProxy `json:"proxy,omitempty"`
+	View         *collections.View           `json:"view,omitempty"`
+	Watches      map[string][]string         `json:"watches"`
+	Types        map[string]TypeStatus       `json:"resources"`
 }
 
 // TypeStatus is the protocol state of one type on one stream.

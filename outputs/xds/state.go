@@ -319,7 +319,8 @@ func responseVersion(names *nameTable, r *response) string {
 func (c *conn) status(names *nameTable) ConnStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cs := ConnStatus{ConnID: c.id, Delta: c.delta, Peer: c.peer, ConnectedAt: c.connectedAt, Watches: map[string][]string{}, Types: map[string]TypeStatus{}}
+	cs := ConnStatus{ConnID: c.id, Delta: c.delta, Peer: c.peer, ConnectedAt: c.connectedAt, IstioVersion: c.istioVersion,
+		Watches: map[string][]string{}, Types: map[string]TypeStatus{}}
 	if c.proxy != nil {
 		p := *c.proxy
 		cs.Proxy = &p

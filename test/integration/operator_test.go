@@ -383,7 +383,7 @@ func TestChartRBACServesIstioctl(t *testing.T) {
 	}
 	defer cc.Close()
 	proxyID := "sidecar~10.40.0.7~client.scenario-istioctl~scenario-istioctl.svc.cluster.local"
-	s, err := adsclient.Open(ctx, cc, adsclient.Node{ID: proxyID, Namespace: "scenario-istioctl"})
+	s, err := adsclient.Open(ctx, cc, adsclient.Node{ID: proxyID, Namespace: "scenario-istioctl", IstioVersion: "1.31.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,8 +438,8 @@ func TestChartRBACServesIstioctl(t *testing.T) {
 		if err != nil {
 			t.Errorf("istioctl proxy-status, %s: %v", tc.name, err)
 		}
-		if !regexp.MustCompile(`client\.scenario-istioctl\s+Kubernetes\s+krteds-integration-0\s+.*2 \(CDS,EDS\)`).MatchString(out) {
-			t.Errorf("istioctl proxy-status, %s, should show the proxy, its cluster, krteds and its two types:\n%s", tc.name, out)
+		if !regexp.MustCompile(`client\.scenario-istioctl\s+Kubernetes\s+krteds-integration-0\s+1\.31\.0\s+2 \(CDS,EDS\)`).MatchString(out) {
+			t.Errorf("istioctl proxy-status, %s, should show the proxy, its cluster, krteds, its version and its two types:\n%s", tc.name, out)
 		}
 	}
 

@@ -16,7 +16,9 @@ import (
 // sync state of each type as istiod's debugSyncStatus gives it.
 func TestDebugSynczOverXDS(t *testing.T) {
 	r := newRig(t, mesh()...)
-	p := r.open(sidecar("10.9.0.1", "ns1"))
+	node := sidecar("10.9.0.1", "ns1")
+	node.IstioVersion = "1.31.0"
+	p := r.open(node)
 	_ = p.Request(adsclient.TypeCLA, fooCluster)
 	first := recv(t, p)
 	_ = p.Ack(first, fooCluster)
@@ -39,6 +41,9 @@ func TestDebugSynczOverXDS(t *testing.T) {
 	// istiod's proxy ID: <pod>.<namespace>, the node id's third field.
 	if want := strings.Split(sidecar("10.9.0.1", "ns1").ID, "~")[2]; cc.GetNode().GetId() != want {
 		t.Fatalf("node %s", cc.GetNode().GetId())
+	}
+	if v := cc.GetNode().GetMetadata().GetFields()["ISTIO_VERSION"].GetStringValue(); v != "1.31.0" {
+		t.Errorf("ISTIO_VERSION %q, want the proxy's 1.31.0 (istioctl's VERSION column)", v)
 	}
 	got := map[string]status.ConfigStatus{}
 	for _, g := range cc.GenericXdsConfigs {

@@ -36,13 +36,15 @@ type Node struct {
 	Network   string
 	NodeName  string
 	Locality  *core.Locality
+	// IstioVersion is sent as ISTIO_VERSION.
+	IstioVersion string
 }
 
 // Proto renders the node as Envoy sends it.
 func (n Node) Proto() *core.Node {
 	fields := map[string]any{}
 	for k, v := range map[string]string{"NAMESPACE": n.Namespace, "GENERATOR": n.Generator, "CLUSTER_ID": n.ClusterID,
-		"NETWORK": n.Network, "NODE_NAME": n.NodeName} {
+		"NETWORK": n.Network, "NODE_NAME": n.NodeName, "ISTIO_VERSION": n.IstioVersion} {
 		if v != "" {
 			fields[k] = v
 		}
