@@ -41,6 +41,9 @@ type EndpointVerdict struct {
 	// Reason is, for an endpoint not sent, the first step that excluded it.
 	Reason string   `json:"reason,omitempty"`
 	Facts  []string `json:"facts"`
+
+	// loc is the endpoint's locality, once known.
+	loc *collections.Locality
 }
 
 // sentEndpoint is an endpoint as the served CLA holds it.
@@ -179,6 +182,9 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 		}
 		if v.Reason == "" {
 			v.Reason = "not in the CLA, and no rule explain knows excluded it"
+			if r := distributeReason(cp, class.Locality, v.loc); r != "" {
+				v.Reason = r
+			}
 		}
 	}
 	slices.SortStableFunc(ex.Endpoints, func(a, b EndpointVerdict) int { return strings.Compare(a.Address, b.Address) })
@@ -336,6 +342,7 @@ func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceI
 	if v.Reason != "" {
 		return
 	}
+	v.loc = &e.Meta.Locality
 	if r := exclusionReason(transforms.ExcludeFromCluster(svc, port, cp, class, e), e, port, cp, class); r != "" {
 		v.exclude(r)
 		return
@@ -357,6 +364,28 @@ func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceI
 		}
 		v.exclude(fmt.Sprintf("left out by the network split horizon: on network %q, the proxy on %q; reached through the gateway %s instead", e.Meta.Network, class.Network, strings.Join(addrs, ", ")))
 	}
+}
+
+// distributeReason words the one locality rule that removes endpoints (transforms.ApplyDistribute):
+// the first distribute entry whose from matches the proxy's locality sends nothing to a locality
+// none of its to patterns matches.
+func distributeReason(cp transforms.ClusterPolicy, proxy collections.Locality, loc *collections.Locality) string {
+	if loc == nil || !cp.PostProcess() || cp.Setting == nil {
+		return ""
+	}
+	for _, d := range cp.Setting.Distribute {
+		if !transforms.LocalityMatch(proxy, d.From) {
+			continue
+		}
+		for to := range d.To {
+			if transforms.LocalityMatch(*loc, to) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("left out by the DestinationRule's localityLbSetting distribute: from %q (the proxy is in %q) no weight goes to %q",
+			d.From, proxy.String(), loc.String())
+	}
+	return ""
 }
 
 // exclusionReason words a rule of transforms.Exclude for one endpoint.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/grpc"
 
@@ -150,6 +151,25 @@ endpoints:
 - addresses: [10.10.5.2]
   conditions: {ready: false, serving: true, terminating: true}
 ---
+# frontend: proxies in us-east send all their traffic to us-east-1a.
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: frontend
+  namespace: shop
+spec:
+  host: frontend.shop.svc.cluster.local
+  trafficPolicy:
+    outlierDetection:
+      consecutive5xxErrors: 5
+    loadBalancer:
+      localityLbSetting:
+        enabled: true
+        distribute:
+        - from: us-east/*
+          to:
+            "us-east/us-east-1a/*": 100
+---
 # An FQDN slice of reviews, which istiod ignores.
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -199,8 +219,9 @@ func TestExplainAgreesWithTheWire(t *testing.T) {
 	defer cc.Close()
 
 	proxies := []adsclient.Node{
-		// In shop, on node-a, in the example's locality.
-		{ID: "sidecar~10.10.9.1~productpage-1.shop~shop.svc.cluster.local", Namespace: "shop", NodeName: "node-a", Labels: map[string]string{"app": "productpage"}},
+		// In shop, on node-a, in us-east/us-east-1b.
+		{ID: "sidecar~10.10.9.1~productpage-1.shop~shop.svc.cluster.local", Namespace: "shop", NodeName: "node-a", Labels: map[string]string{"app": "productpage"},
+			Locality: &core.Locality{Region: "us-east", Zone: "us-east-1b"}},
 		// Proxyless gRPC in another namespace, on node-b.
 		{ID: "sidecar~10.10.9.2~client-1.default~default.svc.cluster.local", Namespace: "default", Generator: "grpc", NodeName: "node-b"},
 		// On the other network, as the east cluster's proxies are.
@@ -254,7 +275,7 @@ func TestExplainAgreesWithTheWire(t *testing.T) {
 	if sentUnhealthy == 0 || sentDraining == 0 {
 		t.Errorf("sent as UNHEALTHY: %d (the example's 10.10.1.13 is), as DRAINING: %d (cart's 10.10.5.2 is)", sentUnhealthy, sentDraining)
 	}
-	for _, want := range []string{"targetRef Pod", "terminating:", "not ready:", "slice shop/reviews-fqdn has addressType FQDN:", "slice shop/ratings-badport gives no endpoint for it:", "its labels", "internalTrafficPolicy Local:", "left out by the network split horizon:"} {
+	for _, want := range []string{"targetRef Pod", "terminating:", "not ready:", "slice shop/reviews-fqdn has addressType FQDN:", "slice shop/ratings-badport gives no endpoint for it:", "left out by the DestinationRule's localityLbSetting distribute:", "its labels", "internalTrafficPolicy Local:", "left out by the network split horizon:"} {
 		if !slices.ContainsFunc(keys(excluded), func(k string) bool { return strings.HasPrefix(k, want) }) {
 			t.Errorf("no endpoint was left out by %q (exclusions: %v)", want, excluded)
 		}
