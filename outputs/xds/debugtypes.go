@@ -244,7 +244,11 @@ func (s *Server) debugPage(name, namespace string) []*discovery.Resource {
 			return nil
 		}
 	}
-	req := httptest.NewRequest(http.MethodGet, "/debug/"+strings.TrimPrefix(name, "/"), nil)
+	// http.NewRequest, not httptest's, which panics on a name it cannot parse.
+	req, err := http.NewRequest(http.MethodGet, "/debug/"+strings.TrimPrefix(name, "/"), nil)
+	if err != nil {
+		return nil
+	}
 	rec := httptest.NewRecorder()
 	s.debugPages.ServeHTTP(rec, req)
 	body := rec.Body.Bytes()

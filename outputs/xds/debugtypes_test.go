@@ -37,3 +37,15 @@ func TestDebugCallerScope(t *testing.T) {
 		}
 	}
 }
+
+// TestDebugPageNamesCannotCrash: istio.io/debug resource names come from clients; none may
+// panic the server.
+func TestDebugPageNamesCannotCrash(t *testing.T) {
+	s := &Server{systemNamespace: "istio-system", conns: map[string]*conn{}, names: newNameTable()}
+	s.debugPages = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(r.URL.Path)) })
+	for _, name := range []string{"a b", "\x00", "%zz", "connections\r\nHost: x", "/", "?", "#", "edsz?proxyID=%", string(make([]byte, 5000)), "..", "../../etc"} {
+		_ = s.debugResources(&conn{loopback: true}, debugRequest{typeURL: TypeDebug, name: name})
+		_ = s.debugResources(&conn{identity: &Identity{Namespace: "ns1"}}, debugRequest{typeURL: TypeDebug, name: name})
+		_ = s.debugResources(&conn{loopback: true}, debugRequest{typeURL: TypeDebugConfigDump, name: name})
+	}
+}
