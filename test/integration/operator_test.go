@@ -200,7 +200,7 @@ func TestHelmChart(t *testing.T) {
 	}{
 		{"default", nil},
 		{"tls", []string{"tls.enabled=true", "xds.plaintext.enabled=false"}},
-		{"tls and plaintext, one replica", []string{"tls.enabled=true", "replicaCount=1"}},
+		{"tls and plaintext, one replica, load reporting", []string{"tls.enabled=true", "replicaCount=1", "lrs.enabled=true", "lrs.interval=5s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := render(t, helm, ns, tc.set...)
@@ -249,6 +249,10 @@ func TestHelmChart(t *testing.T) {
 				if hasArg(a) != tlsOn {
 					t.Errorf("tls %t but %s present %t (args %v)", tlsOn, a, hasArg(a), args)
 				}
+			}
+			lrsOn := slices.Contains(tc.set, "lrs.enabled=true")
+			if hasArg("--lrs") != lrsOn || hasArg("--lrs-interval=5s") != lrsOn {
+				t.Errorf("lrs %t, args %v", lrsOn, args)
 			}
 			vols, _, _ := unstructured.NestedSlice(pod, "spec", "volumes")
 			if (len(vols) == 1) != tlsOn {
