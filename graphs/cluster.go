@@ -64,7 +64,7 @@ func buildRegistry(cfg collections.Config, d *Description, in collections.Inputs
 	r.nodes = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(r.systemNetwork))
 	r.services, r.serviceProblems = DeriveChecked(d, NameKubeServices, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
 	r.workloads = transforms.WorkloadInputs{Pods: in.Pods, Nodes: r.nodes, SystemNetwork: r.systemNetwork,
-		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs), PodsByGroup: krt.NewIndex(in.Pods, "byGroup", transforms.PodGroupKeys)}
+		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
 	r.gateways = DeriveFromNothing(d, NameServiceGateways, transforms.ServiceGateways(cfg, in.Services))
 	return r
 }

@@ -64,7 +64,6 @@ func workloadInputs(t testing.TB, objs ...any) WorkloadInputs {
 		Nodes:         krt.NewStaticCollection(nil, nodes, krt.WithStop(stop)),
 		SystemNetwork: network,
 		ReadyPodsByIP: krt.NewIndex(pc, "readyByIP", ReadyPodIPs),
-		PodsByGroup:   krt.NewIndex(pc, "byGroup", PodGroupKeys),
 	}
 }
 

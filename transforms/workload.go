@@ -24,10 +24,6 @@ type WorkloadInputs struct {
 	// ReadyPodsByIP indexes the Pods found by address (Running or Pending, not being deleted,
 	// Ready) by the IPBucket of each of their IPs.
 	ReadyPodsByIP krt.Index[string, *collections.Pod]
-	// PodsByGroup indexes the Pods by PodGroup: FetchWorkloads fetches a slice's Pods through
-	// it, so that krt keeps one dependency per group of Pods (a ReplicaSet's, a StatefulSet's)
-	// rather than one per Pod.
-	PodsByGroup krt.Index[string, *collections.Pod]
 }
 
 func (in WorkloadInputs) reads() []any { return []any{in.Pods, in.Nodes, in.SystemNetwork} }
@@ -53,38 +49,8 @@ func FetchWorkloads(ctx krt.HandlerContext, cfg collections.Config, in WorkloadI
 	if len(keys) == 0 {
 		return nil
 	}
-	var groups []string
-	for _, k := range keys {
-		if g := PodGroup(k); !slices.Contains(groups, g) {
-			groups = append(groups, g)
-		}
-	}
-	var pods []*collections.Pod
-	for _, g := range groups {
-		for _, p := range in.PodsByGroup.Fetch(ctx, g) {
-			if slices.Contains(keys, p.Key) {
-				pods = append(pods, p)
-			}
-		}
-	}
-	return workloadsOf(ctx, cfg, in, pods)
+	return workloadsOf(ctx, cfg, in, krt.Fetch(ctx, in.Pods, krt.FilterKeys(keys...)))
 }
-
-// PodGroup is the group of a Pod key ("<namespace>/<name>"): the name up to its last dash, the
-// name of the controller that made it (a ReplicaSet's "reviews-5c6d7" for
-// "reviews-5c6d7-x2b9k", a StatefulSet's "web" for "web-0"), else the whole key. Pods of one
-// group are fetched and followed together; the group only sizes that, never which Pod a key
-// names.
-func PodGroup(key string) string {
-	ns, name, _ := strings.Cut(key, "/")
-	if i := strings.LastIndexByte(name, '-'); i > 0 {
-		return ns + "/" + name[:i]
-	}
-	return key
-}
-
-// PodGroupKeys is the extractor of the PodsByGroup index.
-func PodGroupKeys(p *collections.Pod) []string { return []string{PodGroup(p.Key)} }
 
 // ReadyWorkloadWithIP finds the ready Pod with that IP in the namespace and derives its workload.
 // Several matches (host-network pods) resolve to the lowest name, so the result never depends on
