@@ -19,6 +19,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
@@ -140,19 +141,30 @@ func parseLocality(s string) *core.Locality {
 	return l
 }
 
-func fetchEndpoints(ctx context.Context, o *endpointsOptions, out, errOut io.Writer) error {
+// openAsProxy connects to the xDS server as the proxy the node flags describe; closing the
+// connection ends the stream.
+func openAsProxy(ctx context.Context, o *endpointsOptions) (*grpc.ClientConn, *adsclient.Stream, error) {
 	cc, err := adsclient.Dial(o.xds)
 	if err != nil {
-		return explainDial(o.xds, err)
+		return nil, nil, explainDial(o.xds, err)
 	}
-	defer cc.Close()
-	openCtx, cancelOpen := context.WithCancel(ctx)
-	defer cancelOpen()
-	s, err := adsclient.Open(openCtx, cc, adsclient.Node{ID: o.nodeID, Namespace: o.namespace, Generator: o.generator,
+	s, err := adsclient.Open(ctx, cc, adsclient.Node{ID: o.nodeID, Namespace: o.namespace, Generator: o.generator,
 		Network: o.network, ClusterID: o.clusterID, Locality: parseLocality(o.locality)})
 	if err != nil {
-		return explainDial(o.xds, err)
+		_ = cc.Close()
+		return nil, nil, explainDial(o.xds, err)
 	}
+	return cc, s, nil
+}
+
+func fetchEndpoints(ctx context.Context, o *endpointsOptions, out, errOut io.Writer) error {
+	openCtx, cancelOpen := context.WithCancel(ctx)
+	defer cancelOpen()
+	cc, s, err := openAsProxy(openCtx, o)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
 	defer s.Close()
 	deadline := time.Now().Add(o.timeout)
 	recv := func(wait time.Duration) (*discovery.DiscoveryResponse, error) {

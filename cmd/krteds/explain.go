@@ -81,18 +81,13 @@ func runExplain(ctx context.Context, o *explainOptions, out io.Writer) error {
 		}
 		// Connect as the proxy and hold the stream while krteds explains: krteds computes a
 		// proxy's view only while it is connected.
-		cc, err := adsclient.Dial(o.xds)
-		if err != nil {
-			return explainDial(o.xds, err)
-		}
-		defer cc.Close()
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		s, err := adsclient.Open(sctx, cc, adsclient.Node{ID: o.nodeID, Namespace: o.namespace, Generator: o.generator,
-			Network: o.network, ClusterID: o.clusterID, Locality: parseLocality(o.locality)})
+		cc, s, err := openAsProxy(sctx, &node)
 		if err != nil {
-			return explainDial(o.xds, err)
+			return err
 		}
+		defer cc.Close()
 		defer s.Close()
 		if err := s.Request(adsclient.TypeCLA, o.cluster); err != nil {
 			return err
