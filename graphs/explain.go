@@ -115,13 +115,11 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 	}
 	// The split horizon, as ServiceCLAs sets it: only in a mesh of several networks with gateways.
 	shard := g.ServiceEndpoints.GetKey(svc.ResourceName())
-	if gateways := g.NetworkGateways.Get(); gateways.Enabled() {
-		var eps []collections.Endpoint
-		if shard != nil {
-			eps = shard.Endpoints
-		}
-		cp.LB.Networks = &transforms.NetworkFilter{Gateways: gateways, TLS: cp.TLS, Crosses: transforms.CrossesNetworks(gateways, eps)}
+	var eps []collections.Endpoint
+	if shard != nil {
+		eps = shard.Endpoints
 	}
+	transforms.NewSplitHorizon(g.NetworkGateways.Get(), eps).Apply(&cp)
 	class := transforms.ProjectFor(svc, cp, p.Class)
 
 	sent, err := g.sentEndpoints(&p.View, cluster)

@@ -62,10 +62,9 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 		if in.Gateways != nil {
 			gateways = krt.FetchOne(ctx, in.Gateways.AsCollection())
 		}
-		multiNetwork := gateways.Enabled()
 		// The CLA depends on the proxy's network only if an endpoint is on a network with gateways.
-		crosses := multiNetwork && CrossesNetworks(gateways, se.Endpoints)
-		perClass := NeedsClasses(svc, sp) || crosses
+		horizon := NewSplitHorizon(gateways, se.Endpoints)
+		perClass := NeedsClasses(svc, sp) || (horizon != nil && horizon.Crosses)
 		classes := []collections.ProxyClass{{}}
 		if perClass {
 			classes = krt.Fetch(ctx, in.Classes)
@@ -89,9 +88,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 				set := collections.ResourceSet{Key: name, Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
 				for _, c := range classes {
 					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
-					if multiNetwork {
-						cp.LB.Networks = &NetworkFilter{Gateways: gateways, TLS: cp.TLS, Crosses: crosses}
-					}
+					horizon.Apply(&cp)
 					projected := ProjectFor(svc, cp, c)
 					key := CLAKeyFor(claName, cp, projected)
 					r, ok := built[key]

@@ -140,6 +140,28 @@ type NetworkFilter struct {
 	Crosses bool
 }
 
+// SplitHorizon is the split horizon of one service's CLAs: nil in a mesh without gateways.
+type SplitHorizon struct {
+	gateways *collections.NetworkGateways
+	// Crosses: some endpoint of the service is behind a gateway.
+	Crosses bool
+}
+
+// NewSplitHorizon is the split horizon of a service with these endpoints (nil without gateways).
+func NewSplitHorizon(gateways *collections.NetworkGateways, eps []collections.Endpoint) *SplitHorizon {
+	if !gateways.Enabled() {
+		return nil
+	}
+	return &SplitHorizon{gateways: gateways, Crosses: CrossesNetworks(gateways, eps)}
+}
+
+// Apply sets a cluster policy's network filter (nothing on a nil horizon).
+func (h *SplitHorizon) Apply(cp *ClusterPolicy) {
+	if h != nil {
+		cp.LB.Networks = &NetworkFilter{Gateways: h.gateways, TLS: cp.TLS, Crosses: h.Crosses}
+	}
+}
+
 // CrossesNetworks reports whether some endpoint is on a network that has gateways.
 func CrossesNetworks(gws *collections.NetworkGateways, eps []collections.Endpoint) bool {
 	for _, e := range eps {
