@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,8 +19,6 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/grpc"
 
-	"github.com/krteds/krteds/cmd/krteds/app"
-	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 )
@@ -198,21 +195,8 @@ func TestExplainAgreesWithTheWire(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "mesh", "90-explain.yaml"), []byte(explainExtras), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	xl, _ := net.Listen("tcp", "127.0.0.1:0")
-	dl, _ := net.Listen("tcp", "127.0.0.1:0")
-	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Manifests: filepath.Join(dir, "mesh"),
-		Remote:      []app.Remote{{ID: "east", Manifests: filepath.Join(repoRoot(t), "examples", "east")}},
-		XDSListener: xl, DebugListener: dl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	stop := make(chan struct{})
-	defer close(stop)
-	if !a.WaitUntilSynced(stop) {
-		t.Fatal("not synced")
-	}
-	cc, err := adsclient.Dial(xl.Addr().String())
+	_, xdsAddr, debugAddr := startDemo(t, filepath.Join(dir, "mesh"))
+	cc, err := adsclient.Dial(xdsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +215,7 @@ func TestExplainAgreesWithTheWire(t *testing.T) {
 	for _, node := range proxies {
 		clas := receiveAll(t, cc, node)
 		for name, cla := range clas {
-			ex := explain(t, dl.Addr().String(), node.ID, name)
+			ex := explain(t, debugAddr, node.ID, name)
 			wire := map[string]bool{}
 			for _, l := range cla.Endpoints {
 				for _, e := range l.LbEndpoints {

@@ -80,6 +80,28 @@ const readDrawing = `(() => {
   };
 })()`
 
+// startDemo runs krteds on a folder of the local cluster's manifests and the example's east
+// cluster, as krteds serve --demo does, and waits until it has synced; it returns the xDS and
+// debug addresses.
+func startDemo(t *testing.T, mesh string) (a *app.App, xdsAddr, debugAddr string) {
+	t.Helper()
+	xl, _ := net.Listen("tcp", "127.0.0.1:0")
+	dl, _ := net.Listen("tcp", "127.0.0.1:0")
+	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Manifests: mesh,
+		Remote:      []app.Remote{{ID: "east", Manifests: filepath.Join(repoRoot(t), "examples", "east")}},
+		XDSListener: xl, DebugListener: dl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	stop := make(chan struct{})
+	defer close(stop)
+	if !a.WaitUntilSynced(stop) {
+		t.Fatal("not synced")
+	}
+	return a, xl.Addr().String(), dl.Addr().String()
+}
+
 // segmentCrossesBox reports whether the segment a→b passes through the inside of the box
 // (Liang–Barsky clipping against the box shrunk by a pixel, so touching an edge is allowed).
 func segmentCrossesBox(a, b [2]float64, x, y, w, h float64) bool {
@@ -136,21 +158,8 @@ func TestSegmentCrossesBox(t *testing.T) {
 // $KRTEDS_KEEP_SCREENSHOTS, a folder, when set).
 func TestGraphPage(t *testing.T) {
 	chrome := chromiumPath(t)
-	xl, _ := net.Listen("tcp", "127.0.0.1:0")
-	dl, _ := net.Listen("tcp", "127.0.0.1:0")
 	// The demo's two clusters: the largest graph krteds draws.
-	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Manifests: filepath.Join(repoRoot(t), "examples", "mesh"),
-		Remote:      []app.Remote{{ID: "east", Manifests: filepath.Join(repoRoot(t), "examples", "east")}},
-		XDSListener: xl, DebugListener: dl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	stop := make(chan struct{})
-	defer close(stop)
-	if !a.WaitUntilSynced(stop) {
-		t.Fatal("not synced")
-	}
+	a, _, debugAddr := startDemo(t, filepath.Join(repoRoot(t), "examples", "mesh"))
 	snap := a.Graph.Description.Snapshot()
 
 	allocOpts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -171,7 +180,7 @@ func TestGraphPage(t *testing.T) {
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelT()
-	url := "http://" + dl.Addr().String() + "/debug/krt?format=html"
+	url := "http://" + debugAddr + "/debug/krt?format=html"
 
 	for _, size := range [][2]int64{{1280, 800}, {1920, 1080}} {
 		name := fmt.Sprintf("%dx%d", size[0], size[1])
@@ -263,7 +272,7 @@ func TestGraphPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "http://" + dl.Addr().String() + "/debug/krtz?collection=" + focus; loc != want {
+	if want := "http://" + debugAddr + "/debug/krtz?collection=" + focus; loc != want {
 		t.Errorf("clicking %s opened %s, want %s", focus, loc, want)
 	}
 	body, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`pre`)))

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"istio.io/istio/pkg/kube"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +34,40 @@ func (bearer) RequireTransportSecurity() bool { return true }
 // TestServiceAccountTokens: on the TLS port a client without a certificate authenticates with
 // its service-account token, checked by the API server's TokenReview; it may only act as a proxy
 // of its own namespace.
+// secureKrteds is krteds on an API server with its authenticated port: a serving certificate of
+// a fresh CA, client certificates of that CA, or tokens of audience istio-ca checked with a
+// TokenReview as the client c.
+type secureKrteds struct {
+	app           *krteds.App
+	ca            *fixtures.CA
+	plain, secure string
+}
+
+func startSecureKrteds(t *testing.T, c kube.Client) secureKrteds {
+	t.Helper()
+	ca, err := fixtures.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCert, err := ca.Issue("", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := net.Listen("tcp", "127.0.0.1:0")
+	secure, _ := net.Listen("tcp", "127.0.0.1:0")
+	debug, _ := net.Listen("tcp", "127.0.0.1:0")
+	app, err := krteds.Start(krteds.Options{
+		Config: collections.DefaultConfig(), Cluster: c, XDSListener: plain, DebugListener: debug,
+		SecureListener: secure, TokenAudiences: []string{"istio-ca"},
+		SecureTLS: &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.Stop)
+	return secureKrteds{app: app, ca: ca, plain: plain.Addr().String(), secure: secure.Addr().String()}
+}
+
 func TestServiceAccountTokens(t *testing.T) {
 	needAPIServer(t)
 	c := client(t)
@@ -51,29 +86,11 @@ func TestServiceAccountTokens(t *testing.T) {
 		return tr.Status.Token
 	}
 
-	ca, err := fixtures.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverCert, err := ca.Issue("", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, _ := net.Listen("tcp", "127.0.0.1:0")
-	secure, _ := net.Listen("tcp", "127.0.0.1:0")
-	debug, _ := net.Listen("tcp", "127.0.0.1:0")
-	app, err := krteds.Start(krteds.Options{
-		Config: collections.DefaultConfig(), Cluster: client(t), XDSListener: plain, DebugListener: debug,
-		SecureListener: secure, TokenAudiences: []string{"istio-ca"},
-		SecureTLS: &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Stop()
+	k := startSecureKrteds(t, client(t))
+	app, ca, secure := k.app, k.ca, k.secure
 
 	connect := func(tok, claimedNS string) error {
-		cc, err := grpc.NewClient(secure.Addr().String(),
+		cc, err := grpc.NewClient(secure,
 			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})),
 			grpc.WithPerRPCCredentials(bearer(tok)))
 		if err != nil {

@@ -3,11 +3,9 @@ package integration
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,11 +38,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	krteds "github.com/krteds/krteds/cmd/krteds/app"
-	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
-	"github.com/krteds/krteds/test/fixtures"
 )
 
 // tool finds a binary test/tools/build.sh builds from pinned modules (istioctl, helm). Where it
@@ -347,26 +342,9 @@ func TestChartRBACServesIstioctl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := fixtures.NewCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverCert, err := ca.Issue("", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, _ := net.Listen("tcp", "127.0.0.1:0")
-	secure, _ := net.Listen("tcp", "127.0.0.1:0")
 	t.Setenv("POD_NAME", "krteds-integration-0") // as the chart sets it: istioctl shows it
-	app, err := krteds.Start(krteds.Options{
-		Config: collections.DefaultConfig(), Cluster: asSA, XDSListener: plain,
-		SecureListener: secure, TokenAudiences: []string{"istio-ca"},
-		SecureTLS: &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Stop()
+	k := startSecureKrteds(t, asSA)
+	app, plain, secure := k.app, k.plain, k.secure
 	stop := make(chan struct{})
 	defer close(stop)
 	synced := make(chan bool, 1)
@@ -381,7 +359,7 @@ func TestChartRBACServesIstioctl(t *testing.T) {
 	}
 
 	// A proxy that has its endpoints: what istioctl will report on.
-	cc, err := adsclient.Dial(plain.Addr().String())
+	cc, err := adsclient.Dial(plain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,9 +411,9 @@ func TestChartRBACServesIstioctl(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"plaintext", []string{"proxy-status", "--xds-address", plain.Addr().String(), "--plaintext"}},
+		{"plaintext", []string{"proxy-status", "--xds-address", plain, "--plaintext"}},
 		// A token of istio-system/default with audience istio-ca, over TLS, as against istiod's 15012.
-		{"token", []string{"proxy-status", "--xds-address", secure.Addr().String()}},
+		{"token", []string{"proxy-status", "--xds-address", secure}},
 	} {
 		out, err := run(t, env, istioctl, tc.args...)
 		t.Logf("istioctl %s:\n%s", strings.Join(tc.args, " "), out)
@@ -470,7 +448,7 @@ func TestChartRBACServesIstioctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := run(t, env, istioctl, "proxy-status", "client.scenario-istioctl", "--file", envoyDump,
-		"--xds-address", plain.Addr().String(), "--plaintext")
+		"--xds-address", plain, "--plaintext")
 	t.Logf("istioctl proxy-status client.scenario-istioctl --file …:\n%s", out)
 	if err != nil || !strings.Contains(out, "Clusters Match") || !strings.Contains(out, "Listeners Match") || !strings.Contains(out, "Routes Match") {
 		t.Errorf("istioctl's diff of the proxy's config dump against krteds': %v", err)
@@ -483,12 +461,12 @@ func TestChartRBACServesIstioctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _ = run(t, env, istioctl, "proxy-status", "client.scenario-istioctl", "--file", envoyDump,
-		"--xds-address", plain.Addr().String(), "--plaintext")
+		"--xds-address", plain, "--plaintext")
 	if !strings.Contains(out, "Clusters Don't Match") {
 		t.Errorf("istioctl's diff does not see a cluster missing on the proxy:\n%s", out)
 	}
 
-	out, err = run(t, env, istioctl, "x", "internal-debug", "connections", "--xds-address", plain.Addr().String(), "--plaintext")
+	out, err = run(t, env, istioctl, "x", "internal-debug", "connections", "--xds-address", plain, "--plaintext")
 	t.Logf("istioctl x internal-debug connections:\n%s", out)
 	if err != nil || !strings.Contains(out, "10.40.0.7") {
 		t.Errorf("internal-debug connections does not list the proxy: %v", err)
