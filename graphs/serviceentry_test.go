@@ -1,6 +1,7 @@
 package graphs
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // sep is one expected lb endpoint: address, port, weight, tlsMode ("" = no
@@ -324,21 +326,18 @@ spec:
 				}
 			}
 			var all []string
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			w := fixtures.NewWaker()
+			fixtures.WakeOn(t, w, g.Problems)
+			w.Await(t, 5*time.Second, "the problems reported", func() (bool, string) {
 				all = all[:0]
 				for _, op := range g.Problems.List() {
 					for _, p := range op.Problems {
 						all = append(all, p.Object+": "+p.Detail)
 					}
 				}
-				if missing := missingProblems(all, tc.problems); len(missing) == 0 {
-					break
-				} else if time.Now().After(deadline) {
-					t.Fatalf("problems %q not reported; reported: %q", missing, all)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				missing := missingProblems(all, tc.problems)
+				return len(missing) == 0, fmt.Sprintf("%q not reported; reported: %q", missing, all)
+			})
 			if len(tc.problems) == 0 && len(all) > 0 {
 				t.Errorf("unexpected problems: %q", all)
 			}

@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,24 +12,21 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
 	"k8s.io/client-go/rest"
+
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 func waitClusters(t *testing.T, r *RemoteClusters, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	w := fixtures.NewWaker()
+	fixtures.WakeOn(t, w, r.Collection())
+	w.Await(t, 10*time.Second, fmt.Sprintf("clusters %v", want), func() (bool, string) {
 		var got []string
 		for _, c := range r.Collection().List() {
 			got = append(got, c.ID)
 		}
-		if len(got) == len(want) && (len(want) == 0 || got[0] == want[0]) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("clusters %v, want %v", got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(got) == len(want) && (len(want) == 0 || got[0] == want[0]), fmt.Sprintf("clusters %v", got)
+	})
 }
 
 // TestRemoteClustersJoinWhenSyncedAndLeave: a remote cluster read from a folder joins once read;
@@ -109,19 +107,15 @@ func TestRemoteClusterKeepsServingWhileItRestarts(t *testing.T) {
 	if got := r.Collection().GetKey("east"); got == nil || (*got) != first {
 		t.Fatal("the serving cluster left the collection when a restart began")
 	}
+	w := fixtures.NewWaker()
+	fixtures.WakeOn(t, w, r.Collection())
 	if err := r.AddManifests("east", dir2); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c := r.Collection().GetKey("east"); c != nil && len((*c).Inputs.Services.List()) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted cluster never replaced the serving one")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	w.Await(t, 10*time.Second, "the restarted cluster replaces the serving one", func() (bool, string) {
+		c := r.Collection().GetKey("east")
+		return c != nil && len((*c).Inputs.Services.List()) == 2, "still the first"
+	})
 	select {
 	case <-first.Stop:
 	case <-time.After(5 * time.Second):

@@ -142,12 +142,15 @@ func waitTold(t *testing.T, r *rig, typeURL, name string, since time.Time) {
 	}
 }
 
-// waitResolved waits until the graph resolves the CLA name, for the rig's only client, to want.
+// waitResolved waits until the graph resolves the CLA name, for the rig's only client, to want,
+// looking again after each change of the proxies or the CLAs.
 func waitResolved(t *testing.T, r *rig, name string, want []string) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
+	w := fixtures.NewWaker()
+	fixtures.WakeOn(t, w, r.g.Proxies)
+	fixtures.WakeOn(t, w, r.g.CLAs)
 	var got []string
-	for {
+	w.Await(t, wait, "the graph resolves "+name, func() (bool, string) {
 		if st := r.srv.Status(); len(st) == 1 {
 			if v := r.g.View(st[0].ConnID); v != nil {
 				if res, _ := r.g.Resolve(v, adsclient.TypeCLA, name); res != nil {
@@ -155,17 +158,12 @@ func waitResolved(t *testing.T, r *rig, name string, want []string) {
 					if err := proto.Unmarshal(res.Body, cla); err != nil {
 						t.Fatal(err)
 					}
-					if got = endpointsOf(cla); slices.Equal(got, want) {
-						return
-					}
+					got = endpointsOf(cla)
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the graph never resolved %s to %v (last %v)", name, want, got)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return slices.Equal(got, want), fmt.Sprintf("want %v, last %v", want, got)
+	})
 }
 
 // endpointsOf renders a CLA as "ip:port HEALTH p<priority> <region>/<zone>" lines.
