@@ -240,3 +240,78 @@ func TestHostileClientsGetBoundedLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestClosedStreamsLeaveNoIndexBehind: streams of both protocols that held resources (and, for
+// delta, declared versions of their own on connecting) leave the server's name, version and
+// subscriber tables empty once they are gone, and their slots free for the next streams.
+func TestClosedStreamsLeaveNoIndexBehind(t *testing.T) {
+	fs := startFake(t)
+	var names []string
+	for i := 0; i < 20; i++ {
+		names = append(names, fmt.Sprintf("e%d", i))
+		fs.src.set(tEndpoint.url(), names[i])
+	}
+	for round := 0; round < 2; round++ {
+		var sotw []*adsclient.Stream
+		var delta []*adsclient.DeltaStream
+		for i := 0; i < 10; i++ {
+			s, err := adsclient.Open(context.Background(), fs.cc, sidecarNode(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sotw = append(sotw, s)
+			if err := s.Request(tEndpoint.url(), names[i:i+10]...); err != nil {
+				t.Fatal(err)
+			}
+			d, err := adsclient.OpenDelta(context.Background(), fs.cc, sidecarNode(100+i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			delta = append(delta, d)
+			initial := map[string]string{names[i]: "1f", "unknown-" + names[i]: "2e"}
+			if err := d.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: tEndpoint.url(), ResourceNamesSubscribe: names[i : i+10],
+				InitialResourceVersions: initial}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range sotw {
+			r, err := sotw[i].Recv(10 * time.Second)
+			if err != nil || len(r.Resources) != 10 {
+				t.Fatalf("stream %d: %d resources, %v", i, len(r.GetResources()), err)
+			}
+			if err := sotw[i].Ack(r, names[i:i+10]...); err != nil {
+				t.Fatal(err)
+			}
+			dr, err := delta[i].Recv(10 * time.Second)
+			if err != nil || len(dr.Resources) != 10 {
+				t.Fatalf("delta stream %d: %d resources, %v", i, len(dr.GetResources()), err)
+			}
+		}
+		fs.srv.mu.RLock()
+		streams := len(fs.srv.slots) - len(fs.srv.free)
+		fs.srv.mu.RUnlock()
+		if held := fs.srv.versions.size(); streams != 20 || held == 0 {
+			t.Fatalf("round %d: %d streams in slots, %d versions held", round, streams, held)
+		}
+		for i := range sotw {
+			sotw[i].Close()
+			delta[i].Close()
+		}
+		waitStreams(t, fs, 0)
+		fs.srv.mu.RLock()
+		for ty, sets := range fs.srv.subscribers {
+			for id, set := range sets {
+				if len(set) != 0 {
+					t.Errorf("round %d: type %d name %d still has subscribers %v", round, ty, id, set)
+				}
+			}
+		}
+		if len(fs.srv.free) != len(fs.srv.slots) || len(fs.srv.slots) > 21 {
+			t.Errorf("round %d: %d slots, %d free", round, len(fs.srv.slots), len(fs.srv.free))
+		}
+		fs.srv.mu.RUnlock()
+		if n, v := fs.srv.Subscriptions(), fs.srv.versions.size(); n != 0 || v != 0 {
+			t.Errorf("round %d: %d names and %d versions still interned", round, n, v)
+		}
+	}
+}

@@ -33,15 +33,20 @@ type Server struct {
 	log         *zap.Logger
 	metrics     *Metrics
 	names       *nameTable
+	versions    *versionTable
 
 	synced atomic.Bool
 	nextID atomic.Int64
 
 	mu    sync.RWMutex
 	conns map[string]*conn
-	// subscribers indexes, per type, the streams subscribed to (or holding) each name; wildcard
-	// lists the streams subscribed to all of a type.
-	subscribers [numTypes]map[nameID][]*conn
+	// slots numbers the streams: a stream's slot is its bit in the subscriber sets; free lists
+	// the slots of closed streams, reused first so that the sets stay short.
+	slots []*conn
+	free  []uint32
+	// subscribers indexes, per type and nameID, the streams subscribed to (or holding) each
+	// name; wildcard lists the streams subscribed to all of a type.
+	subscribers [numTypes][]connSet
 	wildcard    [numTypes]map[*conn]struct{}
 	// followers indexes, per type, the subscribed names whose resources follow another name
 	// (Source.Follows), by that name; an entry lives as long as its name has subscribers.
@@ -56,9 +61,8 @@ func NewServer(src Source, clusterID string, log *zap.Logger, m *Metrics) *Serve
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	s := &Server{src: src, clusterID: clusterID, log: log, metrics: m, names: newNameTable(), conns: map[string]*conn{}}
+	s := &Server{src: src, clusterID: clusterID, log: log, metrics: m, names: newNameTable(), versions: newVersionTable(), conns: map[string]*conn{}}
 	for t := range numTypes {
-		s.subscribers[t] = map[nameID][]*conn{}
 		s.wildcard[t] = map[*conn]struct{}{}
 		s.followers[t] = map[string][]nameID{}
 	}
@@ -132,9 +136,10 @@ func (s *Server) onChange(ch collections.Change) {
 		if known {
 			ids = append(ids, id)
 			s.names.setChanged(id, t, at)
-			for _, c := range s.subscribers[t][id] {
+			s.subscribersLocked(t, id).each(func(slot uint32) {
+				c := s.slots[slot]
 				touched[c] = append(touched[c], id)
-			}
+			})
 		}
 		// The subscribed names whose resources follow n.
 		for _, fid := range s.followers[t][n] {
@@ -142,11 +147,12 @@ func (s *Server) onChange(ch collections.Change) {
 				ids = append(ids, fid)
 				s.names.setChanged(fid, t, at)
 			}
-			for _, c := range s.subscribers[t][fid] {
+			s.subscribersLocked(t, fid).each(func(slot uint32) {
+				c := s.slots[slot]
 				if !slices.Contains(touched[c], fid) {
 					touched[c] = append(touched[c], fid)
 				}
-			}
+			})
 		}
 		for c := range s.wildcard[t] {
 			if !known {
@@ -171,6 +177,14 @@ func (s *Server) onChange(ch collections.Change) {
 func (s *Server) register(c *conn) {
 	s.mu.Lock()
 	s.conns[c.id] = c
+	if n := len(s.free); n > 0 {
+		c.slot = s.free[n-1]
+		s.free = s.free[:n-1]
+		s.slots[c.slot] = c
+	} else {
+		c.slot = uint32(len(s.slots))
+		s.slots = append(s.slots, c)
+	}
 	s.mu.Unlock()
 }
 
@@ -185,7 +199,7 @@ func (s *Server) unregister(c *conn) {
 			continue
 		}
 		st.subs.each(func(id nameID, _ sub) { held[t] = append(held[t], id) })
-		st.subs = subSet{}
+		st.subs.reset()
 	}
 	registered := c.proxy != nil
 	proxyType, istioVersion := "", c.istioVersion
@@ -202,40 +216,52 @@ func (s *Server) unregister(c *conn) {
 			s.unindexLocked(typ(t), id, c)
 		}
 	}
-	s.mu.Unlock()
+	// The names are released before the stream leaves the index, so that a server without
+	// streams holds no names.
 	for t := range numTypes {
 		for _, id := range held[t] {
 			s.names.release(id)
 		}
 	}
+	s.slots[c.slot] = nil
+	s.free = append(s.free, c.slot)
+	s.mu.Unlock()
 	if registered {
 		s.metrics.clients(proxyType, istioVersion, -1)
 		s.log.Info("xDS client disconnected", zap.String("conn", c.id))
 	}
 }
 
-// index records that c holds name id of type t (s.mu held).
+// subscribersLocked is the set of streams holding name id of type t (s.mu held).
+func (s *Server) subscribersLocked(t typ, id nameID) connSet {
+	if int(id) < len(s.subscribers[t]) {
+		return s.subscribers[t][id]
+	}
+	return nil
+}
+
+// indexLocked records that c holds name id of type t (s.mu held).
 func (s *Server) indexLocked(t typ, id nameID, c *conn) {
-	cs := s.subscribers[t][id]
-	if len(cs) == 0 {
+	if n := int(id) + 1; n > len(s.subscribers[t]) {
+		s.subscribers[t] = append(s.subscribers[t], make([]connSet, n-len(s.subscribers[t]))...)
+	}
+	set := &s.subscribers[t][id]
+	if len(*set) == 0 {
 		s.followLocked(t, id, true)
 	}
-	s.subscribers[t][id] = append(cs, c)
+	set.add(c.slot)
 }
 
 func (s *Server) unindexLocked(t typ, id nameID, c *conn) {
-	cs, held := s.subscribers[t][id]
-	if i := slices.Index(cs, c); i >= 0 {
-		cs[i] = cs[len(cs)-1]
-		cs = cs[:len(cs)-1]
+	if int(id) >= len(s.subscribers[t]) {
+		return
 	}
-	if len(cs) == 0 {
-		delete(s.subscribers[t], id)
-		if held {
-			s.followLocked(t, id, false)
-		}
-	} else {
-		s.subscribers[t][id] = cs
+	set := &s.subscribers[t][id]
+	if len(*set) == 0 {
+		return
+	}
+	if set.remove(c.slot) {
+		s.followLocked(t, id, false)
 	}
 }
 

@@ -27,6 +27,8 @@ type conn struct {
 	istioVersion string
 	// loopback: both ends of the connection are loopback addresses.
 	loopback bool
+	// slot is the stream's bit in the server's subscriber sets (set by register).
+	slot uint32
 
 	// wake (capacity 1) tells the stream's sender to look for work.
 	wake chan struct{}

@@ -258,7 +258,7 @@ func (s *Server) handle(c *conn, req request) error {
 	st := c.types[t]
 	first := st == nil
 	if first {
-		st = &typeState{force: true}
+		st = &typeState{force: true, subs: newSubSet(s.versions)}
 		c.types[t] = st
 	}
 	nonce := req.nonce()

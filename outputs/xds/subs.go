@@ -4,8 +4,8 @@ import (
 	"slices"
 )
 
-// subSet is what a stream holds of the names of one type: 12 bytes a name (a map took about 50
-// at 1 000 names). Entries are kept sorted by id, with a short unsorted tail of recent additions
+// subSet is what a stream holds of the names of one type: 8 bytes a name, its id and flags and
+// the interned version its client holds (a map took about 50 at 1 000 names). Entries are kept sorted by id, with a short unsorted tail of recent additions
 // merged in when it fills. Removal marks an entry; marked entries are dropped when the tail is
 // merged or when they outnumber the live ones. Past subSmallMax names (clients that subscribe to
 // many thousands) it turns into a map, so that no order of additions costs more than a map's.
@@ -15,14 +15,20 @@ type subSet struct {
 	sorted int
 	// live counts the unmarked entries; dead the marked ones.
 	live, dead int
-	// big holds the names instead of e once there are more than subSmallMax.
+	// big holds the names instead of e once there are more than subSmallMax (with the versions
+	// themselves: no reference to the table is held for them).
 	big map[nameID]sub
+	// vt interns the versions of the packed form; the set holds a reference to each of its
+	// entries' versions.
+	vt *versionTable
 }
 
-// subEntry packs an id, its flags and a version in 12 bytes.
+func newSubSet(vt *versionTable) subSet { return subSet{vt: vt} }
+
+// subEntry packs an id, its flags and an interned version in 8 bytes.
 type subEntry struct {
-	idf    uint32 // the nameID, and the flags below
-	lo, hi uint32 // the version
+	idf uint32 // the nameID, and the flags below
+	ver versionID
 }
 
 const (
@@ -37,13 +43,15 @@ const (
 
 func (e subEntry) id() nameID { return nameID(e.idf & subIDMask) }
 func (e subEntry) dead() bool { return e.idf&subDead != 0 }
-func (e subEntry) sub() sub {
-	return sub{version: uint64(e.hi)<<32 | uint64(e.lo), explicit: e.idf&subExplicit != 0}
+
+func (s *subSet) sub(e subEntry) sub {
+	return sub{version: s.vt.version(e.ver), explicit: e.idf&subExplicit != 0}
 }
 
-func entryOf(id nameID, s sub) subEntry {
-	e := subEntry{idf: uint32(id) & subIDMask, lo: uint32(s.version), hi: uint32(s.version >> 32)}
-	if s.explicit {
+// entryOf packs a name's state, taking a reference to its version.
+func (s *subSet) entryOf(id nameID, v sub) subEntry {
+	e := subEntry{idf: uint32(id) & subIDMask, ver: s.vt.acquire(v.version)}
+	if v.explicit {
 		e.idf |= subExplicit
 	}
 	return e
@@ -74,7 +82,7 @@ func (s *subSet) get(id nameID) (sub, bool) {
 		return v, ok
 	}
 	if i := s.find(id); i >= 0 {
-		return s.e[i].sub(), true
+		return s.sub(s.e[i]), true
 	}
 	return sub{}, false
 }
@@ -95,10 +103,12 @@ func (s *subSet) set(id nameID, v sub) {
 		return
 	}
 	if i := s.find(id); i >= 0 {
-		s.e[i] = entryOf(id, v)
+		old := s.e[i].ver
+		s.e[i] = s.entryOf(id, v)
+		s.vt.release(old)
 		return
 	}
-	s.e = append(s.e, entryOf(id, v))
+	s.e = append(s.e, s.entryOf(id, v))
 	s.live++
 	if s.live > subSmallMax {
 		s.toMap()
@@ -121,6 +131,8 @@ func (s *subSet) del(id nameID) bool {
 		return false
 	}
 	s.e[i].idf |= subDead
+	s.vt.release(s.e[i].ver)
+	s.e[i].ver = 0
 	s.live--
 	s.dead++
 	return true
@@ -145,7 +157,7 @@ func (s *subSet) each(f func(id nameID, v sub)) {
 	}
 	for i := 0; i < len(s.e); i++ {
 		if e := s.e[i]; !e.dead() {
-			f(e.id(), e.sub())
+			f(e.id(), s.sub(e))
 		}
 	}
 	if s.dead > s.live {
@@ -153,15 +165,26 @@ func (s *subSet) each(f func(id nameID, v sub)) {
 	}
 }
 
-// toMap moves the names into a map.
+// toMap moves the names into a map, releasing their interned versions.
 func (s *subSet) toMap() {
 	big := make(map[nameID]sub, s.live)
 	for _, e := range s.e {
 		if !e.dead() {
-			big[e.id()] = e.sub()
+			big[e.id()] = s.sub(e)
+			s.vt.release(e.ver)
 		}
 	}
-	*s = subSet{big: big}
+	*s = subSet{big: big, vt: s.vt}
+}
+
+// reset forgets every name, releasing their interned versions.
+func (s *subSet) reset() {
+	for _, e := range s.e {
+		if !e.dead() {
+			s.vt.release(e.ver)
+		}
+	}
+	*s = subSet{vt: s.vt}
 }
 
 // merge sorts the tail into the prefix and drops the marked entries: the tail is sorted on its

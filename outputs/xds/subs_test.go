@@ -6,11 +6,13 @@ import (
 )
 
 // subSet behaves as the map it replaces, through random additions, updates, removals (also while
-// iterating) and lookups, with ids arriving in any order.
+// iterating) and lookups, with ids arriving in any order; the version table holds a reference for
+// each entry with a version, and nothing once the set is reset.
 func TestSubSetIsAMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 52; round++ {
-		var s subSet
+		vt := newVersionTable()
+		s := newSubSet(vt)
 		m := map[nameID]sub{}
 		span := 1 + r.IntN(500)
 		if round >= 50 {
@@ -26,7 +28,11 @@ func TestSubSetIsAMap(t *testing.T) {
 			id := nameID(r.IntN(span))
 			switch k := r.IntN(10); {
 			case k < 5:
-				v := sub{version: r.Uint64(), explicit: r.IntN(2) == 0}
+				// Few distinct versions, so that entries share them; 0 is holding nothing.
+				v := sub{version: uint64(r.IntN(20)), explicit: r.IntN(2) == 0}
+				if r.IntN(2) == 0 {
+					v.version = r.Uint64()
+				}
 				s.set(id, v)
 				m[id] = v
 			case k < 8:
@@ -67,10 +73,26 @@ func TestSubSetIsAMap(t *testing.T) {
 				t.Fatalf("round %d: get(%d) = %+v %v, map %+v", round, id, v, ok, m[id])
 			}
 		}
+		refs := map[uint64]uint32{}
 		for id, v := range m {
 			if got, ok := s.get(id); !ok || got != v {
 				t.Fatalf("round %d: %d is %+v %v, want %+v", round, id, got, ok, v)
 			}
+			if v.version != 0 && s.big == nil {
+				refs[v.version]++
+			}
+		}
+		if vt.size() != len(refs) {
+			t.Fatalf("round %d: the table holds %d versions, the set %d", round, vt.size(), len(refs))
+		}
+		for v, n := range refs {
+			if e := vt.entries[vt.ids[v]]; e.version != v || e.refs != n {
+				t.Fatalf("round %d: version %x has %d references, the set holds it %d times", round, v, e.refs, n)
+			}
+		}
+		s.reset()
+		if vt.size() != 0 || s.len() != 0 {
+			t.Fatalf("round %d: after reset the table holds %d versions, the set %d names", round, vt.size(), s.len())
 		}
 	}
 }
@@ -89,7 +111,7 @@ func countDeletedDuring(seen map[nameID]bool, m map[nameID]sub) int {
 // Adding the most names a request may carry, in descending id order (each new id lands before
 // every other), through the switch to a map; and an id the packed form cannot hold.
 func TestSubSetManyAdditions(t *testing.T) {
-	var small subSet
+	small := newSubSet(newVersionTable())
 	small.set(1, sub{version: 1})
 	small.set(nameID(subIDMask+5), sub{version: 2})
 	if v, ok := small.get(nameID(subIDMask + 5)); !ok || v.version != 2 || small.len() != 2 {
@@ -98,7 +120,7 @@ func TestSubSetManyAdditions(t *testing.T) {
 	if v, ok := small.get(1); !ok || v.version != 1 {
 		t.Fatalf("after the switch: %+v %v", v, ok)
 	}
-	var s subSet
+	s := newSubSet(newVersionTable())
 	for i := MaxSubscriptions - 1; i >= 0; i-- {
 		s.set(nameID(i), sub{version: uint64(i) + 1})
 	}

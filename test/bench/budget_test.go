@@ -135,6 +135,24 @@ func (b budget) table() string {
 		}
 		fmt.Fprintf(&s, "  %-70s %10.0f B/endpoint\n", t.Type, float64(t.Bytes)/eps)
 	}
+	if b.proxies.Roots == nil {
+		return s.String()
+	}
+	proxies := float64(b.size.Proxies)
+	fmt.Fprintf(&s, "%-40s %12s %10s\n", "server and clients", "bytes", "B/proxy")
+	for _, r := range b.proxies.Roots {
+		if r.Group != "xds" && r.Group != "clients" {
+			continue
+		}
+		fmt.Fprintf(&s, "%-40s %12d %10.0f", r.Name, r.Bytes, float64(r.Bytes)/proxies)
+		for i, p := range r.Parts {
+			if i == 6 {
+				break
+			}
+			fmt.Fprintf(&s, "  %s=%.0f", p.Field, float64(p.Bytes)/proxies)
+		}
+		s.WriteString("\n")
+	}
 	return s.String()
 }
 
