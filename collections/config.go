@@ -30,6 +30,10 @@ type Config struct {
 	// LRS points every EDS cluster's lrs_server at krteds itself (self), so that clients report
 	// their load to it.
 	LRS bool
+	// LEDSThreshold, when positive, gives every ClusterLoadAssignment with more endpoints than
+	// this a second form whose endpoints are LEDS collections (one per locality and priority),
+	// served to Envoy clients on delta ADS: a one-endpoint change then sends one endpoint.
+	LEDSThreshold int
 }
 
 // IsClusterLocal reports whether a hostname is cluster-local (ClusterLocalHosts).

@@ -192,6 +192,37 @@ type Resource struct {
 	Body []byte `json:"-"`
 	// Endpoints counts the endpoints in a ClusterLoadAssignment.
 	Endpoints int `json:"endpoints,omitempty"`
+	// LEDS is a ClusterLoadAssignment's form for clients of LEDS (Config.LEDSThreshold); nil
+	// for other resources and for CLAs at or under the threshold.
+	LEDS *LEDSForm `json:"leds,omitempty"`
+}
+
+// LEDSForm is a ClusterLoadAssignment whose localities name LEDS collections instead of listing
+// their endpoints, and the collections: each endpoint is a resource of its own
+// (envoy.config.endpoint.v3.LbEndpoint) named in its locality's collection.
+type LEDSForm struct {
+	// CLA is the ClusterLoadAssignment with the collections' names (same name as the plain one).
+	CLA         *Resource        `json:"cla"`
+	Collections []LEDSCollection `json:"collections"`
+}
+
+// LEDSCollection is one locality's endpoints. Name is the glob collection name clients
+// subscribe to ("xdstp://.../*"); each member is named in it.
+type LEDSCollection struct {
+	Name string `json:"name"`
+	// Version is a hash of the members' names and versions: it changes when a member does.
+	Version uint64      `json:"version"`
+	Members []*Resource `json:"members"`
+}
+
+// Collection finds a collection by name.
+func (f *LEDSForm) Collection(name string) *LEDSCollection {
+	for i := range f.Collections {
+		if f.Collections[i].Name == name {
+			return &f.Collections[i]
+		}
+	}
+	return nil
 }
 
 // VersionString is the version as sent on the wire (hexadecimal).
@@ -250,11 +281,17 @@ func (s ResourceSet) Equals(o ResourceSet) bool {
 	return true
 }
 
+// sameVersion compares resources by content: the version hashes the body; a CLA's LEDS form is
+// compared by its own CLA's version, which holds the collections' names (their members are the
+// body's endpoints).
 func sameVersion(a, b *Resource) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Version == b.Version
+	if a.Version != b.Version || (a.LEDS == nil) != (b.LEDS == nil) {
+		return false
+	}
+	return a.LEDS == nil || sameVersion(a.LEDS.CLA, b.LEDS.CLA)
 }
 
 // For is the resource for proxies of a class; nil when the set has none for it yet.

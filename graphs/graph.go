@@ -38,6 +38,7 @@ const (
 	NameProxiesByView    = "ProxiesByView"
 	NameViews            = "Views"
 	NameCLAs             = "ClusterLoadAssignments"
+	NameCLAsByLEDS       = "ClusterLoadAssignmentsByLEDSCollection"
 	NameClusters         = "Clusters"
 	NameListeners        = "Listeners"
 	NameRoutes           = "Routes"
@@ -81,6 +82,8 @@ type Graph struct {
 	Clusters  krt.Collection[collections.ResourceSet]
 	Listeners krt.Collection[collections.ResourceSet]
 	Routes    krt.Collection[collections.ResourceSet]
+	// ledsCollections finds the CLA sets naming a LEDS collection (with Config.LEDSThreshold).
+	ledsCollections krt.Index[string, collections.ResourceSet]
 
 	// Problems are what the transforms found wrong in their inputs, by object.
 	Problems krt.Collection[collections.ObjectProblems]
@@ -195,8 +198,12 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	// The xDS resources.
 	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, transforms.ServiceCLAs(transforms.CLAInputs{
 		RootNamespace: cfg.SystemNamespace, Services: g.ServiceInfos, Policies: g.ServicePolicies, Classes: g.ProxyClasses,
-		Gateways: g.NetworkGateways,
+		Gateways: g.NetworkGateways, LEDSThreshold: cfg.LEDSThreshold,
 	}))
+	if cfg.LEDSThreshold > 0 {
+		g.ledsCollections = krt.NewIndex(g.CLAs, "byLEDSCollection", transforms.LEDSCollectionsOf)
+		Index(d, NameCLAsByLEDS, NameCLAs, g.ledsCollections)
+	}
 	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.ClustersFor(transforms.ClusterInputs{
 		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints, LRS: cfg.LRS,
 	}))

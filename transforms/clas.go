@@ -19,6 +19,8 @@ type CLAInputs struct {
 	// Gateways are the network gateways: with any, endpoints of other networks are reached
 	// through them, and a CLA depends on the proxy's network.
 	Gateways krt.Singleton[collections.NetworkGateways]
+	// LEDSThreshold: CLAs with more endpoints also get their LEDS form (Config.LEDSThreshold).
+	LEDSThreshold int
 }
 
 // DependsOnProxy reports whether a service's CLAs differ between proxies.
@@ -94,7 +96,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 					r, ok := built[key]
 					if !ok {
 						var problem *collections.Problem
-						r, problem = buildCLA(claName, svc, port, se, cp, projected)
+						r, problem = buildCLA(claName, key, svc, port, se, cp, projected, in.LEDSThreshold)
 						built[key] = r
 						if problem != nil {
 							set.Problems = append(set.Problems, *problem)
@@ -127,10 +129,13 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 	}}
 }
 
-// buildCLA plans, encodes and versions one CLA. It is nil, with the problem, when it cannot be
-// encoded; a CLA over the size clients accept is kept, with the problem.
-func buildCLA(name string, svc *collections.ServiceInfo, port collections.ServicePort, se collections.ServiceEndpoints,
-	cp ClusterPolicy, projected collections.ProxyClass,
+// buildCLA plans, encodes and versions one CLA (key is its CLAKeyFor). It is nil, with the
+// problem, when it cannot be encoded; a CLA over the size clients accept is kept, with the
+// problem. With more endpoints than a positive ledsThreshold, the CLA also carries its LEDS
+// form, unless the policy's locality load balancing rewrites the message (those CLAs are sent
+// whole).
+func buildCLA(name, key string, svc *collections.ServiceInfo, port collections.ServicePort, se collections.ServiceEndpoints,
+	cp ClusterPolicy, projected collections.ProxyClass, ledsThreshold int,
 ) (*collections.Resource, *collections.Problem) {
 	plan := PlanClusterCLA(name, svc, port, se.Endpoints, cp, projected)
 	body, err := EncodeClusterCLA(plan, cp, projected)
@@ -140,6 +145,13 @@ func buildCLA(name string, svc *collections.ServiceInfo, port collections.Servic
 	r := Versioned(name, TypeCLA, body)
 	for _, g := range plan.Groups {
 		r.Endpoints += len(g.Endpoints)
+	}
+	if ledsThreshold > 0 && r.Endpoints > ledsThreshold && !cp.PostProcess() {
+		form, err := plan.EncodeLEDS(key)
+		if err != nil {
+			return r, &collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonMarshalFailed, Detail: err.Error()}
+		}
+		r.LEDS = form
 	}
 	if len(r.Body) > MaxResourceBytes {
 		return r, &collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,

@@ -51,6 +51,10 @@ func RelabelCLA(r *collections.Resource, name string) *collections.Resource {
 	body = append(body, rest...)
 	out := Versioned(name, TypeCLA, body)
 	out.Endpoints = r.Endpoints
+	if r.LEDS != nil {
+		// The same collections, under the name asked for.
+		out.LEDS = &collections.LEDSForm{CLA: RelabelCLA(r.LEDS.CLA, name), Collections: r.LEDS.Collections}
+	}
 	return out
 }
 
