@@ -168,9 +168,48 @@ func (g *Graph) listClusters(v *collections.View) []*collections.Resource {
 	return out
 }
 
+// ResolveCollection lists the members of a LEDS collection for proxies of view v: the endpoints
+// of one locality group of the CLA the view is sent, when that CLA names the collection; nothing
+// otherwise (a collection of an older CLA, of another class, or of a service the view cannot
+// see).
+func (g *Graph) ResolveCollection(v *collections.View, typeURL, glob string) *collections.LEDSCollection {
+	if typeURL != transforms.TypeLbEndpoint || g.ledsCollections == nil || !transforms.IsLEDSCollection(glob) {
+		return nil
+	}
+	for _, set := range g.ledsCollections.Lookup(glob) {
+		if !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
+			continue
+		}
+		if r := set.For(v.ClassKey); r != nil && r.LEDS != nil {
+			if c := r.LEDS.Collection(glob); c != nil {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
 // Subscribe calls f with the names whose resources changed, and with the connections whose view
-// changed. Calls for one collection come in order.
+// changed. Calls for one collection come in order. With LEDS, a change of a CLA set is also a
+// change of the collections whose members differ between its old and new CLAs.
 func (g *Graph) Subscribe(f func(collections.Change)) {
+	if g.ledsCollections != nil {
+		g.CLAs.RegisterBatch(func(evs []krt.Event[collections.ResourceSet]) {
+			var globs []string
+			seen := map[string]struct{}{}
+			for _, e := range evs {
+				transforms.ChangedLEDSCollections(e.Old, e.New, func(name string) {
+					if _, dup := seen[name]; !dup {
+						seen[name] = struct{}{}
+						globs = append(globs, name)
+					}
+				})
+			}
+			if len(globs) > 0 {
+				f(collections.Change{TypeURL: transforms.TypeLbEndpoint, Names: globs, At: g.Inputs.Clock.Last()})
+			}
+		}, false)
+	}
 	for _, typeURL := range []string{transforms.TypeCluster, transforms.TypeCLA, transforms.TypeListener, transforms.TypeRoute} {
 		g.resourcesOf(typeURL).RegisterBatch(func(evs []krt.Event[collections.ResourceSet]) {
 			at := g.Inputs.Clock.Last()

@@ -84,6 +84,7 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.StringArrayVar(&o.remoteManifests, "remote-manifests", nil, "a remote cluster of the mesh read from a folder of manifests, as <clusterID>=<path>; repeatable")
 	f.BoolVar(&o.cfg.LRS, "lrs", false, "serve load reporting (LRS): EDS clusters name krteds as their lrs_server, and the load clients report is exported as krteds_lrs_* metrics and /debug/loadz")
 	f.DurationVar(&o.lrsInterval, "lrs-interval", 10*time.Second, "how often clients report their load, with --lrs")
+	f.IntVar(&o.cfg.LEDSThreshold, "leds-threshold", 0, "serve the endpoints of ClusterLoadAssignments with more endpoints than this as LEDS collections to Envoy clients on delta ADS, one resource per endpoint (0: off)")
 	f.BoolVar(&o.demo, "demo", false, "serve the bundled example mesh (two clusters on two networks), written to a temporary folder whose files stay live")
 	f.StringVar(&o.meshNetworks, "mesh-networks", "", "istiod's meshNetworks file: the network of each cluster (fromRegistry) and the network gateways given by address")
 	f.BoolVar(&o.clusterSecrets, "cluster-secrets", true, "against a cluster, follow remote clusters in the system namespace's Secrets labelled istio/multiCluster=true (key: cluster ID, value: kubeconfig)")
@@ -151,6 +152,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	}
 	if o.lrsInterval <= 0 {
 		return fmt.Errorf("--lrs-interval %s: want a positive duration", o.lrsInterval)
+	}
+	if o.cfg.LEDSThreshold < 0 {
+		return fmt.Errorf("--leds-threshold %d: want 0 (off) or a number of endpoints", o.cfg.LEDSThreshold)
 	}
 	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log, LRSInterval: o.lrsInterval}
 	if o.manifests == "" {

@@ -68,7 +68,9 @@ type typeState struct {
 	force bool
 	// forceNext forces the answer to the next request (endpoints, after a clusters response).
 	forceNext bool
-	st        TypeStatus
+	// members are, for LEDS, what the client holds of each collection subscribed to.
+	members map[nameID]heldCollection
+	st      TypeStatus
 }
 
 func newConn(id string, delta bool, peer string) *conn {
@@ -150,6 +152,9 @@ func (s *Server) next(c *conn, t typ) *response {
 	if !st.force && !st.dirtyAll && len(st.dirty) == 0 {
 		return nil
 	}
+	if t == tLbEndpoint {
+		return s.nextCollections(c, st)
+	}
 	full := st.force || st.dirtyAll || (t.fullState() && !c.delta)
 	var (
 		current = map[nameID]*collections.Resource{}
@@ -159,6 +164,7 @@ func (s *Server) next(c *conn, t typ) *response {
 	)
 	look := func(id nameID) {
 		r, wait := s.src.Resolve(c.view, t.url(), s.names.name(id))
+		r = formFor(c, t, r)
 		held, _ := st.subs.get(id)
 		switch {
 		case wait:
@@ -228,19 +234,27 @@ func (s *Server) next(c *conn, t typ) *response {
 	if st.st.Responses == 0 && len(current) == 0 && len(pending) > 0 {
 		return nil // the first answer waits for real content rather than saying nothing
 	}
-	resp := &response{t: t}
-	for _, id := range removed {
-		resp.removed = append(resp.removed, s.names.name(id))
-	}
+	var items []item
 	switch {
 	case !c.delta && (t.fullState() || st.force):
 		for id, r := range current {
-			resp.items = append(resp.items, item{id: id, res: r})
+			items = append(items, item{id: id, res: r})
 		}
 	default:
 		for _, id := range changed {
-			resp.items = append(resp.items, item{id: id, res: current[id]})
+			items = append(items, item{id: id, res: current[id]})
 		}
+	}
+	return s.finish(c, t, st, items, removed)
+}
+
+// finish makes the response of type t that sends items and removes names (c.mu held): the
+// stream's state then records the versions sent and forgets what was removed through a wildcard
+// or a collection.
+func (s *Server) finish(c *conn, t typ, st *typeState, items []item, removed []nameID) *response {
+	resp := &response{t: t, items: items}
+	for _, id := range removed {
+		resp.removed = append(resp.removed, s.names.name(id))
 	}
 	st.force = false
 	slices.SortFunc(resp.items, func(a, b item) int { return int(a.id) - int(b.id) })
@@ -258,7 +272,12 @@ func (s *Server) next(c *conn, t typ) *response {
 			s.drop(c, t, st, id)
 		}
 	}
-	resp.version = responseVersion(s.names, resp)
+	return s.seal(c, t, st, resp)
+}
+
+// seal versions and numbers a response and records it as sent (c.mu held).
+func (s *Server) seal(c *conn, t typ, st *typeState, resp *response) *response {
+	resp.version = responseVersion(resp)
 	c.nonce++
 	resp.nonce = strconv.FormatUint(c.nonce, 10)
 	st.inflight = true
@@ -301,11 +320,11 @@ func (s *Server) drop(c *conn, t typ, st *typeState, id nameID) {
 
 // responseVersion is a content hash of a response: the same resources give the same version,
 // whichever krteds instance computes it.
-func responseVersion(names *nameTable, r *response) string {
+func responseVersion(r *response) string {
 	h := xxhash.New()
 	var b [8]byte
 	for _, it := range r.items {
-		_, _ = h.WriteString(names.name(it.id))
+		_, _ = h.WriteString(it.res.Name)
 		v := it.res.Version
 		for i := range b {
 			b[i] = byte(v >> (8 * i))

@@ -231,6 +231,9 @@ func (s *Server) handle(c *conn, req request) error {
 		return err
 	}
 	t, known := typeOf(req.typeURL())
+	if known && t == tLbEndpoint && req.sotw != nil {
+		known = false // glob collections exist only in delta xDS
+	}
 	if !known {
 		if !isDebugType(req.typeURL()) {
 			s.metrics.UnknownTypes.Inc()
@@ -406,6 +409,9 @@ func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *
 		}
 		if id, ok := s.names.lookup(n); ok {
 			if sb, held := st.subs.get(id); held {
+				if t == tLbEndpoint && sb.explicit {
+					s.dropCollection(st, id)
+				}
 				if st.wildcard {
 					sb.explicit = false
 					st.subs.set(id, sb)

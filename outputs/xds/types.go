@@ -10,15 +10,18 @@ const (
 	tEndpoint
 	tListener
 	tRoute
+	// tLbEndpoint is LEDS (delta streams only).
+	tLbEndpoint
 	numTypes
 )
 
 // typeURLs in the order responses of several types go out: clusters before their endpoints,
-// listeners before their routes, as istiod pushes them.
-var typeURLs = [numTypes]string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+// listeners before their routes, as istiod pushes them; LEDS endpoints after the CLAs that name
+// their collections.
+var typeURLs = [numTypes]string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType, typeLbEndpoint}
 
 // shortNames are the metric label values of the types; unknown is the one value for the rest.
-var shortNames = [numTypes]string{"Cluster", "ClusterLoadAssignment", "Listener", "RouteConfiguration"}
+var shortNames = [numTypes]string{"Cluster", "ClusterLoadAssignment", "Listener", "RouteConfiguration", "LbEndpoint"}
 
 func typeOf(url string) (typ, bool) {
 	for t, u := range typeURLs {

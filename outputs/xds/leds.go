@@ -1,0 +1,132 @@
+package xds
+
+import (
+	"github.com/krteds/krteds/collections"
+)
+
+// CollectionSource is a Source that also serves glob collections (LEDS): the members of a
+// collection a proxy of view v sees. A Change of the collection's type naming the collection
+// says its members changed.
+type CollectionSource interface {
+	ResolveCollection(v *collections.View, typeURL, glob string) *collections.LEDSCollection
+}
+
+// heldCollection is what a stream's client holds of a collection: the members of the version
+// of it last sent (an immutable value of the source's; the stream keeps it until the client is
+// brought to a newer one). Members are not interned or indexed one by one: a collection is
+// compared with the version the client holds as a whole.
+type heldCollection struct {
+	col *collections.LEDSCollection
+}
+
+// typeLbEndpoint is the type of LEDS resources: endpoints named in glob collections, served on
+// delta streams only.
+const typeLbEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint"
+
+// formFor is the resource a stream is sent for r: the LEDS form of a ClusterLoadAssignment that
+// has one, to an Envoy on a delta stream (glob collections exist only in delta xDS, and gRPC
+// clients do not read LEDS); r otherwise.
+func formFor(c *conn, t typ, r *collections.Resource) *collections.Resource {
+	if t == tEndpoint && r != nil && r.LEDS != nil && c.delta && c.view != nil && !c.view.GRPC {
+		return r.LEDS.CLA
+	}
+	return r
+}
+
+// nextCollections decides the response of LEDS resources (c.mu held). Each collection the stream
+// subscribes to and that must be looked at is resolved for the stream's view and compared with
+// the version the client holds: the members that changed or joined are sent, those gone are
+// removed. A collection the view does not have lists nothing.
+func (s *Server) nextCollections(c *conn, st *typeState) *response {
+	cs, ok := s.src.(CollectionSource)
+	if !ok {
+		st.dirty, st.dirtyAll, st.force = nil, false, false
+		return nil
+	}
+	var globs []nameID
+	if st.force || st.dirtyAll {
+		st.subs.each(func(id nameID, sb sub) {
+			if sb.explicit {
+				globs = append(globs, id)
+			}
+		})
+	} else {
+		for id := range st.dirty {
+			if sb, held := st.subs.get(id); held && sb.explicit {
+				globs = append(globs, id)
+			}
+		}
+	}
+	st.dirty, st.dirtyAll = nil, false
+	resp := &response{t: tLbEndpoint}
+	for _, glob := range globs {
+		col := cs.ResolveCollection(c.view, typeLbEndpoint, s.names.name(glob))
+		held := st.members[glob].col
+		if col == held {
+			continue
+		}
+		diffCollection(held, col, func(m *collections.Resource, update bool) {
+			resp.items = append(resp.items, item{id: glob, res: m, update: update})
+		}, func(name string) {
+			resp.removed = append(resp.removed, name)
+		})
+		if col == nil || len(col.Members) == 0 {
+			delete(st.members, glob)
+			continue
+		}
+		if st.members == nil {
+			st.members = map[nameID]heldCollection{}
+		}
+		st.members[glob] = heldCollection{col: col}
+	}
+	if len(resp.items) == 0 && len(resp.removed) == 0 && !st.force {
+		return nil
+	}
+	st.force = false
+	return s.seal(c, tLbEndpoint, st, resp)
+}
+
+// diffCollection calls send with every member of cur that old (the version the client holds;
+// either may be nil) does not have in the same version, and remove with the name of every member
+// of old that cur does not have. Members keep their order between versions, so the two lists are
+// walked side by side until they disagree on a name.
+func diffCollection(old, cur *collections.LEDSCollection, send func(m *collections.Resource, update bool), remove func(name string)) {
+	var was, is []*collections.Resource
+	if old != nil {
+		was = old.Members
+	}
+	if cur != nil {
+		is = cur.Members
+	}
+	i := 0
+	for ; i < len(was) && i < len(is) && was[i].Name == is[i].Name; i++ {
+		if was[i].Version != is[i].Version {
+			send(is[i], true)
+		}
+	}
+	if i == len(was) && i == len(is) {
+		return
+	}
+	rest := make(map[string]uint64, len(was)-i)
+	for _, m := range was[i:] {
+		rest[m.Name] = m.Version
+	}
+	for _, m := range is[i:] {
+		v, ok := rest[m.Name]
+		if !ok || v != m.Version {
+			send(m, ok)
+		}
+		delete(rest, m.Name)
+	}
+	for _, m := range was[i:] {
+		if _, ok := rest[m.Name]; ok {
+			remove(m.Name)
+		}
+	}
+}
+
+// dropCollection forgets a collection the client unsubscribed from (c.mu held); the client
+// forgets its members with it.
+func (s *Server) dropCollection(st *typeState, glob nameID) {
+	delete(st.members, glob)
+}
