@@ -46,9 +46,11 @@ run BenchmarkGraphUpdate 500x
 run BenchmarkRollout500 1x
 run BenchmarkMemory 1x
 run BenchmarkBudget 1x
-# Four clusters of 250 services (its own size, whatever SIZE says): run once, with the small suite.
+# Four clusters of 250 services, and LEDS over one 5 000-endpoint service (their own sizes, whatever
+# SIZE says): run once, with the small suite.
 if [ "$size" = small ]; then
   run BenchmarkMultiCluster 200x
+  run BenchmarkLEDSFlip 100x
 fi
 # The manifests folder as the source (the large folder, 100 000 pods, is not run by default).
 if [ "$size" != large ] || [ -n "${KRTEDS_BENCH_FILES_LARGE:-}" ]; then
