@@ -140,7 +140,7 @@ func checkEquals[T any](t *testing.T, equals func(a, b T) bool, notCompared map[
 }
 
 func TestEqualsComparesEveryField(t *testing.T) {
-	checkEquals(t, ServiceInfo.Equals, nil)
+	checkEquals(t, func(a, b ServiceInfo) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, NodeLocality.Equals, nil)
 	checkEquals(t, func(a, b EndpointMeta) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, func(a, b Pod) bool { return a.Equals(&b) }, nil)

@@ -27,7 +27,7 @@ const (
 type remoteGraph struct {
 	id       string
 	gateways krt.Collection[collections.ClusterGateways]
-	services krt.Collection[collections.ServiceInfo]
+	services krt.Collection[*collections.ServiceInfo]
 	shards   krt.Collection[collections.ServiceEndpoints]
 	problems krt.Collection[collections.ObjectProblems]
 }
@@ -45,7 +45,7 @@ func (r remoteGraph) Equals(o remoteGraph) bool {
 type registry struct {
 	systemNetwork   krt.Singleton[string]
 	nodes           krt.Collection[collections.NodeLocality]
-	services        krt.Collection[collections.ServiceInfo]
+	services        krt.Collection[*collections.ServiceInfo]
 	serviceProblems krt.Collection[collections.ObjectProblems]
 	workloads       transforms.WorkloadInputs
 	gateways        krt.Collection[collections.ClusterGateways]
@@ -100,16 +100,16 @@ func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster)
 // several clusters have is the one of the lowest cluster ID; its shards are concatenated in
 // cluster order; problems are kept per cluster (their objects name it).
 func remoteClusters(cfg collections.Config, d *Description, clusters krt.Collection[*collections.Cluster]) (
-	krt.Collection[collections.ServiceInfo], krt.Collection[collections.ServiceEndpoints], krt.Collection[collections.ObjectProblems],
+	krt.Collection[*collections.ServiceInfo], krt.Collection[collections.ServiceEndpoints], krt.Collection[collections.ObjectProblems],
 	krt.Collection[collections.ClusterGateways],
 ) {
 	graphs := Derive(d, NameRemoteGraphs, clusters, transforms.Single[*collections.Cluster, remoteGraph]{Fn: func(_ krt.HandlerContext, c *collections.Cluster) *remoteGraph {
 		rg := c.Derived(func() any { return buildRemote(cfg, d, c) }).(remoteGraph)
 		return &rg
 	}})
-	services := nestedMerge(d, NameRemoteServices, graphs, func(r remoteGraph) krt.Collection[collections.ServiceInfo] { return r.services },
-		func(ts []collections.ServiceInfo) *collections.ServiceInfo {
-			s := slices.MinFunc(ts, func(a, b collections.ServiceInfo) int { return cmp.Compare(a.Cluster, b.Cluster) })
+	services := nestedMerge(d, NameRemoteServices, graphs, func(r remoteGraph) krt.Collection[*collections.ServiceInfo] { return r.services },
+		func(ts []*collections.ServiceInfo) **collections.ServiceInfo {
+			s := slices.MinFunc(ts, func(a, b *collections.ServiceInfo) int { return cmp.Compare(a.Cluster, b.Cluster) })
 			return &s
 		})
 	shards := nestedMerge(d, NameRemoteShards, graphs, func(r remoteGraph) krt.Collection[collections.ServiceEndpoints] { return r.shards },

@@ -73,8 +73,7 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 	for _, s := range g.ServiceInfos.List() {
 		// In a multi-cluster mesh, this cluster's Service describes the hostname.
 		if s.Hostname == host && (svc == nil || s.Cluster == "" || s.Cluster == g.config.ClusterID) {
-			s := s
-			svc = &s
+			svc = s
 		}
 	}
 	if svc == nil {

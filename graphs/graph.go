@@ -57,7 +57,7 @@ type Graph struct {
 	ServiceEntries  krt.Collection[collections.ServiceEntry]
 	WorkloadEntries krt.Collection[collections.WorkloadEntry]
 	// ServiceInfos are every service: the Kubernetes Services and the ServiceEntry hosts.
-	ServiceInfos krt.Collection[collections.ServiceInfo]
+	ServiceInfos krt.Collection[*collections.ServiceInfo]
 	// NetworkGateways are the mesh's east-west gateways by network (empty: one network).
 	NetworkGateways krt.Singleton[collections.NetworkGateways]
 	SliceEndpoints  krt.Collection[collections.SliceEndpoints]
@@ -151,7 +151,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	}
 	if in.RemoteClusters != nil {
 		Input(d, collections.NameRemoteClusters, in.RemoteClusters)
-		var remoteServices krt.Collection[collections.ServiceInfo]
+		var remoteServices krt.Collection[*collections.ServiceInfo]
 		var remoteGateways krt.Collection[collections.ClusterGateways]
 		remoteServices, remoteShards, p, remoteGateways = remoteClusters(cfg, d, in.RemoteClusters)
 		checked(p)

@@ -133,7 +133,7 @@ type registryVIPs struct {
 }
 
 // Registryz renders services in istiod's /debug/registryz shape, sorted by hostname.
-func Registryz(svcs []collections.ServiceInfo, clusterID string) []registryService {
+func Registryz(svcs []*collections.ServiceInfo, clusterID string) []registryService {
 	out := make([]registryService, 0, len(svcs))
 	for _, s := range svcs {
 		ports := make([]registryPort, 0, len(s.Ports))

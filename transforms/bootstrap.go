@@ -60,10 +60,10 @@ func ShortListenerKey(namespace, name string) string { return namespace + "/" + 
 // cluster port, under the names a client may dial (<fqdn>:<port>, <name>.<ns>:<port>, and
 // <name>:<port> for clients in the same namespace), each routing through RDS to the port's
 // cluster.
-func Listeners() Many[collections.ServiceInfo, collections.ResourceSet] {
-	return Many[collections.ServiceInfo, collections.ResourceSet]{Fn: func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
+func Listeners() Many[*collections.ServiceInfo, collections.ResourceSet] {
+	return Many[*collections.ServiceInfo, collections.ResourceSet]{Fn: func(_ krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
 		var out []collections.ResourceSet
-		for _, p := range ClusterPorts(&svc) {
+		for _, p := range ClusterPorts(svc) {
 			port := ":" + strconv.Itoa(int(p.Port))
 			routeName := ClusterName(p.Port, "", svc.Hostname)
 			for _, alias := range []struct{ key, name string }{
@@ -73,10 +73,10 @@ func Listeners() Many[collections.ServiceInfo, collections.ResourceSet] {
 			} {
 				l, err := APIListener(alias.name, routeName)
 				if err != nil {
-					out = append(out, failedResource(&svc, alias.key, alias.name, TypeListener, err))
+					out = append(out, failedResource(svc, alias.key, alias.name, TypeListener, err))
 					continue
 				}
-				out = appendResource(out, &svc, alias.key, alias.name, TypeListener, l)
+				out = appendResource(out, svc, alias.key, alias.name, TypeListener, l)
 			}
 		}
 		return out
@@ -112,12 +112,12 @@ func APIListener(name, routeName string) (*listener.Listener, error) {
 
 // Routes builds the RDS resources of a service: per cluster port, a route configuration named
 // like the cluster that sends everything to it.
-func Routes() Many[collections.ServiceInfo, collections.ResourceSet] {
-	return Many[collections.ServiceInfo, collections.ResourceSet]{Fn: func(_ krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
+func Routes() Many[*collections.ServiceInfo, collections.ResourceSet] {
+	return Many[*collections.ServiceInfo, collections.ResourceSet]{Fn: func(_ krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
 		var out []collections.ResourceSet
-		for _, p := range ClusterPorts(&svc) {
+		for _, p := range ClusterPorts(svc) {
 			name := ClusterName(p.Port, "", svc.Hostname)
-			out = appendResource(out, &svc, name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
+			out = appendResource(out, svc, name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
 		}
 		return out
 	}}

@@ -122,15 +122,15 @@ type ClusterInputs struct {
 // A DNS service (a ServiceEntry with resolution DNS or DNS_ROUND_ROBIN) gets STRICT_DNS or
 // LOGICAL_DNS clusters carrying their endpoints (filtered by subset), as istiod's buildCluster;
 // a cluster left without endpoints is not sent, as istiod does not send it.
-func ClustersFor(in ClusterInputs) Many[collections.ServiceInfo, collections.ResourceSet] {
-	return Many[collections.ServiceInfo, collections.ResourceSet]{Reads: []any{in.Policies, in.Endpoints}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) []collections.ResourceSet {
-		ports := ClusterPorts(&svc)
+func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.ResourceSet] {
+	return Many[*collections.ServiceInfo, collections.ResourceSet]{Reads: []any{in.Policies, in.Endpoints}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
+		ports := ClusterPorts(svc)
 		if len(ports) == 0 {
 			return nil
 		}
 		sp := krt.FetchOne(ctx, in.Policies, krt.FilterKey(svc.ResourceName()))
 		subsets := append([]string{""}, sp.Subsets()...)
-		variants := clusterVariants(&svc, sp, in.RootNamespace)
+		variants := clusterVariants(svc, sp, in.RootNamespace)
 		var dns func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment
 		if svc.Resolution.IsDNS() {
 			var eps []collections.Endpoint
@@ -139,8 +139,8 @@ func ClustersFor(in ClusterInputs) Many[collections.ServiceInfo, collections.Res
 			}
 			dns = func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment {
 				name := ClusterName(port.Port, subset, svc.Hostname)
-				cp := ClusterPolicyFor(&svc, sp, in.RootNamespace, namespace, port.Port, subset)
-				la := PlanClusterCLA(name, &svc, port, eps, cp, collections.ProxyClass{}).Proto()
+				cp := ClusterPolicyFor(svc, sp, in.RootNamespace, namespace, port.Port, subset)
+				la := PlanClusterCLA(name, svc, port, eps, cp, collections.ProxyClass{}).Proto()
 				if len(la.Endpoints) == 0 {
 					return nil
 				}
@@ -150,7 +150,7 @@ func ClustersFor(in ClusterInputs) Many[collections.ServiceInfo, collections.Res
 		var out []collections.ResourceSet
 		for _, port := range ports {
 			for _, subset := range subsets {
-				out = appendClusterVariants(out, &svc, port, subset, variants, dns, in.LRS)
+				out = appendClusterVariants(out, svc, port, subset, variants, dns, in.LRS)
 			}
 		}
 		return out

@@ -673,7 +673,7 @@ func clustersOf(t *testing.T, svc *collections.ServiceInfo, rules ...collections
 	t.Helper()
 	sp := collections.ServicePolicy{Service: svc.ResourceName(), Rules: rules}
 	policies := krt.NewStaticCollection(nil, []collections.ServicePolicy{sp}, krt.WithStop(test.NewStop(t)))
-	return ClustersFor(ClusterInputs{RootNamespace: collections.DefaultSystemNamespace, Policies: policies}).Fn(krt.TestingDummyContext{}, *svc)
+	return ClustersFor(ClusterInputs{RootNamespace: collections.DefaultSystemNamespace, Policies: policies}).Fn(krt.TestingDummyContext{}, svc)
 }
 
 // decodeSet decodes the cluster a set serves.

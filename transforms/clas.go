@@ -13,7 +13,7 @@ import (
 type CLAInputs struct {
 	// RootNamespace is istiod's root namespace (mesh-wide DestinationRules).
 	RootNamespace string
-	Services      krt.Collection[collections.ServiceInfo]
+	Services      krt.Collection[*collections.ServiceInfo]
 	Policies      krt.Collection[collections.ServicePolicy]
 	Classes       krt.Collection[collections.ProxyClass]
 	// Gateways are the network gateways: with any, endpoints of other networks are reached
@@ -54,7 +54,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 		reads = append(reads, in.Gateways)
 	}
 	return Many[collections.ServiceEndpoints, collections.ResourceSet]{Reads: reads, Fn: func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
-		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName()))
+		svc := deref(krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName())))
 		if svc == nil || svc.Resolution.IsDNS() {
 			// Envoy resolves a DNS service's endpoints itself: its cluster carries them (CDS).
 			return nil

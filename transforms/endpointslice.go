@@ -15,7 +15,7 @@ import (
 
 // SliceInputs are the collections the EndpointSlice transform reads.
 type SliceInputs struct {
-	Services  krt.Collection[collections.ServiceInfo]
+	Services  krt.Collection[*collections.ServiceInfo]
 	Workloads WorkloadInputs
 }
 
@@ -54,7 +54,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 		if slice.AddressType == discovery.AddressTypeFQDN {
 			return nil, nil
 		}
-		svc := krt.FetchOne(ctx, in.Services, krt.FilterKey(slice.Namespace+"/"+svcName))
+		svc := deref(krt.FetchOne(ctx, in.Services, krt.FilterKey(slice.Namespace+"/"+svcName)))
 
 		ports := slicePorts(slice, svc, pr)
 		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName,
@@ -226,8 +226,8 @@ func SliceService(s collections.SliceEndpoints) []string { return []string{s.Ser
 // ClusterShard merges the endpoints of one service's slices in one cluster into its shard:
 // de-duplicated by (address, port name), healthiest copy first, then lowest slice name, in a
 // stable order.
-func ClusterShard(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[collections.ServiceInfo, collections.ServiceEndpoints] {
-	return Single[collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
+func ClusterShard(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[*collections.ServiceInfo, collections.ServiceEndpoints] {
+	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
 		var all []collections.Endpoint
 		for _, s := range bySvc.Fetch(ctx, svc.ResourceName()) {
 			all = append(all, s.Endpoints...)

@@ -19,11 +19,11 @@ func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 	t.Helper()
 	stop := test.NewStop(t)
 	cfg := collections.DefaultConfig()
-	var svcs []collections.ServiceInfo
+	var svcs []*collections.ServiceInfo
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *corev1.Service:
-			svcs = append(svcs, *ConvertService(cfg, o, nil))
+			svcs = append(svcs, ConvertService(cfg, o, nil))
 		case *corev1.Pod, *corev1.Node, *corev1.Namespace:
 		default:
 			t.Fatalf("unexpected fixture %T", o)
@@ -382,7 +382,7 @@ func TestServiceEndpointsMergeSlices(t *testing.T) {
 		ServiceEntries:  krt.NewStaticCollection[collections.ServiceEntry](nil, nil, krt.WithStop(stop)),
 		WorkloadEntries: wes, WorkloadEntriesByNamespace: krt.NewIndex(wes, "byNamespace", ByNamespace), Workloads: workloadInputs(t)}
 	out := ServiceEndpointsOf(collections.DefaultConfig(), in).Fn(krt.TestingDummyContext{},
-		collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local"})
+		&collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local"})
 	want := &collections.ServiceEndpoints{Hostname: "foo.ns1.svc.cluster.local", Namespace: "ns1", Name: "foo", ClusterID: "Kubernetes",
 		Endpoints: []collections.Endpoint{
 			mk("10.0.0.2", "a", collections.Healthy, 8080), // healthiest copy wins

@@ -42,7 +42,7 @@ func FuzzSliceEndpoints(f *testing.F) {
 	cfg := collections.DefaultConfig()
 	svc := ConvertService(cfg, fixtures.Service("ns1", "foo", fixtures.HTTP...), nil)
 	in := SliceInputs{
-		Services:  krt.NewStaticCollection(nil, []collections.ServiceInfo{*svc}, krt.WithStop(stop)),
+		Services:  krt.NewStaticCollection(nil, []*collections.ServiceInfo{svc}, krt.WithStop(stop)),
 		Workloads: workloadInputs(f, fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1")),
 	}
 	fn := SliceEndpointsOf(cfg, in).Fn
@@ -84,7 +84,7 @@ func FuzzConvertService(f *testing.F) {
 		if si == nil || si.Hostname == "" {
 			t.Fatalf("no ServiceInfo for %s", data)
 		}
-		if !si.Equals(*si) {
+		if !si.Equals(si) {
 			t.Fatal("Equals is not reflexive")
 		}
 		for _, p := range si.Ports {
@@ -171,13 +171,13 @@ func FuzzServiceEntries(f *testing.F) {
 			if hostProblem(cfg, h) != "" {
 				t.Fatalf("host %q kept", h)
 			}
-			svc := ServiceEntryServices().Fn(krt.TestingDummyContext{}, krt.IndexObject[string, collections.ServiceEntry]{Key: h, Objects: []collections.ServiceEntry{*entry}})
+			svc := *ServiceEntryServices().Fn(krt.TestingDummyContext{}, krt.IndexObject[string, collections.ServiceEntry]{Key: h, Objects: []collections.ServiceEntry{*entry}})
 			for _, p := range svc.Ports {
 				if p.Port < 1 || p.Port > 65535 {
 					t.Fatalf("port %d kept", p.Port)
 				}
 			}
-			shard := ServiceEndpointsOf(cfg, in).Fn(krt.TestingDummyContext{}, *svc)
+			shard := ServiceEndpointsOf(cfg, in).Fn(krt.TestingDummyContext{}, svc)
 			for _, e := range shard.Endpoints {
 				if e.Meta == nil || e.Port == 0 || e.Port > 65535 {
 					t.Fatalf("malformed endpoint %+v", e)

@@ -57,12 +57,12 @@ func HostKeys(hostname string) []string {
 // ServicePolicies gathers, per service, the DestinationRules that may apply to it. It Fetches
 // rules through their host index, so a rule change recomputes only the services its host can
 // match.
-func ServicePolicies(rules krt.Collection[collections.DestinationRule], byHost krt.Index[string, collections.DestinationRule]) Single[collections.ServiceInfo, collections.ServicePolicy] {
-	return Single[collections.ServiceInfo, collections.ServicePolicy]{Reads: []any{rules}, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServicePolicy {
+func ServicePolicies(rules krt.Collection[collections.DestinationRule], byHost krt.Index[string, collections.DestinationRule]) Single[*collections.ServiceInfo, collections.ServicePolicy] {
+	return Single[*collections.ServiceInfo, collections.ServicePolicy]{Reads: []any{rules}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServicePolicy {
 		sp := &collections.ServicePolicy{Service: svc.ResourceName()}
 		for _, key := range HostKeys(svc.Hostname) {
 			for _, r := range byHost.Fetch(ctx, key) {
-				if DestinationRuleMatches(&r, &svc) {
+				if DestinationRuleMatches(&r, svc) {
 					sp.Rules = append(sp.Rules, r)
 				}
 			}

@@ -32,7 +32,7 @@ func claFor(t *testing.T, cp collections.ConnectedProxy, svc collections.Service
 	sp := collections.ServicePolicy{Service: svc.ResourceName(), Rules: rules}
 	sets := ServiceCLAs(CLAInputs{
 		RootNamespace: cfg.SystemNamespace,
-		Services:      krt.NewStaticCollection(nil, []collections.ServiceInfo{svc}, krt.WithStop(stop)),
+		Services:      krt.NewStaticCollection(nil, []*collections.ServiceInfo{&svc}, krt.WithStop(stop)),
 		Policies:      krt.NewStaticCollection(nil, []collections.ServicePolicy{sp}, krt.WithStop(stop)),
 		Classes:       krt.NewStaticCollection(nil, []collections.ProxyClass{p.Class}, krt.WithStop(stop)),
 	}).Fn(krt.TestingDummyContext{}, collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,

@@ -22,15 +22,18 @@ const KindService = "Service"
 // one) gets no cluster, with a ReasonInvalidPort problem. It Fetches the Service's Namespace,
 // whose networking.istio.io/traffic-distribution annotation is the last fallback for the traffic
 // distribution.
-func ServiceInfos(cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) Checked[*corev1.Service, collections.ServiceInfo] {
-	return Checked[*corev1.Service, collections.ServiceInfo]{Reads: []any{namespaces}, Fn: func(ctx krt.HandlerContext, svc *corev1.Service) (*collections.ObjectProblems, *collections.ServiceInfo) {
+func ServiceInfos(cfg collections.Config, namespaces krt.Collection[*corev1.Namespace]) Checked[*corev1.Service, *collections.ServiceInfo] {
+	return Checked[*corev1.Service, *collections.ServiceInfo]{Reads: []any{namespaces}, Fn: func(ctx krt.HandlerContext, svc *corev1.Service) (*collections.ObjectProblems, **collections.ServiceInfo) {
 		var nsAnnotations map[string]string
 		if ns := krt.FetchOne(ctx, namespaces, krt.FilterKey(svc.Namespace)); ns != nil {
 			nsAnnotations = (*ns).Annotations
 		}
 		pr := &problems{kind: KindService, object: svc.Namespace + "/" + svc.Name}
 		si := convertService(cfg, svc, nsAnnotations, pr)
-		return pr.result(), si
+		if si == nil {
+			return pr.result(), nil
+		}
+		return pr.result(), &si
 	}}
 }
 

@@ -120,10 +120,10 @@ func TestConvertService(t *testing.T) {
 			if probs != nil {
 				t.Fatalf("problems %v", probs.Problems)
 			}
-			if diff := cmp.Diff(tc.want, *got); diff != "" {
+			if diff := cmp.Diff(tc.want, **got); diff != "" {
 				t.Fatalf("ServiceInfo (-want +got):\n%s", diff)
 			}
-			if !got.Equals(tc.want) {
+			if !(*got).Equals(&tc.want) {
 				t.Fatal("Equals disagrees with cmp")
 			}
 		})
@@ -141,7 +141,8 @@ func TestServicePortOutOfRange(t *testing.T) {
 		fixtures.Port{Name: "negative", Port: -1},
 		fixtures.Port{Name: "max", Port: 65535})
 	namespaces := krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(test.NewStop(t)))
-	probs, si := ServiceInfos(collections.DefaultConfig(), namespaces).Fn(krt.TestingDummyContext{}, svc)
+	probs, sip := ServiceInfos(collections.DefaultConfig(), namespaces).Fn(krt.TestingDummyContext{}, svc)
+	si := *sip
 	var ports []int32
 	for _, p := range si.Ports {
 		ports = append(ports, p.Port)

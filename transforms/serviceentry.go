@@ -298,8 +298,8 @@ func olderEntry(ctx krt.HandlerContext, in ServiceEntryInputs, se *networkingcli
 // ServiceEntryServices gives each host the ServiceEntries define one service, from the oldest
 // entry defining it (creation time, then name, then namespace), as istiod's convertServices
 // builds it. Keyed by host, a host changing hands is one update, never two services at once.
-func ServiceEntryServices() Single[krt.IndexObject[string, collections.ServiceEntry], collections.ServiceInfo] {
-	return Single[krt.IndexObject[string, collections.ServiceEntry], collections.ServiceInfo]{Fn: func(_ krt.HandlerContext, byHost krt.IndexObject[string, collections.ServiceEntry]) *collections.ServiceInfo {
+func ServiceEntryServices() Single[krt.IndexObject[string, collections.ServiceEntry], *collections.ServiceInfo] {
+	return Single[krt.IndexObject[string, collections.ServiceEntry], *collections.ServiceInfo]{Fn: func(_ krt.HandlerContext, byHost krt.IndexObject[string, collections.ServiceEntry]) **collections.ServiceInfo {
 		if len(byHost.Objects) == 0 {
 			return nil
 		}
@@ -307,7 +307,7 @@ func ServiceEntryServices() Single[krt.IndexObject[string, collections.ServiceEn
 			return compareCreation(a.Created, b.Created, a.Name, b.Name, a.Namespace, b.Namespace)
 		})
 		h := byHost.Key
-		return &collections.ServiceInfo{
+		si := &collections.ServiceInfo{
 			Name:                h,
 			Namespace:           se.Namespace,
 			Hostname:            h,
@@ -322,6 +322,7 @@ func ServiceEntryServices() Single[krt.IndexObject[string, collections.ServiceEn
 			TrafficDistribution: se.TrafficDistribution,
 			Type:                "ServiceEntry",
 		}
+		return &si
 	}}
 }
 
@@ -352,15 +353,15 @@ func ByNamespace(w collections.WorkloadEntry) []string { return []string{w.Names
 //   - a ServiceEntry host: its inline endpoints, or, with a workloadSelector, the ready Pods and
 //     the WorkloadEntries of its namespace it selects; a DNS entry without either resolves its
 //     host.
-func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single[collections.ServiceInfo, collections.ServiceEndpoints] {
+func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single[*collections.ServiceInfo, collections.ServiceEndpoints] {
 	reads := append([]any{in.Slices, in.ServiceEntries, in.WorkloadEntries}, in.Workloads.reads()...)
 	if in.RemoteShards != nil {
 		reads = append(reads, in.RemoteShards)
 	}
-	return Single[collections.ServiceInfo, collections.ServiceEndpoints]{Reads: reads, Fn: func(ctx krt.HandlerContext, svc collections.ServiceInfo) *collections.ServiceEndpoints {
+	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: reads, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
 		var all []collections.Endpoint
 		if svc.Registry == collections.RegistryServiceEntry {
-			all = serviceEntryEndpoints(ctx, cfg, in, &svc)
+			all = serviceEntryEndpoints(ctx, cfg, in, svc)
 		} else {
 			slicesOf := in.SlicesByService.Fetch(ctx, svc.ResourceName())
 			n := 0
@@ -372,7 +373,7 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 				all = append(all, s.Endpoints...)
 			}
 			if svc.Selector != nil && svc.Resolution == collections.ClientSideLB {
-				all = append(all, selectedByService(ctx, in, &svc)...)
+				all = append(all, selectedByService(ctx, in, svc)...)
 			}
 		}
 		out := &collections.ServiceEndpoints{

@@ -95,7 +95,7 @@ func TestUnknownSubsetSetSharesTheBaseCLAs(t *testing.T) {
 		Subsets: []collections.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}}}}}} {
 		sets := ServiceCLAs(CLAInputs{
 			RootNamespace: "istio-system",
-			Services:      krt.NewStaticCollection(nil, []collections.ServiceInfo{svc}, krt.WithStop(stop)),
+			Services:      krt.NewStaticCollection(nil, []*collections.ServiceInfo{&svc}, krt.WithStop(stop)),
 			Policies:      krt.NewStaticCollection(nil, []collections.ServicePolicy{{Service: "ns1/foo", Rules: rules}}, krt.WithStop(stop)),
 			Classes: krt.NewStaticCollection(nil, []collections.ProxyClass{{Namespace: "ns1"}, {Namespace: "ns2"}},
 				krt.WithStop(stop)),

@@ -48,3 +48,11 @@ func (p *problems) result() *collections.ObjectProblems {
 	}
 	return &collections.ObjectProblems{Kind: p.kind, Object: p.object, Problems: p.list}
 }
+
+// deref is what FetchOne found in a collection of pointers (nil when it found nothing).
+func deref[T any](p **T) *T {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
