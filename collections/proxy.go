@@ -133,6 +133,19 @@ type Proxy struct {
 // ResourceName is the connection id.
 func (p Proxy) ResourceName() string { return p.ConnID }
 
+// ProxyGroupKeys are the keys of a proxy's class and view (ProxyClass.Key, View.Key).
+type ProxyGroupKeys struct {
+	ConnID string `json:"connID"`
+	Class  string `json:"class"`
+	View   string `json:"view"`
+}
+
+// ResourceName is the connection id.
+func (k ProxyGroupKeys) ResourceName() string { return k.ConnID }
+
+// Equals compares every field.
+func (k ProxyGroupKeys) Equals(o ProxyGroupKeys) bool { return k == o }
+
 // Equals compares every field.
 func (p Proxy) Equals(o Proxy) bool {
 	return p.ConnectedProxy.Equals(o.ConnectedProxy) && p.Pod == o.Pod && p.Class == o.Class &&

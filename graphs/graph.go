@@ -33,6 +33,7 @@ const (
 	NameConnectedProxies = "ConnectedProxies"
 	NameFailoverLabels   = "FailoverLabels"
 	NameProxies          = "Proxies"
+	NameProxyGroupKeys   = "ProxyGroupKeys"
 	NameProxiesByClass   = "ProxiesByClass"
 	NameProxyClasses     = "ProxyClasses"
 	NameProxiesByView    = "ProxiesByView"
@@ -190,10 +191,11 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		Workloads: workloads, FailoverLabels: failoverLabels,
 		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
 	}))
+	groupKeys := Derive(d, NameProxyGroupKeys, g.Proxies, transforms.ProxyGroupKeysOf())
 	g.ProxyClasses = Derive(d, NameProxyClasses,
-		Index(d, NameProxiesByClass, NameProxies, krt.NewIndex(g.Proxies, "byClass", transforms.ProxyClassKey)), transforms.ProxyClassOf())
+		Index(d, NameProxiesByClass, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byClass", transforms.ProxyClassKey)), transforms.ProxyClassOf(g.Proxies))
 	g.Views = Derive(d, NameViews,
-		Index(d, NameProxiesByView, NameProxies, krt.NewIndex(g.Proxies, "byView", transforms.ProxyViewKey)), transforms.ViewOfGroup())
+		Index(d, NameProxiesByView, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byView", transforms.ProxyViewKey)), transforms.ViewOfGroup(g.Proxies))
 
 	// The xDS resources.
 	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, transforms.ServiceCLAs(transforms.CLAInputs{

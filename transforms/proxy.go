@@ -152,31 +152,60 @@ func ViewOf(p *collections.Proxy) collections.View {
 	return v
 }
 
+// ProxyGroupKeysOf projects a proxy on the keys of its class and view: the groups of proxies
+// by class and by view are indexes over these, because krt rebuilds a group's index entry with
+// every member on each change of the group, and a whole Proxy per member made each proxy
+// connecting cost as much as its class's other members.
+func ProxyGroupKeysOf() Single[collections.Proxy, collections.ProxyGroupKeys] {
+	return Single[collections.Proxy, collections.ProxyGroupKeys]{Fn: func(_ krt.HandlerContext, p collections.Proxy) *collections.ProxyGroupKeys {
+		return &collections.ProxyGroupKeys{ConnID: p.ConnID, Class: p.Class.Key(), View: p.View.Key}
+	}}
+}
+
 // ProxyViewKey is the index extractor that groups proxies by view.
-func ProxyViewKey(p collections.Proxy) []string { return []string{p.View.Key} }
+func ProxyViewKey(k collections.ProxyGroupKeys) []string { return []string{k.View} }
+
+// ProxyClassKey is the index extractor that groups proxies by class.
+func ProxyClassKey(k collections.ProxyGroupKeys) []string { return []string{k.Class} }
+
+// groupMember finds, among a group's members (by connection), a proxy whose key for the group
+// is still the group's (a proxy moving to another group may be seen there before its keys
+// follow): the lowest connection id that does.
+func groupMember(ctx krt.HandlerContext, proxies krt.Collection[collections.Proxy], o krt.IndexObject[string, collections.ProxyGroupKeys], key func(*collections.Proxy) string) *collections.Proxy {
+	ids := make([]string, 0, len(o.Objects))
+	for _, k := range o.Objects {
+		ids = append(ids, k.ConnID)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if p := krt.FetchOne(ctx, proxies, krt.FilterKey(id)); p != nil && key(p) == o.Key {
+			return p
+		}
+	}
+	return nil
+}
 
 // ViewOfGroup gives the view shared by a group of proxies (one index entry per view).
-func ViewOfGroup() Single[krt.IndexObject[string, collections.Proxy], collections.View] {
-	return Single[krt.IndexObject[string, collections.Proxy], collections.View]{Fn: func(_ krt.HandlerContext, o krt.IndexObject[string, collections.Proxy]) *collections.View {
-		if len(o.Objects) == 0 {
+func ViewOfGroup(proxies krt.Collection[collections.Proxy]) Single[krt.IndexObject[string, collections.ProxyGroupKeys], collections.View] {
+	return Single[krt.IndexObject[string, collections.ProxyGroupKeys], collections.View]{Reads: []any{proxies}, Fn: func(ctx krt.HandlerContext, o krt.IndexObject[string, collections.ProxyGroupKeys]) *collections.View {
+		p := groupMember(ctx, proxies, o, func(p *collections.Proxy) string { return p.View.Key })
+		if p == nil {
 			return nil
 		}
-		v := o.Objects[0].View
+		v := p.View
 		return &v
 	}}
 }
 
-// ProxyClassKey is the index extractor that groups proxies by class.
-func ProxyClassKey(p collections.Proxy) []string { return []string{p.Class.Key()} }
-
 // ProxyClassOf gives the class shared by a group of proxies (one index entry per class): a
 // proxy joining or leaving a class that stays populated changes nothing downstream.
-func ProxyClassOf() Single[krt.IndexObject[string, collections.Proxy], collections.ProxyClass] {
-	return Single[krt.IndexObject[string, collections.Proxy], collections.ProxyClass]{Fn: func(_ krt.HandlerContext, o krt.IndexObject[string, collections.Proxy]) *collections.ProxyClass {
-		if len(o.Objects) == 0 {
+func ProxyClassOf(proxies krt.Collection[collections.Proxy]) Single[krt.IndexObject[string, collections.ProxyGroupKeys], collections.ProxyClass] {
+	return Single[krt.IndexObject[string, collections.ProxyGroupKeys], collections.ProxyClass]{Reads: []any{proxies}, Fn: func(ctx krt.HandlerContext, o krt.IndexObject[string, collections.ProxyGroupKeys]) *collections.ProxyClass {
+		p := groupMember(ctx, proxies, o, func(p *collections.Proxy) string { return p.Class.Key() })
+		if p == nil {
 			return nil
 		}
-		c := o.Objects[0].Class
+		c := p.Class
 		return &c
 	}}
 }
