@@ -50,20 +50,30 @@ func (g *Graph) resourcesOf(typeURL string) krt.Collection[collections.ResourceS
 // (transforms.UnknownSubset), named for the cluster asked for;
 // pending is true while the CLA of the proxy's class is being computed. Other types resolve to nil
 // when the proxy has no such resource. Listeners are served to proxyless gRPC clients only, by
-// their fully qualified name or, in the client's namespace, by "<name>:<port>". A cluster is the
+// their fully qualified name or, for a Kubernetes service, by "<name>.<ns>:<port>" and, in the
+// client's namespace, "<name>:<port>" (built for the name asked for). A cluster is the
 // variant for the proxy's namespace and kind (transforms.ResolveClusterSet).
 func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collections.Resource, pending bool) {
 	c := g.resourcesOf(typeURL)
 	if c == nil || (typeURL == transforms.TypeListener && !v.GRPC) {
 		return nil, false
 	}
-	var set *collections.ResourceSet
+	var (
+		set   *collections.ResourceSet
+		alias bool
+	)
 	switch typeURL {
 	case transforms.TypeCluster:
 		set = transforms.ResolveClusterSet(c.GetKey, v.Namespace, name, v.GRPC)
 	case transforms.TypeListener:
 		if set = c.GetKey(name); set == nil {
-			set = c.GetKey(transforms.ShortListenerKey(v.Namespace, name))
+			// A short name of a Kubernetes service: its listener, named as asked.
+			if target, svc, ok := transforms.ListenerAliasTarget(name, v.Namespace, g.config.Domain); ok {
+				if set = c.GetKey(target); set != nil && set.Service != svc {
+					set = nil
+				}
+				alias = true
+			}
 		}
 	default:
 		set = c.GetKey(name)
@@ -86,7 +96,11 @@ func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collectio
 	}
 	if typeURL == transforms.TypeCLA && r.Name != name {
 		// An unknown subset's CLA, built under the port cluster's name.
-		return g.empty.relabelled(r, name), false
+		return g.empty.relabelled(r, name, transforms.RelabelCLA), false
+	}
+	if alias {
+		// nil (no such listener) if r is not a service port's listener, which it always is.
+		return g.empty.relabelled(r, name, transforms.ListenerAlias), false
 	}
 	return r, false
 }
@@ -215,7 +229,13 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 			at := g.Inputs.Clock.Last()
 			names := make([]string, 0, len(evs))
 			for _, e := range evs {
-				names = append(names, e.Latest().Name)
+				latest := e.Latest()
+				names = append(names, latest.Name)
+				if typeURL == transforms.TypeListener {
+					// The short names resolving to it (in any namespace: a stream of another
+					// namespace holding the same short name is looked at again for nothing).
+					names = append(names, transforms.ListenerAliases(&latest)...)
+				}
 			}
 			f(collections.Change{TypeURL: typeURL, Names: names, At: at})
 		}, false)
@@ -234,9 +254,10 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 	}, false)
 }
 
-// emptyCLAs caches the ClusterLoadAssignments made per request for names a client may choose:
-// the empty ones of names no proxy may have, and the unknown-subset CLAs named for the cluster
-// asked for (by source CLA and name). Each cache is bounded and emptied when full; a relabelled
+// emptyCLAs caches the resources made per request for names a client may choose: the empty
+// ClusterLoadAssignments of names no proxy may have, the unknown-subset CLAs named for the
+// cluster asked for, and the listeners of Kubernetes services under their short names (by source
+// resource and name). Each cache is bounded and emptied when full; a relabelled
 // entry of an outdated source is never hit again and goes with the next reset.
 type emptyCLAs struct {
 	mu sync.Mutex
@@ -258,8 +279,9 @@ const (
 	maxRelabelledCLABytes = 64 << 20
 )
 
-// relabelled is src with cluster_name set to name.
-func (e *emptyCLAs) relabelled(src *collections.Resource, name string) *collections.Resource {
+// relabelled is src under another name (relabel makes it: an unknown subset's CLA with its
+// cluster_name set to name, a listener under an alias); nil if relabel cannot.
+func (e *emptyCLAs) relabelled(src *collections.Resource, name string, relabel func(*collections.Resource, string) *collections.Resource) *collections.Resource {
 	k := relabelKey{src, name}
 	e.rmu.Lock()
 	r, ok := e.r[k]
@@ -267,7 +289,9 @@ func (e *emptyCLAs) relabelled(src *collections.Resource, name string) *collecti
 	if ok {
 		return r
 	}
-	r = transforms.RelabelCLA(src, name)
+	if r = relabel(src, name); r == nil {
+		return nil
+	}
 	e.rmu.Lock()
 	defer e.rmu.Unlock()
 	if o, ok := e.r[k]; ok {

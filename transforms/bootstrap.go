@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -52,35 +53,86 @@ func EDSCluster(name string) *cluster.Cluster {
 	}
 }
 
-// ShortListenerKey is the key of the "<name>:<port>" listener alias, which only proxies in the
-// service's namespace resolve.
-func ShortListenerKey(namespace, name string) string { return namespace + "/" + name }
-
 // Listeners builds the LDS resources of a service for proxyless gRPC clients: an api_listener per
-// cluster port, under the names a client may dial (<fqdn>:<port>, <name>.<ns>:<port>, and
-// <name>:<port> for clients in the same namespace), each routing through RDS to the port's
-// cluster.
+// cluster port, named <fqdn>:<port>, routing through RDS to the port's cluster. The names a
+// client may also dial a Kubernetes service by (<name>.<ns>:<port>, and <name>:<port> from the
+// service's namespace) are resolved to it per request (ListenerAliasTarget, ListenerAlias), so
+// the collection holds one listener per port.
 func Listeners() Many[*collections.ServiceInfo, collections.ResourceSet] {
 	return Many[*collections.ServiceInfo, collections.ResourceSet]{Fn: func(_ krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
 		var out []collections.ResourceSet
 		for _, p := range ClusterPorts(svc) {
-			port := ":" + strconv.Itoa(int(p.Port))
-			routeName := ClusterName(p.Port, "", svc.Hostname)
-			for _, alias := range []struct{ key, name string }{
-				{svc.Hostname + port, svc.Hostname + port},
-				{svc.Name + "." + svc.Namespace + port, svc.Name + "." + svc.Namespace + port},
-				{ShortListenerKey(svc.Namespace, svc.Name+port), svc.Name + port},
-			} {
-				l, err := APIListener(alias.name, routeName)
-				if err != nil {
-					out = append(out, failedResource(svc, alias.key, alias.name, TypeListener, err))
-					continue
-				}
-				out = appendResource(out, svc, alias.key, alias.name, TypeListener, l)
+			name := svc.Hostname + ":" + strconv.Itoa(int(p.Port))
+			l, err := APIListener(name, ClusterName(p.Port, "", svc.Hostname))
+			if err != nil {
+				out = append(out, failedResource(svc, name, name, TypeListener, err))
+				continue
 			}
+			out = appendResource(out, svc, name, name, TypeListener, l)
 		}
 		return out
 	}}
+}
+
+// ListenerAliasTarget is, for a listener name a client in namespace may dial a Kubernetes
+// service by, the name of the service's listener and the service's key: "<name>.<ns>:<port>"
+// and "<name>:<port>" (the client's namespace) stand for "<name>.<ns>.svc.<domain>:<port>". ok
+// is false for any other name.
+func ListenerAliasTarget(alias, namespace, domain string) (target, service string, ok bool) {
+	i := strings.LastIndexByte(alias, ':')
+	if i <= 0 {
+		return "", "", false
+	}
+	host, port := alias[:i], alias[i+1:]
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || strconv.Itoa(p) != port {
+		return "", "", false
+	}
+	name, ns, qualified := strings.Cut(host, ".")
+	switch {
+	case !qualified:
+		ns = namespace
+	case strings.Contains(ns, "."):
+		return "", "", false
+	}
+	if name == "" || ns == "" {
+		return "", "", false
+	}
+	return ServiceHostname(name, ns, domain) + ":" + port, ns + "/" + name, true
+}
+
+// ListenerAliases are the alias names of a Kubernetes service port's listener set (none for a
+// ServiceEntry host's): the names whose resolution changes with it.
+func ListenerAliases(set *collections.ResourceSet) []string {
+	ns, name, kube := strings.Cut(set.Service, "/")
+	i := strings.LastIndexByte(set.Name, ':')
+	if !kube || i <= 0 {
+		return nil
+	}
+	port := set.Name[i:]
+	return []string{name + "." + ns + port, name + port}
+}
+
+// ListenerAlias is a service port's listener (r, named "<fqdn>:<port>") under another name a
+// client dialed it by: the same listener, named (and stat-prefixed) alias; nil if r is not such
+// a listener.
+func ListenerAlias(r *collections.Resource, alias string) *collections.Resource {
+	i := strings.LastIndexByte(r.Name, ':')
+	if i <= 0 {
+		return nil
+	}
+	port, err := strconv.Atoi(r.Name[i+1:])
+	if err != nil || port < 1 || port > 65535 {
+		return nil
+	}
+	l, err := APIListener(alias, ClusterName(int32(port), "", r.Name[:i]))
+	if err != nil {
+		return nil
+	}
+	out, err := Marshal(alias, TypeListener, l)
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // APIListener is a gRPC client listener: an HTTP connection manager whose routes come over ADS

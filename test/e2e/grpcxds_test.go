@@ -319,3 +319,15 @@ func TestUnreachableRemoteClusterHoldsNothingBack(t *testing.T) {
 		t.Fatal("an unreachable cluster joined")
 	}
 }
+
+// A gRPC client dials a service by the short names a Kubernetes client would use: <name>.<ns>
+// from anywhere, <name> from the service's namespace. krteds serves the listener under the name
+// asked for, routing to the service's cluster.
+func TestGRPCClientDialsServiceAliases(t *testing.T) {
+	port := startBackends(t, "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	m := startKrteds(t, 80, manifests(t, port)...)
+	for _, target := range []string{"xds:///echo.default:80", "xds:///echo:80"} {
+		cc := m.dial(target)
+		until(t, cc, target+" reaches all three backends", 30, exactly("127.0.0.2", "127.0.0.3", "127.0.0.4"))
+	}
+}
