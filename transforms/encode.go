@@ -149,7 +149,7 @@ func (e *encoder) workloadEntry(m *collections.EndpointMeta) []byte {
 	if b, ok := e.workload[m]; ok {
 		return b
 	}
-	b := metadataEntry("istio", "workload", m.WorkloadName+";"+m.Namespace+";"+m.CanonicalName+";"+m.CanonicalRevision+";"+m.ClusterID)
+	b := metadataEntry("istio", "workload", m.WorkloadName, m.Namespace, m.CanonicalName, m.CanonicalRevision, m.ClusterID)
 	e.workload[m] = b
 	return b
 }
@@ -172,24 +172,37 @@ func (e *encoder) tlsModeEntry(v string) []byte {
 
 var istioTLSModeEntry = metadataEntry("envoy.transport_socket_match", "tlsMode", collections.TLSModeIstio)
 
-// metadataEntry encodes one filter_metadata map entry {filter: Struct{fields: {key: string value}}}.
-func metadataEntry(filter, key, value string) []byte {
-	var val []byte // google.protobuf.Value{string_value}
-	val = appendStringField(val, fValueString, value)
-	var field []byte // Struct.fields map entry
-	field = appendStringField(field, fMapKey, key)
-	field = protowire.AppendTag(field, fMapValue, protowire.BytesType)
-	field = protowire.AppendBytes(field, val)
-	var st []byte // google.protobuf.Struct
-	st = protowire.AppendTag(st, fStructFields, protowire.BytesType)
-	st = protowire.AppendBytes(st, field)
-	var entry []byte // filter_metadata map entry
-	entry = appendStringField(entry, fMapKey, filter)
-	entry = protowire.AppendTag(entry, fMapValue, protowire.BytesType)
-	entry = protowire.AppendBytes(entry, st)
-	var out []byte
+// metadataEntry encodes one filter_metadata map entry {filter: Struct{fields: {key: string
+// value}}}, the value being the parts joined by ";", in one allocation of its exact size.
+func metadataEntry(filter, key string, parts ...string) []byte {
+	valueLen := len(parts) - 1
+	for _, p := range parts {
+		valueLen += len(p)
+	}
+	val := protowire.SizeTag(fValueString) + protowire.SizeBytes(valueLen)                                                        // google.protobuf.Value
+	field := protowire.SizeTag(fMapKey) + protowire.SizeBytes(len(key)) + protowire.SizeTag(fMapValue) + protowire.SizeBytes(val) // Struct.fields entry
+	st := protowire.SizeTag(fStructFields) + protowire.SizeBytes(field)                                                           // google.protobuf.Struct
+	entry := protowire.SizeTag(fMapKey) + protowire.SizeBytes(len(filter)) + protowire.SizeTag(fMapValue) + protowire.SizeBytes(st)
+	out := make([]byte, 0, protowire.SizeTag(fMetaFilter)+protowire.SizeBytes(entry))
 	out = protowire.AppendTag(out, fMetaFilter, protowire.BytesType)
-	return protowire.AppendBytes(out, entry)
+	out = protowire.AppendVarint(out, uint64(entry))
+	out = appendStringField(out, fMapKey, filter)
+	out = protowire.AppendTag(out, fMapValue, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(st))
+	out = protowire.AppendTag(out, fStructFields, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(field))
+	out = appendStringField(out, fMapKey, key)
+	out = protowire.AppendTag(out, fMapValue, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(val))
+	out = protowire.AppendTag(out, fValueString, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(valueLen))
+	for i, p := range parts {
+		if i > 0 {
+			out = append(out, ';')
+		}
+		out = append(out, p...)
+	}
+	return out
 }
 
 func appendStringField(b []byte, num protowire.Number, s string) []byte {
