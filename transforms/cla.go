@@ -247,44 +247,27 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 	policy LBPolicy, class collections.ProxyClass,
 ) CLAPlan {
 	plan := CLAPlan{ClusterName: clusterName}
-	groups := map[collections.Locality]*CLAGroup{}
-	for _, e := range eps {
-		if Exclude(svc, port, policy, class, e) != Kept {
-			continue
-		}
-		g := groups[e.Meta.Locality]
-		if g == nil {
-			g = &CLAGroup{Locality: e.Meta.Locality}
-			groups[e.Meta.Locality] = g
-		}
-		g.Endpoints = append(g.Endpoints, e)
-	}
+	groups := groupByLocality(eps, func(e *collections.Endpoint) bool { return Exclude(svc, port, policy, class, *e) == Kept })
 	if policy.Networks != nil {
 		// Split horizon, per locality, before priorities (istiod's EndpointsByNetworkFilter).
-		for l, g := range groups {
-			if g.Endpoints = filterByNetwork(g.Endpoints, policy.Networks, class.Network, port); len(g.Endpoints) == 0 {
-				delete(groups, l)
+		kept := groups[:0]
+		for _, g := range groups {
+			if g.Endpoints = filterByNetwork(g.Endpoints, policy.Networks, class.Network, port); len(g.Endpoints) > 0 {
+				kept = append(kept, g)
 			}
 		}
+		groups = kept
 	}
 	if len(groups) == 0 {
 		return plan
 	}
-	locs := make([]collections.Locality, 0, len(groups))
-	for l := range groups {
-		locs = append(locs, l)
-	}
-	slices.SortFunc(locs, func(a, b collections.Locality) int { return strings.Compare(a.String(), b.String()) })
 	failover := policy.Failover && len(policy.FailoverPriority) > 0
 	if !failover {
-		for _, l := range locs {
-			plan.Groups = append(plan.Groups, *groups[l])
-		}
+		plan.Groups = groups
 		return plan
 	}
 	proxyLabels := ClassLabels(class)
-	for _, l := range locs {
-		g := groups[l]
+	for _, g := range groups {
 		byPriority := map[int][]collections.Endpoint{}
 		for _, e := range g.Endpoints {
 			p := FailoverPriority(proxyLabels, e.Meta.LabelValue, policy.FailoverPriority)
@@ -296,11 +279,89 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 		}
 		slices.Sort(prios)
 		for _, p := range prios {
-			plan.Groups = append(plan.Groups, CLAGroup{Locality: l, Priority: uint32(p), Endpoints: byPriority[p]})
+			plan.Groups = append(plan.Groups, CLAGroup{Locality: g.Locality, Priority: uint32(p), Endpoints: byPriority[p]})
 		}
 	}
 	renumberPriorities(len(plan.Groups), func(i int) *uint32 { return &plan.Groups[i].Priority })
 	return plan
+}
+
+// groupByLocality groups the endpoints keep accepts by locality, in locality order (by its
+// region/zone/subzone string), each group's endpoints in their order in eps. The groups share one
+// array of endpoints, filled in two passes.
+func groupByLocality(eps []collections.Endpoint, keep func(*collections.Endpoint) bool) []CLAGroup {
+	var (
+		groups []CLAGroup
+		counts []int
+		byLoc  map[collections.Locality]int
+	)
+	of := make([]int32, len(eps)) // each endpoint's group, -1 when left out
+	n := 0
+	for i := range eps {
+		e := &eps[i]
+		if !keep(e) {
+			of[i] = -1
+			continue
+		}
+		g := -1
+		if byLoc != nil {
+			if j, ok := byLoc[e.Meta.Locality]; ok {
+				g = j
+			}
+		} else {
+			for j := range groups {
+				if groups[j].Locality == e.Meta.Locality {
+					g = j
+					break
+				}
+			}
+		}
+		if g < 0 {
+			g = len(groups)
+			groups = append(groups, CLAGroup{Locality: e.Meta.Locality})
+			counts = append(counts, 0)
+			if byLoc != nil {
+				byLoc[e.Meta.Locality] = g
+			} else if len(groups) > 8 {
+				// Many localities: a map instead of the scan.
+				byLoc = make(map[collections.Locality]int, 2*len(groups))
+				for j := range groups {
+					byLoc[groups[j].Locality] = j
+				}
+			}
+		}
+		of[i] = int32(g)
+		counts[g]++
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	all := make([]collections.Endpoint, n)
+	start := 0
+	for j := range groups {
+		groups[j].Endpoints = all[start : start : start+counts[j]]
+		start += counts[j]
+	}
+	for i := range eps {
+		if g := of[i]; g >= 0 {
+			groups[g].Endpoints = append(groups[g].Endpoints, eps[i])
+		}
+	}
+	keys := make([]string, len(groups))
+	for j := range groups {
+		keys[j] = groups[j].Locality.String()
+	}
+	order := make([]int, len(groups))
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	sorted := make([]CLAGroup, len(groups))
+	for j, k := range order {
+		sorted[j] = groups[k]
+	}
+	return sorted
 }
 
 // Proto renders the plan as a ClusterLoadAssignment message: endpoint weight (1 unless a
