@@ -159,7 +159,12 @@ func CompareEndpoints(a, b Endpoint) int {
 // MergeEndpoints de-duplicates endpoints by (address, port name), keeping the better copy, and
 // returns them in CompareEndpoints order. The input is not modified.
 func MergeEndpoints(in []Endpoint) []Endpoint {
-	out := slices.Clone(in)
+	return MergeEndpointsInPlace(slices.Clone(in))
+}
+
+// MergeEndpointsInPlace is MergeEndpoints over a slice the caller owns: it is sorted in place and
+// the result is a prefix of it.
+func MergeEndpointsInPlace(out []Endpoint) []Endpoint {
 	slices.SortFunc(out, func(a, b Endpoint) int {
 		if c := CompareEndpoints(a, b); c != 0 && !(a.Address == b.Address && a.PortName == b.PortName) {
 			return c

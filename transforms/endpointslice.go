@@ -228,11 +228,16 @@ func SliceService(s collections.SliceEndpoints) []string { return []string{s.Ser
 // stable order.
 func ClusterShard(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[*collections.ServiceInfo, collections.ServiceEndpoints] {
 	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
-		var all []collections.Endpoint
-		for _, s := range bySvc.Fetch(ctx, svc.ResourceName()) {
+		ofService := bySvc.Fetch(ctx, svc.ResourceName())
+		n := 0
+		for _, s := range ofService {
+			n += len(s.Endpoints)
+		}
+		all := make([]collections.Endpoint, 0, n)
+		for _, s := range ofService {
 			all = append(all, s.Endpoints...)
 		}
 		return &collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,
-			ClusterID: cfg.ClusterID, Endpoints: collections.MergeEndpoints(all)}
+			ClusterID: cfg.ClusterID, Endpoints: collections.MergeEndpointsInPlace(all)}
 	}}
 }

@@ -382,7 +382,7 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 			Name:      svc.Name,
 			Registry:  svc.Registry,
 			ClusterID: cfg.ClusterID,
-			Endpoints: collections.MergeEndpoints(all),
+			Endpoints: collections.MergeEndpointsInPlace(all), // all is this call's own
 		}
 		if in.RemoteShards != nil && svc.Registry == collections.RegistryKubernetes {
 			if r := krt.FetchOne(ctx, in.RemoteShards, krt.FilterKey(svc.ResourceName())); r != nil && len(r.Endpoints) > 0 {
