@@ -14,9 +14,6 @@ import (
 func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(100000),
-		// A connection's write buffer is taken from a pool for each flush and returned after,
-		// instead of being held (32 KB) by every idle proxy.
-		grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:    30 * time.Second,
 			Timeout: 10 * time.Second,
