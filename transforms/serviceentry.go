@@ -122,7 +122,7 @@ func ConvertWorkloadEntry(cfg collections.Config, name, namespace, workloadName 
 	}
 	identity := ""
 	if spec.ServiceAccount != "" {
-		identity = collections.Intern(SpiffeIdentity(cfg.TrustDomain, namespace, spec.ServiceAccount))
+		identity = internedIdentity(cfg.TrustDomain, namespace, spec.ServiceAccount)
 	}
 	out.Meta = &collections.EndpointMeta{
 		PodLabels:         collections.InternLabels(labels),

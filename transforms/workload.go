@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/spiffe"
@@ -202,7 +203,7 @@ func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel st
 	}
 	m := &collections.EndpointMeta{
 		PodLabels:         pod.Labels,
-		ServiceAccount:    collections.Intern(SpiffeIdentity(cfg.TrustDomain, pod.Namespace, pod.ServiceAccount)),
+		ServiceAccount:    internedIdentity(cfg.TrustDomain, pod.Namespace, pod.ServiceAccount),
 		TLSMode:           tlsMode,
 		Namespace:         pod.Namespace,
 		WorkloadName:      workloadName,
@@ -240,6 +241,34 @@ func SpiffeIdentity(trustDomain, namespace, serviceAccount string) string {
 		serviceAccount = "default"
 	}
 	return spiffe.MustGenSpiffeURIForTrustDomain(trustDomain, namespace, serviceAccount)
+}
+
+// identities remembers the interned identities made: every recompute of a slice derives the
+// identity of each of its pods, and a mesh has few distinct ones. Bounded: emptied when full.
+var identities struct {
+	sync.Mutex
+	m map[[3]string]string
+}
+
+const maxIdentities = 1 << 16
+
+// internedIdentity is collections.Intern(SpiffeIdentity(...)), remembered.
+func internedIdentity(trustDomain, namespace, serviceAccount string) string {
+	k := [3]string{trustDomain, namespace, serviceAccount}
+	identities.Lock()
+	id, ok := identities.m[k]
+	identities.Unlock()
+	if ok {
+		return id
+	}
+	id = collections.Intern(SpiffeIdentity(trustDomain, namespace, serviceAccount))
+	identities.Lock()
+	if identities.m == nil || len(identities.m) >= maxIdentities {
+		identities.m = make(map[[3]string]string)
+	}
+	identities.m[k] = id
+	identities.Unlock()
+	return id
 }
 
 // AugmentLabels copies the pod labels and adds the topology labels, as istiod: region, zone and
