@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"go.uber.org/zap"
+
 	"github.com/krteds/krteds/collections"
 )
 
@@ -23,14 +25,27 @@ type heldCollection struct {
 // delta streams only.
 const typeLbEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint"
 
-// formFor is the resource a stream is sent for r: the LEDS form of a ClusterLoadAssignment that
-// has one, to an Envoy on a delta stream (glob collections exist only in delta xDS, and gRPC
-// clients do not read LEDS); r otherwise.
-func formFor(c *conn, t typ, r *collections.Resource) *collections.Resource {
-	if t == tEndpoint && r != nil && r.LEDS != nil && c.delta && c.view != nil && !c.view.GRPC {
-		return r.LEDS.CLA
+// formFor is the resource a stream is sent for r, and whether it is a LEDS form: the LEDS form
+// of a ClusterLoadAssignment that has one, to an Envoy on a delta stream (glob collections exist
+// only in delta xDS, and gRPC clients do not read LEDS) that has not rejected one; r otherwise.
+func formFor(c *conn, t typ, r *collections.Resource) (*collections.Resource, bool) {
+	if t == tEndpoint && r != nil && r.LEDS != nil && c.delta && !c.noLEDS && c.view != nil && !c.view.GRPC {
+		return r.LEDS.CLA, true
 	}
-	return r
+	return r, false
+}
+
+// rejectedLEDS handles a rejected response of endpoints (c.mu held): if it held a LEDS form, the
+// client may not read LEDS (an Envoy without it), so the stream sends whole CLAs from then on,
+// starting with every CLA it holds.
+func (s *Server) rejectedLEDS(c *conn, st *typeState) {
+	if !c.ledsSent || c.noLEDS {
+		return
+	}
+	c.noLEDS = true
+	st.dirtyAll = true
+	s.log.Info("xDS client rejected a CLA of LEDS collections; sending it whole CLAs", zap.String("conn", c.id),
+		zap.String("node", clip(c.proxyID())))
 }
 
 // nextCollections decides the response of LEDS resources (c.mu held). Each collection the stream

@@ -42,6 +42,9 @@ type conn struct {
 	// unknown are type URLs of requests for types krteds does not serve, each answered once
 	// with an empty response (bounded; no other state is kept for them).
 	unknown []debugRequest
+	// ledsSent: the last response of endpoints held a LEDS form; noLEDS: the client rejected one,
+	// and is sent whole CLAs.
+	ledsSent, noLEDS bool
 	// debugSent counts the answers to debug types sent on the stream; their nonces are
 	// debugNonce(n), so that an ACK of one is told from a new request.
 	debugSent atomic.Uint64
@@ -162,9 +165,11 @@ func (s *Server) next(c *conn, t typ) *response {
 		removed []nameID
 		pending map[nameID]struct{}
 	)
+	var leds bool // a CLA of the response is a LEDS form
 	look := func(id nameID) {
 		r, wait := s.src.Resolve(c.view, t.url(), s.names.name(id))
-		r = formFor(c, t, r)
+		r, isLEDS := formFor(c, t, r)
+		leds = leds || isLEDS
 		held, _ := st.subs.get(id)
 		switch {
 		case wait:
@@ -244,6 +249,9 @@ func (s *Server) next(c *conn, t typ) *response {
 		for _, id := range changed {
 			items = append(items, item{id: id, res: current[id]})
 		}
+	}
+	if t == tEndpoint {
+		c.ledsSent = leds
 	}
 	return s.finish(c, t, st, items, removed)
 }

@@ -278,6 +278,9 @@ func (s *Server) handle(c *conn, req request) error {
 		st.inflight = false
 		if e := req.errorDetail(); e != nil {
 			s.nack(c, t, st, e)
+			if t == tEndpoint {
+				s.rejectedLEDS(c, st)
+			}
 		} else {
 			st.st.AckedNonce, st.st.AckedVersion, st.st.LastError = st.st.SentNonce, st.st.SentVersion, ""
 		}

@@ -365,3 +365,56 @@ func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
 		t.Fatalf("a state-of-the-world LEDS request got %d resources", len(resp.Resources))
 	}
 }
+
+// An Envoy that rejects a CLA of LEDS collections (one built without LEDS) is sent the whole
+// CLA instead, and whole CLAs from then on.
+func TestLEDSRejectedFallsBackToWholeCLAs(t *testing.T) {
+	stop := test.NewStop(t)
+	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
+	in := sources.NewStatic(opts, nil, mesh()...)
+	cfg := collections.DefaultConfig()
+	cfg.LEDSThreshold = 2
+	r := startRig(t, stop, graphs.Build(cfg, in.Inputs(), opts), in)
+	s, err := adsclient.OpenDelta(context.Background(), r.cc, sidecar("10.9.0.7", "ns1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cla := func() *endpoint.ClusterLoadAssignment {
+		t.Helper()
+		resp, err := s.Recv(wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c endpoint.ClusterLoadAssignment
+		if resp.TypeUrl != adsclient.TypeCLA || len(resp.Resources) != 1 || resp.Resources[0].Resource.UnmarshalTo(&c) != nil {
+			t.Fatalf("expected one CLA, got %s with %d resources", resp.TypeUrl, len(resp.Resources))
+		}
+		if len(c.Endpoints) > 0 && c.Endpoints[0].GetLedsClusterLocalityConfig() != nil {
+			if err := s.Nack(resp, "LEDS is not supported"); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := s.Ack(resp); err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	if err := s.Subscribe(adsclient.TypeCLA, []string{fooCluster}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if first := cla(); first.Endpoints[0].GetLedsClusterLocalityConfig() == nil {
+		t.Fatal("the first CLA is not a LEDS form")
+	}
+	want := []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p0 r1/z2", "10.0.0.3:8080 HEALTHY p0 r2/z3"}
+	if got := endpointsOf(cla()); !slices.Equal(got, want) {
+		t.Fatalf("after the rejection: %v, want the whole CLA %v", got, want)
+	}
+	if st := r.srv.Status(); st[0].Types[adsclient.TypeCLA].NACKs != 1 {
+		t.Fatalf("the rejection is not recorded: %+v", st[0].Types[adsclient.TypeCLA])
+	}
+	// Later changes come as whole CLAs too.
+	in.Apply(fooSlice(fixtures.Ready, fixtures.NotReady, fixtures.Ready), false)
+	if got := endpointsOf(cla()); !slices.Contains(got, "10.0.0.2:8080 UNHEALTHY p0 r1/z2") || len(got) != 3 {
+		t.Fatalf("after a change: %v", got)
+	}
+}
