@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"maps"
 	"testing"
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -61,7 +62,7 @@ func TestListenerAliasesFollowTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	fooRoute := "outbound|80||foo.ns1.svc.cluster.local"
-	if got := listenersOf(t, same, sameNames); !maps(got, map[string]string{"foo:80": fooRoute}) {
+	if got := listenersOf(t, same, sameNames); !maps.Equal(got, map[string]string{"foo:80": fooRoute}) {
 		t.Fatalf("ns1 client before bar exists: %v", got)
 	}
 	if got := listenersOf(t, other, otherNames); len(got) != 0 {
@@ -70,22 +71,10 @@ func TestListenerAliasesFollowTheService(t *testing.T) {
 
 	r.in.Apply(fixtures.Service("ns1", "bar", fixtures.HTTP...), false)
 	barRoute := "outbound|80||bar.ns1.svc.cluster.local"
-	if got := listenersOf(t, same, sameNames); !maps(got, map[string]string{"foo:80": fooRoute, "bar:80": barRoute}) {
+	if got := listenersOf(t, same, sameNames); !maps.Equal(got, map[string]string{"foo:80": fooRoute, "bar:80": barRoute}) {
 		t.Fatalf("ns1 client once bar exists: %v", got)
 	}
-	if got := listenersOf(t, other, otherNames); !maps(got, map[string]string{"bar.ns1:80": barRoute}) {
+	if got := listenersOf(t, other, otherNames); !maps.Equal(got, map[string]string{"bar.ns1:80": barRoute}) {
 		t.Fatalf("ns2 client once bar exists: %v", got)
 	}
-}
-
-func maps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }

@@ -1,7 +1,6 @@
 package serving
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,13 +9,9 @@ import (
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
-	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/transforms"
@@ -36,13 +31,17 @@ type ledsClient struct {
 	resources, removed int
 }
 
+// ledsRig serves objs with a LEDS threshold of 2 endpoints.
+func ledsRig(t *testing.T, objs ...any) *rig {
+	t.Helper()
+	cfg := collections.DefaultConfig()
+	cfg.LEDSThreshold = 2
+	return newRigWith(t, cfg, objs...)
+}
+
 func openLEDS(t *testing.T, r *rig, cluster string) *ledsClient {
 	t.Helper()
-	s, err := adsclient.OpenDelta(context.Background(), r.cc, sidecar("10.9.0.7", "ns1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
+	s := r.openDelta(sidecar("10.9.0.7", "ns1"))
 	if err := s.Subscribe(adsclient.TypeCLA, []string{cluster}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +200,8 @@ func (c *ledsClient) noneDue() {
 // resource on the wire and no CLA; endpoints added and removed are resources added and removed;
 // a gRPC client is sent the plain CLA.
 func TestLEDSOverDeltaADS(t *testing.T) {
-	stop := test.NewStop(t)
-	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := sources.NewStatic(opts, nil, mesh()...)
-	cfg := collections.DefaultConfig()
-	cfg.LEDSThreshold = 2
-	r := startRig(t, stop, graphs.Build(cfg, in.Inputs(), opts), in)
+	r := ledsRig(t, mesh()...)
+	in := r.in
 
 	plain := r.open(sidecar("10.9.0.1", "ns1"))
 	if err := plain.Request(adsclient.TypeCLA, fooCluster); err != nil {
@@ -285,11 +280,7 @@ func TestLEDSOverDeltaADS(t *testing.T) {
 	// A gRPC client on delta ADS is sent the plain CLA.
 	grpcNode := sidecar("10.9.0.8", "ns1")
 	grpcNode.Generator = collections.GeneratorGRPC
-	g, err := adsclient.OpenDelta(context.Background(), r.cc, grpcNode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := r.openDelta(grpcNode)
 	if err := g.Subscribe(adsclient.TypeCLA, []string{fooCluster}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -312,8 +303,6 @@ func TestLEDSOverDeltaADS(t *testing.T) {
 // see: such a subscription lists nothing. A state-of-the-world stream asking for LEDS is
 // answered as for a type krteds does not serve.
 func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
-	stop := test.NewStop(t)
-	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
 	objs := mesh()
 	for i, o := range objs {
 		if svc, ok := o.(*corev1.Service); ok {
@@ -322,21 +311,14 @@ func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
 			objs[i] = svc
 		}
 	}
-	in := sources.NewStatic(opts, nil, objs...)
-	cfg := collections.DefaultConfig()
-	cfg.LEDSThreshold = 2
-	r := startRig(t, stop, graphs.Build(cfg, in.Inputs(), opts), in)
+	r := ledsRig(t, objs...)
 	leds := openLEDS(t, r, fooCluster)
 	leds.until([]string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p0 r1/z2", "10.0.0.3:8080 HEALTHY p0 r2/z3"})
 	glob := leds.cla.Endpoints[0].GetLedsClusterLocalityConfig().GetLedsCollectionName()
 
 	// A proxy of ns2 subscribing to foo's collection directly (and to a name that is not a
 	// collection) is sent nothing.
-	other, err := adsclient.OpenDelta(context.Background(), r.cc, sidecar("10.9.1.1", "ns2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := r.openDelta(sidecar("10.9.1.1", "ns2"))
 	if err := other.Subscribe(transforms.TypeLbEndpoint, []string{glob, transforms.TypeLbEndpoint}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -369,17 +351,9 @@ func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
 // An Envoy that rejects a CLA of LEDS collections (one built without LEDS) is sent the whole
 // CLA instead, and whole CLAs from then on.
 func TestLEDSRejectedFallsBackToWholeCLAs(t *testing.T) {
-	stop := test.NewStop(t)
-	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := sources.NewStatic(opts, nil, mesh()...)
-	cfg := collections.DefaultConfig()
-	cfg.LEDSThreshold = 2
-	r := startRig(t, stop, graphs.Build(cfg, in.Inputs(), opts), in)
-	s, err := adsclient.OpenDelta(context.Background(), r.cc, sidecar("10.9.0.7", "ns1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	r := ledsRig(t, mesh()...)
+	in := r.in
+	s := r.openDelta(sidecar("10.9.0.7", "ns1"))
 	cla := func() *endpoint.ClusterLoadAssignment {
 		t.Helper()
 		resp, err := s.Recv(wait)

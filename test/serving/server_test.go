@@ -43,11 +43,16 @@ type rig struct {
 
 func newRig(t *testing.T, objs ...any) *rig {
 	t.Helper()
+	return newRigWith(t, collections.DefaultConfig(), objs...)
+}
+
+// newRigWith serves objs through a graph built with cfg.
+func newRigWith(t *testing.T, cfg collections.Config, objs ...any) *rig {
+	t.Helper()
 	stop := test.NewStop(t)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
 	in := sources.NewStatic(opts, nil, objs...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
-	return startRig(t, stop, g, in)
+	return startRig(t, stop, graphs.Build(cfg, in.Inputs(), opts), in)
 }
 
 func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static) *rig {
@@ -84,6 +89,17 @@ func sidecar(ip, ns string) adsclient.Node {
 func (r *rig) open(n adsclient.Node) *adsclient.Stream {
 	r.t.Helper()
 	s, err := adsclient.Open(context.Background(), r.cc, n)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(s.Close)
+	return s
+}
+
+// openDelta opens a delta ADS stream as n, closed with the test.
+func (r *rig) openDelta(n adsclient.Node) *adsclient.DeltaStream {
+	r.t.Helper()
+	s, err := adsclient.OpenDelta(context.Background(), r.cc, n)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -426,11 +442,7 @@ func TestNoResponseBeforeSync(t *testing.T) {
 
 func TestDeltaSubscribeAckNackUnsubscribe(t *testing.T) {
 	r := newRig(t, mesh()...)
-	s, err := adsclient.OpenDelta(context.Background(), r.cc, sidecar("10.9.0.1", "ns1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := r.openDelta(sidecar("10.9.0.1", "ns1"))
 	recvD := func() *discovery.DeltaDiscoveryResponse {
 		t.Helper()
 		resp, err := s.Recv(wait)
