@@ -86,7 +86,7 @@ func TestSubSetIsAMap(t *testing.T) {
 			t.Fatalf("round %d: the table holds %d versions, the set %d", round, vt.size(), len(refs))
 		}
 		for v, n := range refs {
-			if e := vt.entries[vt.ids[v]]; e.version != v || e.refs != n {
+			if e := vt.entries[vt.ids[v]]; e.key != v || e.refs != int32(n) {
 				t.Fatalf("round %d: version %x has %d references, the set holds it %d times", round, v, e.refs, n)
 			}
 		}
