@@ -72,6 +72,7 @@ func (s *Server) nextCollections(c *conn, st *typeState) *response {
 			}
 		}
 	}
+	times := st.dirty
 	st.dirty, st.dirtyAll = nil, false
 	resp := &response{t: tLbEndpoint}
 	for _, glob := range globs {
@@ -81,7 +82,7 @@ func (s *Server) nextCollections(c *conn, st *typeState) *response {
 			continue
 		}
 		diffCollection(held, col, func(m *collections.Resource, update bool) {
-			resp.items = append(resp.items, item{id: glob, res: m, update: update})
+			resp.items = append(resp.items, item{id: glob, res: m, update: update, at: times[glob]})
 		}, func(name string) {
 			resp.removed = append(resp.removed, name)
 		})

@@ -4,11 +4,11 @@ package xds
 // table holds each distinct subscribed name once, for as long as some stream subscribes to it.
 type nameID uint32
 
-// nameTimes are, per type, the input change behind a name's latest resource version (unix ns),
-// and the same once every stream holding the name has been marked.
+// nameTimes are, per type, the input change behind a name's latest change once every stream
+// holding the name has been marked (unix ns). The time of a change a stream has yet to send
+// travels with the stream's mark instead (typeState.dirty).
 type nameTimes struct {
-	changedAt [numTypes]int64
-	toldAt    [numTypes]int64
+	toldAt [numTypes]int64
 }
 
 type nameTable struct {
@@ -20,18 +20,6 @@ func newNameTable() *nameTable {
 }
 
 func (t *nameTable) name(id nameID) string { return t.key(id) }
-
-func (t *nameTable) setChanged(id nameID, ty typ, at int64) {
-	t.mu.Lock()
-	t.entries[id].data.changedAt[ty] = at
-	t.mu.Unlock()
-}
-
-func (t *nameTable) changed(id nameID, ty typ) int64 {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.entries[id].data.changedAt[ty]
-}
 
 func (t *nameTable) setTold(id nameID, ty typ, at int64) {
 	t.mu.Lock()

@@ -135,7 +135,6 @@ func (s *Server) onChange(ch collections.Change) {
 		id, known := s.names.lookup(n)
 		if known {
 			ids = append(ids, id)
-			s.names.setChanged(id, t, at)
 			s.subscribersLocked(t, id).each(func(slot uint32) {
 				c := s.slots[slot]
 				touched[c] = append(touched[c], id)
@@ -145,7 +144,6 @@ func (s *Server) onChange(ch collections.Change) {
 		for _, fid := range s.followers[t][n] {
 			if !slices.Contains(ids, fid) {
 				ids = append(ids, fid)
-				s.names.setChanged(fid, t, at)
 			}
 			s.subscribersLocked(t, fid).each(func(slot uint32) {
 				c := s.slots[slot]
@@ -165,7 +163,7 @@ func (s *Server) onChange(ch collections.Change) {
 	}
 	s.mu.RUnlock()
 	for c, ids := range touched {
-		c.markDirty(t, ids)
+		c.markDirty(t, ids, at)
 	}
 	// Recorded once every stream holding the names has been told (LastChange says so).
 	for _, id := range ids {

@@ -62,8 +62,9 @@ type sub struct {
 type typeState struct {
 	wildcard bool
 	subs     subSet
-	// dirty names must be looked at again; dirtyAll: every name.
-	dirty    map[nameID]struct{}
+	// dirty names must be looked at again, each with the input change behind its mark (unix ns,
+	// 0 if none: a new subscription); dirtyAll: every name (dirty then only carries times).
+	dirty    map[nameID]int64
 	dirtyAll bool
 	// inflight: a response was sent and is neither ACKed nor NACKed; changes wait for it.
 	inflight bool
@@ -87,8 +88,9 @@ func (c *conn) kick() {
 	}
 }
 
-// markDirty marks names (nil: all) of a type to be looked at again.
-func (c *conn) markDirty(t typ, ids []nameID) {
+// markDirty marks names (nil: all) of a type to be looked at again, for an input change at at
+// (unix ns).
+func (c *conn) markDirty(t typ, ids []nameID, at int64) {
 	c.mu.Lock()
 	st := c.types[t]
 	if st == nil || c.closed {
@@ -97,13 +99,12 @@ func (c *conn) markDirty(t typ, ids []nameID) {
 	}
 	if ids == nil || t.fullState() {
 		st.dirtyAll = true
-	} else {
-		if st.dirty == nil {
-			st.dirty = make(map[nameID]struct{}, len(ids))
-		}
-		for _, id := range ids {
-			st.dirty[id] = struct{}{}
-		}
+	}
+	if len(ids) > 0 && st.dirty == nil {
+		st.dirty = make(map[nameID]int64, len(ids))
+	}
+	for _, id := range ids {
+		st.dirty[id] = at
 	}
 	c.mu.Unlock()
 	c.kick()
@@ -132,6 +133,8 @@ type item struct {
 	res *collections.Resource
 	// update: the client held an older version (the convergence metric counts these).
 	update bool
+	// at is the input change the stream was marked for (unix ns, 0 if none).
+	at int64
 }
 
 // response is what a type's state decided to send.
@@ -163,8 +166,9 @@ func (s *Server) next(c *conn, t typ) *response {
 		current = map[nameID]*collections.Resource{}
 		changed []nameID
 		removed []nameID
-		pending map[nameID]struct{}
+		pending map[nameID]int64
 	)
+	times := st.dirty
 	var leds bool // a CLA of the response is a LEDS form
 	look := func(id nameID) {
 		r, wait := s.src.Resolve(c.view, t.url(), s.names.name(id))
@@ -174,9 +178,9 @@ func (s *Server) next(c *conn, t typ) *response {
 		switch {
 		case wait:
 			if pending == nil {
-				pending = map[nameID]struct{}{}
+				pending = map[nameID]int64{}
 			}
-			pending[id] = struct{}{}
+			pending[id] = times[id]
 		case r == nil:
 			if held.version != 0 {
 				removed = append(removed, id)
@@ -243,11 +247,11 @@ func (s *Server) next(c *conn, t typ) *response {
 	switch {
 	case !c.delta && (t.fullState() || st.force):
 		for id, r := range current {
-			items = append(items, item{id: id, res: r})
+			items = append(items, item{id: id, res: r, at: times[id]})
 		}
 	default:
 		for _, id := range changed {
-			items = append(items, item{id: id, res: current[id]})
+			items = append(items, item{id: id, res: current[id], at: times[id]})
 		}
 	}
 	if t == tEndpoint {
@@ -280,6 +284,7 @@ func (s *Server) finish(c *conn, t typ, st *typeState, items []item, removed []n
 			s.drop(c, t, st, id)
 		}
 	}
+	st.subs.compact()
 	return s.seal(c, t, st, resp)
 }
 

@@ -197,8 +197,8 @@ func (s *Server) pushed(r *response, at time.Time) {
 	for _, it := range r.items {
 		bytes += len(it.res.Body)
 		if it.update {
-			if ch := s.names.changed(it.id, r.t); ch != 0 {
-				s.metrics.converged(r.t, at.Sub(time.Unix(0, ch)).Seconds())
+			if it.at != 0 {
+				s.metrics.converged(r.t, at.Sub(time.Unix(0, it.at)).Seconds())
 			}
 		}
 	}
@@ -285,6 +285,7 @@ func (s *Server) handle(c *conn, req request) error {
 			st.st.AckedNonce, st.st.AckedVersion, st.st.LastError = st.st.SentNonce, st.st.SentVersion, ""
 		}
 	}
+	defer st.subs.compact()
 	if req.sotw != nil {
 		if err := s.subscribeSotw(c, t, st, first, req.sotw.GetResourceNames()); err != nil {
 			return err
@@ -442,9 +443,11 @@ func (s *Server) add(c *conn, t typ, st *typeState, name string) nameID {
 		st.subs.set(id, sub{explicit: true})
 	}
 	if st.dirty == nil {
-		st.dirty = map[nameID]struct{}{}
+		st.dirty = map[nameID]int64{}
 	}
-	st.dirty[id] = struct{}{}
+	if _, marked := st.dirty[id]; !marked {
+		st.dirty[id] = 0
+	}
 	return id
 }
 

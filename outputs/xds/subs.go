@@ -37,6 +37,8 @@ const (
 	subIDMask          = subDead - 1
 	// subTail is the longest unsorted tail: lookups scan it.
 	subTail = 64
+	// subRoom is the least spare room compact leaves.
+	subRoom = 8
 	// subSmallMax is the most names kept in the packed form.
 	subSmallMax = 8192
 )
@@ -187,14 +189,26 @@ func (s *subSet) reset() {
 	*s = subSet{vt: s.vt}
 }
 
-// merge sorts the tail into the prefix and drops the marked entries: the tail is sorted on its
-// own and the two runs merged, O(names).
-func (s *subSet) merge() {
+// compact gives back the room a burst of additions left (a slice grows by a quarter past a few
+// hundred entries): called once a request or a response has been applied, it keeps the spare
+// capacity within a sixteenth of the names (and the allocator's rounding).
+func (s *subSet) compact() {
+	if s.big == nil && cap(s.e)-s.live > s.live/16+subRoom {
+		s.mergeWith(subRoom)
+	}
+}
+
+// merge sorts the tail into the prefix and drops the marked entries, leaving room for a tail.
+func (s *subSet) merge() { s.mergeWith(subTail) }
+
+// mergeWith sorts the tail into the prefix and drops the marked entries, in an array with room for
+// at least room more: the tail is sorted on its own and the two runs merged, O(names).
+func (s *subSet) mergeWith(room int) {
 	byID := func(a, b subEntry) int { return int(a.id()) - int(b.id()) }
 	tail := slices.Clone(s.e[s.sorted:])
 	slices.SortFunc(tail, byID)
 	prefix := s.e[:s.sorted]
-	out := make([]subEntry, 0, s.live+subTail) // room for the next tail
+	out := slices.Grow([]subEntry(nil), s.live+room) // rounded up to the allocator's size class
 	i, j := 0, 0
 	for i < len(prefix) || j < len(tail) {
 		var e subEntry

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -65,6 +66,9 @@ func TestSubSetIsAMap(t *testing.T) {
 				if len(seen) != len(m)+countDeletedDuring(seen, m) {
 					t.Fatalf("round %d: each visited %d, map holds %d", round, len(seen), len(m))
 				}
+			}
+			if op%97 == 0 {
+				s.compact() // as after each request and response
 			}
 			if s.len() != len(m) {
 				t.Fatalf("round %d op %d: len %d, map %d", round, op, s.len(), len(m))
@@ -130,6 +134,28 @@ func TestSubSetManyAdditions(t *testing.T) {
 	for _, i := range []int{0, 1, MaxSubscriptions / 2, MaxSubscriptions - 1} {
 		if v, ok := s.get(nameID(i)); !ok || v.version != uint64(i)+1 {
 			t.Fatalf("%d: %+v %v", i, v, ok)
+		}
+	}
+}
+
+// A burst of subscriptions, one name at a time as a request adds them, leaves the set within a
+// sixteenth of its names (and the allocator's rounding) of spare room once compacted; growth by
+// append alone left up to a quarter.
+func TestSubSetGivesBackRoom(t *testing.T) {
+	for _, n := range []int{1, 10, 100, 700, 1000, 3000, 8000} {
+		s := newSubSet(newVersionTable())
+		for i := 0; i < n; i++ {
+			s.set(nameID(i*7919%n+1), sub{version: uint64(i%5) + 1, explicit: true})
+		}
+		s.compact()
+		exact := cap(slices.Grow([]subEntry(nil), n+subRoom))
+		if spare := cap(s.e) - s.len(); spare > n/16+subRoom && cap(s.e) > exact {
+			t.Errorf("%d names: capacity %d (%d spare; exact with room: %d)", n, cap(s.e), spare, exact)
+		}
+		for i := 0; i < n; i++ {
+			if _, ok := s.get(nameID(i + 1)); !ok {
+				t.Fatalf("%d names: %d lost by compact", n, i+1)
+			}
 		}
 	}
 }
