@@ -121,12 +121,20 @@ func checkEquals[T any](t *testing.T, equals func(a, b T) bool, notCompared map[
 			continue
 		}
 		if f.Anonymous {
-			// An embedded struct: each of its fields.
-			for j := 0; j < f.Type.NumField(); j++ {
+			// An embedded struct (or pointer to one): each of its fields.
+			st := f.Type
+			if st.Kind() == reflect.Pointer {
+				st = st.Elem()
+			}
+			for j := 0; j < st.NumField(); j++ {
 				b := mk()
-				change(reflect.ValueOf(&b).Elem().Field(i).Field(j))
+				fv := reflect.ValueOf(&b).Elem().Field(i)
+				if fv.Kind() == reflect.Pointer {
+					fv = fv.Elem()
+				}
+				change(fv.Field(j))
 				if equals(mk(), b) {
-					t.Errorf("%s.%s.%s is not compared by Equals", typ, f.Name, f.Type.Field(j).Name)
+					t.Errorf("%s.%s.%s is not compared by Equals", typ, f.Name, st.Field(j).Name)
 				}
 			}
 			continue

@@ -63,8 +63,20 @@ func (n NodeLocality) ResourceName() string { return n.Name }
 func (n NodeLocality) Equals(o NodeLocality) bool { return n == o }
 
 // EndpointMeta is what an endpoint inherits from its workload (or, without a Pod, from the
-// registry alone). It is immutable once built and shared by every endpoint of the workload.
+// registry alone). It is immutable once built and shared by every endpoint of the pod. Its two
+// large parts are shared by content (see Shared): the pods of one workload hold one
+// WorkloadMeta, those of one node (or locality) one TopologyMeta. Build it with NewEndpointMeta,
+// which never leaves a part nil.
 type EndpointMeta struct {
+	*WorkloadMeta
+	*TopologyMeta
+	HostName  string `json:"HostName"`
+	SubDomain string `json:"SubDomain"`
+}
+
+// WorkloadMeta is the part of an endpoint's metadata its workload gives: the same for every pod
+// of a ReplicaSet.
+type WorkloadMeta struct {
 	// PodLabels are the pod's own labels, shared with the Pod. Label and AugmentedLabels read
 	// them augmented with the topology labels, as istiod's AugmentLabels writes them.
 	PodLabels Labels `json:"PodLabels"`
@@ -76,6 +88,13 @@ type EndpointMeta struct {
 	WorkloadName      string `json:"WorkloadName"`
 	CanonicalName     string `json:"CanonicalName"`
 	CanonicalRevision string `json:"CanonicalRevision"`
+	// Weight is a WorkloadEntry's (or ServiceEntry endpoint's) weight; 0 means 1.
+	Weight uint32 `json:"Weight,omitempty"`
+}
+
+// TopologyMeta is the part of an endpoint's metadata that says where it runs: the same for every
+// pod of a node.
+type TopologyMeta struct {
 	// LocalityLabel is the locality as istiod stores it (node form "r/z/s" always three segments,
 	// or the pod label as given).
 	LocalityLabel string   `json:"LocalityLabel"`
@@ -83,10 +102,30 @@ type EndpointMeta struct {
 	ClusterID     string   `json:"ClusterID"`
 	Network       string   `json:"Network"`
 	NodeName      string   `json:"NodeName"`
-	HostName      string   `json:"HostName"`
-	SubDomain     string   `json:"SubDomain"`
-	// Weight is a WorkloadEntry's (or ServiceEntry endpoint's) weight; 0 means 1.
-	Weight uint32 `json:"Weight,omitempty"`
+}
+
+var (
+	workloadMetas Shared[WorkloadMeta]
+	topologyMetas Shared[TopologyMeta]
+)
+
+// NewEndpointMeta builds an endpoint's metadata from its parts, sharing each with every other
+// endpoint's equal part.
+func NewEndpointMeta(w WorkloadMeta, t TopologyMeta, hostName, subDomain string) *EndpointMeta {
+	return &EndpointMeta{WorkloadMeta: workloadMetas.Get(w), TopologyMeta: topologyMetas.Get(t),
+		HostName: hostName, SubDomain: subDomain}
+}
+
+// Edit returns a copy of m (nil: empty metadata) changed by f, its parts shared again. f is given private copies of
+// the parts: a shared part must never be written in place, every other endpoint holding it
+// would change with it.
+func (m *EndpointMeta) Edit(f func(*EndpointMeta)) *EndpointMeta {
+	c := &EndpointMeta{WorkloadMeta: &WorkloadMeta{}, TopologyMeta: &TopologyMeta{}}
+	if m != nil {
+		*c.WorkloadMeta, *c.TopologyMeta, c.HostName, c.SubDomain = *m.WorkloadMeta, *m.TopologyMeta, m.HostName, m.SubDomain
+	}
+	f(c)
+	return NewEndpointMeta(*c.WorkloadMeta, *c.TopologyMeta, c.HostName, c.SubDomain)
 }
 
 // LBWeight is the endpoint's load-balancing weight: Weight, or 1 when unset.
@@ -145,7 +184,7 @@ func (m *EndpointMeta) AugmentedLabels() map[string]string {
 	return out
 }
 
-// Equals compares every field; identical pointers compare equal at once.
+// Equals compares every field; identical pointers (shared parts) compare equal at once.
 func (m *EndpointMeta) Equals(o *EndpointMeta) bool {
 	if m == o {
 		return true
@@ -153,21 +192,9 @@ func (m *EndpointMeta) Equals(o *EndpointMeta) bool {
 	if m == nil || o == nil {
 		return false
 	}
-	return m.ServiceAccount == o.ServiceAccount &&
-		m.TLSMode == o.TLSMode &&
-		m.Namespace == o.Namespace &&
-		m.WorkloadName == o.WorkloadName &&
-		m.CanonicalName == o.CanonicalName &&
-		m.CanonicalRevision == o.CanonicalRevision &&
-		m.LocalityLabel == o.LocalityLabel &&
-		m.Locality == o.Locality &&
-		m.ClusterID == o.ClusterID &&
-		m.Network == o.Network &&
-		m.NodeName == o.NodeName &&
-		m.HostName == o.HostName &&
-		m.SubDomain == o.SubDomain &&
-		m.Weight == o.Weight &&
-		m.PodLabels.Equal(o.PodLabels)
+	return m.HostName == o.HostName && m.SubDomain == o.SubDomain &&
+		(m.WorkloadMeta == o.WorkloadMeta || m.WorkloadMeta != nil && o.WorkloadMeta != nil && *m.WorkloadMeta == *o.WorkloadMeta) &&
+		(m.TopologyMeta == o.TopologyMeta || m.TopologyMeta != nil && o.TopologyMeta != nil && *m.TopologyMeta == *o.TopologyMeta)
 }
 
 // Workload is what krteds knows of one Pod: its identity and topology, and whether it can be

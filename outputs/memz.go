@@ -6,13 +6,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/memz"
 	"github.com/krteds/krteds/outputs/xds"
 )
 
 // MemoryRoots lists what /debug/memz attributes the heap to, in dataflow order: each collection of
-// the graph (inputs first), the graph's own wiring, then the xDS server and its gRPC servers
+// the graph (inputs first), the graph's own wiring and the process-wide tables of shared label
+// sets and endpoint metadata, then the xDS server and its gRPC servers
 // (those given).
 func MemoryRoots(g *graphs.Graph, srv *xds.Server, grpcServers ...any) []memz.Root {
 	var roots []memz.Root
@@ -20,6 +22,7 @@ func MemoryRoots(g *graphs.Graph, srv *xds.Server, grpcServers ...any) []memz.Ro
 		roots = append(roots, memz.Root{Group: c.Kind, Name: c.Name, Value: c.Collection})
 	}
 	roots = append(roots, memz.Root{Group: "graph", Name: "graph wiring", Value: g})
+	roots = append(roots, memz.Root{Group: "graph", Name: "shared metadata tables", Value: collections.SharedTables()})
 	if srv != nil {
 		roots = append(roots, memz.Root{Group: "xds", Name: "xDS server", Value: srv})
 	}

@@ -12,7 +12,7 @@ import (
 func TestEndpointShardzOneShardPerCluster(t *testing.T) {
 	ep := func(ip, cluster string) collections.Endpoint {
 		return collections.Endpoint{Address: ip, Port: 80, PortName: "http", Health: collections.Healthy,
-			Meta: &collections.EndpointMeta{ClusterID: cluster, Namespace: "ns1"}}
+			Meta: collections.NewEndpointMeta(collections.WorkloadMeta{Namespace: "ns1"}, collections.TopologyMeta{ClusterID: cluster}, "", "")}
 	}
 	got := EndpointShardz([]collections.ServiceEndpoints{
 		{Hostname: "foo.ns1.svc.cluster.local", Namespace: "ns1", Name: "foo", Endpoints: []collections.Endpoint{

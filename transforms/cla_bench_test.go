@@ -15,11 +15,22 @@ func syntheticEndpoints(n int) []collections.Endpoint {
 	eps := make([]collections.Endpoint, 0, n)
 	metas := make([]*collections.EndpointMeta, len(locs))
 	for i, l := range locs {
-		metas[i] = &collections.EndpointMeta{
-			PodLabels: collections.InternLabels(map[string]string{"app": "foo", "version": "v1"}),
-			TLSMode:   "istio", Namespace: "ns1", WorkloadName: "foo", CanonicalName: "foo", CanonicalRevision: "v1",
-			ClusterID: "Kubernetes", Locality: l, LocalityLabel: l.String(), NodeName: fmt.Sprintf("node-%d", i),
-		}
+		metas[i] = collections.NewEndpointMeta(
+			collections.WorkloadMeta{
+				PodLabels:         collections.InternLabels(map[string]string{"app": "foo", "version": "v1"}),
+				TLSMode:           "istio",
+				Namespace:         "ns1",
+				WorkloadName:      "foo",
+				CanonicalName:     "foo",
+				CanonicalRevision: "v1",
+			},
+			collections.TopologyMeta{
+				ClusterID:     "Kubernetes",
+				Locality:      l,
+				LocalityLabel: l.String(),
+				NodeName:      fmt.Sprintf("node-%d", i),
+			},
+			"", "")
 	}
 	for i := 0; i < n; i++ {
 		eps = append(eps, collections.Endpoint{

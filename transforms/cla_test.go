@@ -17,14 +17,23 @@ import (
 
 // ep builds an endpoint on a node/locality with pod-like metadata.
 func ep(ip string, h collections.HealthStatus, loc collections.Locality, node string, mut ...func(*collections.EndpointMeta)) collections.Endpoint {
-	m := &collections.EndpointMeta{
-		PodLabels: collections.InternLabels(map[string]string{"app": "foo"}),
-		TLSMode:   "istio",
-		Namespace: "ns1", WorkloadName: "foo", CanonicalName: "foo", ClusterID: "Kubernetes",
-		Locality: loc, LocalityLabel: loc.String(), NodeName: node,
-	}
+	m := collections.NewEndpointMeta(
+		collections.WorkloadMeta{
+			PodLabels:     collections.InternLabels(map[string]string{"app": "foo"}),
+			TLSMode:       "istio",
+			Namespace:     "ns1",
+			WorkloadName:  "foo",
+			CanonicalName: "foo",
+		},
+		collections.TopologyMeta{
+			ClusterID:     "Kubernetes",
+			Locality:      loc,
+			LocalityLabel: loc.String(),
+			NodeName:      node,
+		},
+		"", "")
 	for _, f := range mut {
-		f(m)
+		m = m.Edit(f)
 	}
 	return collections.Endpoint{Address: ip, Port: 8080, PortName: "http", Health: h, Slice: "s", Meta: m}
 }

@@ -21,10 +21,10 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	eps[2].Health = collections.Draining
 	eps[3].Meta = RegistryOnlyMeta(collections.DefaultConfig(), "")
 	eps[4].Address = "fd00::4"
-	eps[5].Meta = &collections.EndpointMeta{TLSMode: "disabled", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
-	eps[6].Meta = &collections.EndpointMeta{TLSMode: "custom", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
-	eps[7].Meta = &collections.EndpointMeta{TLSMode: "", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
-	eps[8].Meta = &collections.EndpointMeta{TLSMode: "other-value", Locality: collections.Locality{Region: "r9", Subzone: "s"}}
+	eps[5].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "disabled"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r9", Subzone: "s"}}, "", "")
+	eps[6].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "custom"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r9", Subzone: "s"}}, "", "")
+	eps[7].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: ""}, collections.TopologyMeta{Locality: collections.Locality{Region: "r9", Subzone: "s"}}, "", "")
+	eps[8].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "other-value"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r9", Subzone: "s"}}, "", "")
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
 	for name, svc := range map[string]*collections.ServiceInfo{"plain": plain, "failover": zone} {
 		for _, tls := range []TLSMetadata{TLSByEndpoint, TLSIstioMutual, TLSOff} {

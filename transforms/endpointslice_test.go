@@ -110,9 +110,14 @@ func TestSliceEndpointsWholeOutput(t *testing.T) {
 	want := &collections.SliceEndpoints{Namespace: "ns1", Name: "foo-abc", Service: "foo", Endpoints: []collections.Endpoint{
 		{Address: "10.1.0.1", Port: 8080, PortName: "http", Health: collections.Healthy, Slice: "foo-abc", Pod: "ns1/foo-1", Meta: podMeta},
 		{Address: "10.9.9.9", Port: 8080, PortName: "http", Health: collections.UnHealthy, Slice: "foo-abc",
-			Meta: &collections.EndpointMeta{
-				TLSMode: "disabled", ClusterID: "Kubernetes",
-			}},
+			Meta: collections.NewEndpointMeta(
+				collections.WorkloadMeta{
+					TLSMode: "disabled",
+				},
+				collections.TopologyMeta{
+					ClusterID: "Kubernetes",
+				},
+				"", "")},
 	}}
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Fatalf("slice endpoints (-want +got):\n%s", diff)

@@ -20,7 +20,7 @@ func ledsPlan() (CLAPlan, *collections.ServiceInfo, collections.ServicePort) {
 	eps := syntheticEndpoints(60)
 	eps[4].Address = "fd00::4"
 	eps[7] = eps[10] // the same endpoint twice (two slices listing it)
-	eps[11].Meta = &collections.EndpointMeta{TLSMode: "istio", Locality: collections.Locality{Region: "r:9", Zone: "z/1", Subzone: "s*"}}
+	eps[11].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "istio"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r:9", Zone: "z/1", Subzone: "s*"}}, "", "")
 	eps[12].Health = collections.Draining
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
 	plan := PlanCLA(fooName, svc, port, eps, PolicyFor(svc), Project(svc, PolicyFor(svc), class))

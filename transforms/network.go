@@ -208,9 +208,7 @@ func filterByNetwork(eps []collections.Endpoint, nf *NetworkFilter, proxyNetwork
 		direct, gws := NetworkRoute(e, nf, proxyNetwork)
 		if direct {
 			if w != e.Meta.LBWeight() {
-				m := *e.Meta
-				m.Weight = w
-				e.Meta = &m
+				e.Meta = e.Meta.Edit(func(m *collections.EndpointMeta) { m.Weight = w })
 			}
 			out = append(out, e)
 			continue
@@ -232,7 +230,7 @@ func filterByNetwork(eps []collections.Endpoint, nf *NetworkFilter, proxyNetwork
 			w = 1
 		}
 		out = append(out, collections.Endpoint{Address: g.Addr, Port: g.Port, PortName: port.Name, Health: collections.Healthy,
-			Meta: &collections.EndpointMeta{TLSMode: collections.TLSModeIstio, ClusterID: g.Cluster, Network: g.Network, Weight: w}})
+			Meta: collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: collections.TLSModeIstio, Weight: w}, collections.TopologyMeta{ClusterID: g.Cluster, Network: g.Network}, "", "")})
 	}
 	return out
 }

@@ -32,7 +32,7 @@ func TestSplitHorizon(t *testing.T) {
 	}
 	ep := func(ip, network, cluster, tls string, weight uint32) collections.Endpoint {
 		return collections.Endpoint{Address: ip, Port: 8080, PortName: "http", Health: collections.Healthy,
-			Meta: &collections.EndpointMeta{Network: network, ClusterID: cluster, TLSMode: tls, Weight: weight, WorkloadName: "w", Namespace: "ns1"}}
+			Meta: collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: tls, Weight: weight, WorkloadName: "w", Namespace: "ns1"}, collections.TopologyMeta{Network: network, ClusterID: cluster}, "", "")}
 	}
 	eps := []collections.Endpoint{
 		ep("10.0.0.1", "net1", "c1", "istio", 0),

@@ -19,9 +19,9 @@ func TestCLAOfAClassEqualsCLAOfItsProjection(t *testing.T) {
 		e.PortName, e.Port = "http", 8080
 		if i%3 != 2 {
 			// Every third endpoint has no version label.
-			m := *e.Meta
-			m.PodLabels = collections.InternLabels(map[string]string{"app": "foo", "version": fmt.Sprintf("v%d", i%3)})
-			e.Meta = &m
+			e.Meta = e.Meta.Edit(func(m *collections.EndpointMeta) {
+				m.PodLabels = collections.InternLabels(map[string]string{"app": "foo", "version": fmt.Sprintf("v%d", i%3)})
+			})
 		}
 		eps = append(eps, e)
 	}

@@ -124,20 +124,24 @@ func ConvertWorkloadEntry(cfg collections.Config, name, namespace, workloadName 
 	if spec.ServiceAccount != "" {
 		identity = internedIdentity(cfg.TrustDomain, namespace, spec.ServiceAccount)
 	}
-	out.Meta = &collections.EndpointMeta{
-		PodLabels:         collections.InternLabels(labels),
-		ServiceAccount:    identity,
-		TLSMode:           tlsMode,
-		Namespace:         namespace,
-		WorkloadName:      workloadName,
-		CanonicalName:     CanonicalName(label, workloadName),
-		CanonicalRevision: CanonicalRevision(label),
-		LocalityLabel:     localityLabel,
-		Locality:          locality,
-		ClusterID:         cfg.ClusterID,
-		Network:           network,
-		Weight:            spec.Weight,
-	}
+	out.Meta = collections.NewEndpointMeta(
+		collections.WorkloadMeta{
+			PodLabels:         collections.InternLabels(labels),
+			ServiceAccount:    identity,
+			TLSMode:           tlsMode,
+			Namespace:         namespace,
+			WorkloadName:      workloadName,
+			CanonicalName:     CanonicalName(label, workloadName),
+			CanonicalRevision: CanonicalRevision(label),
+			Weight:            spec.Weight,
+		},
+		collections.TopologyMeta{
+			LocalityLabel: localityLabel,
+			Locality:      locality,
+			ClusterID:     cfg.ClusterID,
+			Network:       network,
+		},
+		"", "")
 	return out, issues
 }
 
@@ -458,8 +462,17 @@ func serviceEntryEndpoints(ctx krt.HandlerContext, cfg collections.Config, in Se
 		}
 		if len(se.Endpoints) == 0 && dns {
 			// istiod's hostnameToServiceInstance: Envoy resolves the host itself.
-			meta := &collections.EndpointMeta{TLSMode: collections.TLSModeDisabled, Namespace: svc.Namespace,
-				WorkloadName: svc.ServiceEntry, CanonicalName: svc.ServiceEntry, ClusterID: cfg.ClusterID}
+			meta := collections.NewEndpointMeta(
+				collections.WorkloadMeta{
+					TLSMode:       collections.TLSModeDisabled,
+					Namespace:     svc.Namespace,
+					WorkloadName:  svc.ServiceEntry,
+					CanonicalName: svc.ServiceEntry,
+				},
+				collections.TopologyMeta{
+					ClusterID: cfg.ClusterID,
+				},
+				"", "")
 			add(svc.Hostname, func(string) uint32 { return 0 }, "", meta)
 		}
 		return out

@@ -201,20 +201,24 @@ func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel st
 	if v, ok := pod.Labels.Get(collections.LabelTLSMode); ok {
 		tlsMode = v
 	}
-	m := &collections.EndpointMeta{
-		PodLabels:         pod.Labels,
-		ServiceAccount:    internedIdentity(cfg.TrustDomain, pod.Namespace, pod.ServiceAccount),
-		TLSMode:           tlsMode,
-		Namespace:         pod.Namespace,
-		WorkloadName:      workloadName,
-		CanonicalName:     CanonicalName(pod.Labels.Value, workloadName),
-		CanonicalRevision: CanonicalRevision(pod.Labels.Value),
-		LocalityLabel:     localityLabel,
-		Locality:          locality,
-		ClusterID:         cfg.ClusterID,
-		Network:           network,
-		NodeName:          pod.NodeName,
-	}
+	m := collections.NewEndpointMeta(
+		collections.WorkloadMeta{
+			PodLabels:         pod.Labels,
+			ServiceAccount:    internedIdentity(cfg.TrustDomain, pod.Namespace, pod.ServiceAccount),
+			TLSMode:           tlsMode,
+			Namespace:         pod.Namespace,
+			WorkloadName:      workloadName,
+			CanonicalName:     CanonicalName(pod.Labels.Value, workloadName),
+			CanonicalRevision: CanonicalRevision(pod.Labels.Value),
+		},
+		collections.TopologyMeta{
+			LocalityLabel: localityLabel,
+			Locality:      locality,
+			ClusterID:     cfg.ClusterID,
+			Network:       network,
+			NodeName:      pod.NodeName,
+		},
+		"", "")
 	if pod.Subdomain != "" {
 		m.SubDomain = pod.Subdomain
 		m.HostName = pod.Hostname
@@ -228,11 +232,15 @@ func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel st
 // RegistryOnlyMeta is the metadata of an endpoint without a known Pod: only the cluster and
 // network labels, tlsMode disabled, no identity.
 func RegistryOnlyMeta(cfg collections.Config, network string) *collections.EndpointMeta {
-	return &collections.EndpointMeta{
-		TLSMode:   collections.TLSModeDisabled,
-		ClusterID: cfg.ClusterID,
-		Network:   network,
-	}
+	return collections.NewEndpointMeta(
+		collections.WorkloadMeta{
+			TLSMode: collections.TLSModeDisabled,
+		},
+		collections.TopologyMeta{
+			ClusterID: cfg.ClusterID,
+			Network:   network,
+		},
+		"", "")
 }
 
 // SpiffeIdentity is spiffe://<trust-domain>/ns/<ns>/sa/<sa>; "" without a service account.

@@ -23,14 +23,23 @@ func TestWorkloadFacts(t *testing.T) {
 	w := workloadOf(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
 	want := &collections.Workload{
 		Name: "foo-abc12-x1", Namespace: "ns1", IPs: []string{"10.1.0.1"}, Ready: true,
-		Meta: &collections.EndpointMeta{
-			PodLabels:      collections.InternLabels(pod.Labels),
-			ServiceAccount: "spiffe://cluster.local/ns/ns1/sa/foo-sa",
-			TLSMode:        "istio", Namespace: "ns1", WorkloadName: "foo",
-			CanonicalName: "foo-canon", CanonicalRevision: "",
-			LocalityLabel: "r1/z1/", Locality: collections.Locality{Region: "r1", Zone: "z1"},
-			ClusterID: "Kubernetes", NodeName: "n1",
-		},
+		Meta: collections.NewEndpointMeta(
+			collections.WorkloadMeta{
+				PodLabels:         collections.InternLabels(pod.Labels),
+				ServiceAccount:    "spiffe://cluster.local/ns/ns1/sa/foo-sa",
+				TLSMode:           "istio",
+				Namespace:         "ns1",
+				WorkloadName:      "foo",
+				CanonicalName:     "foo-canon",
+				CanonicalRevision: "",
+			},
+			collections.TopologyMeta{
+				LocalityLabel: "r1/z1/",
+				Locality:      collections.Locality{Region: "r1", Zone: "z1"},
+				ClusterID:     "Kubernetes",
+				NodeName:      "n1",
+			},
+			"", ""),
 	}
 	if diff := cmp.Diff(want, w); diff != "" {
 		t.Fatalf("workload (-want +got):\n%s", diff)

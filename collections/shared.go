@@ -1,0 +1,67 @@
+package collections
+
+import (
+	"runtime"
+	"sync"
+	"weak"
+)
+
+// Shared interns values by content: Get returns one pointer per distinct value for as long as
+// some holder keeps it, and the entry goes with its last holder (a weak pointer and a cleanup,
+// as Labels do). The zero value is ready to use. Values must not be changed through the
+// pointers it returns.
+type Shared[T comparable] struct {
+	mu sync.Mutex
+	m  map[T]weak.Pointer[T]
+}
+
+// Get returns the shared copy of v.
+func (s *Shared[T]) Get(v T) *T {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wp, ok := s.m[v]; ok {
+		if p := wp.Value(); p != nil {
+			return p
+		}
+	}
+	if s.m == nil {
+		s.m = map[T]weak.Pointer[T]{}
+	}
+	p := new(T)
+	*p = v
+	wp := weak.Make(p)
+	s.m[v] = wp
+	runtime.AddCleanup(p, s.forget, sharedEntry[T]{v, wp})
+	return p
+}
+
+type sharedEntry[T comparable] struct {
+	v  T
+	wp weak.Pointer[T]
+}
+
+// forget drops an entry whose value was collected, unless it was replaced since.
+func (s *Shared[T]) forget(e sharedEntry[T]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[e.v] == e.wp {
+		delete(s.m, e.v)
+	}
+}
+
+// Len is the number of distinct values held (collected ones included until their cleanup ran).
+func (s *Shared[T]) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// SharedTables are the process-wide tables of values shared by content (label sets, the parts of
+// endpoint metadata), for memory accounting: what they hold beyond the shared values themselves.
+func SharedTables() any {
+	return &struct {
+		Labels     *sync.Map
+		Workloads  *Shared[WorkloadMeta]
+		Topologies *Shared[TopologyMeta]
+	}{&interned, &workloadMetas, &topologyMetas}
+}
