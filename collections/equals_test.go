@@ -149,7 +149,7 @@ func checkEquals[T any](t *testing.T, equals func(a, b T) bool, notCompared map[
 
 func TestEqualsComparesEveryField(t *testing.T) {
 	checkEquals(t, func(a, b ServiceInfo) bool { return a.Equals(&b) }, nil)
-	checkEquals(t, NodeLocality.Equals, nil)
+	checkEquals(t, func(a, b NodeLocality) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, func(a, b EndpointMeta) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, func(a, b Pod) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, Endpoint.Equals, nil)

@@ -59,8 +59,10 @@ type NodeLocality struct {
 // ResourceName is the node name.
 func (n NodeLocality) ResourceName() string { return n.Name }
 
-// Equals compares name and locality.
-func (n NodeLocality) Equals(o NodeLocality) bool { return n == o }
+// Equals compares name, locality and network.
+func (n *NodeLocality) Equals(o *NodeLocality) bool {
+	return n == o || n != nil && o != nil && *n == *o
+}
 
 // EndpointMeta is what an endpoint inherits from its workload (or, without a Pod, from the
 // registry alone). It is immutable once built and shared by every endpoint of the pod. Its two
@@ -201,6 +203,8 @@ func (m *EndpointMeta) Equals(o *EndpointMeta) bool {
 // found by IP (for EndpointSlice entries without a targetRef). Transforms derive it from the Pods
 // they fetch; it is not a collection of its own.
 type Workload struct {
+	// Key is the Pod's key, "<namespace>/<name>".
+	Key       string   `json:"key"`
 	Name      string   `json:"name"`
 	Namespace string   `json:"namespace"`
 	IPs       []string `json:"ips,omitempty"`
@@ -214,4 +218,4 @@ type Workload struct {
 }
 
 // ResourceName is "<namespace>/<name>", the Pod's key.
-func (w Workload) ResourceName() string { return w.Namespace + "/" + w.Name }
+func (w Workload) ResourceName() string { return w.Key }

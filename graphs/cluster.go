@@ -44,7 +44,7 @@ func (r remoteGraph) Equals(o remoteGraph) bool {
 // and its network gateways.
 type registry struct {
 	systemNetwork   krt.Singleton[string]
-	nodes           krt.Collection[collections.NodeLocality]
+	nodes           krt.Collection[*collections.NodeLocality]
 	services        krt.Collection[*collections.ServiceInfo]
 	serviceProblems krt.Collection[collections.ObjectProblems]
 	workloads       transforms.WorkloadInputs

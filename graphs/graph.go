@@ -53,7 +53,7 @@ type Graph struct {
 	Inputs collections.Inputs
 
 	SystemNetwork  krt.Singleton[string]
-	NodeLocalities krt.Collection[collections.NodeLocality]
+	NodeLocalities krt.Collection[*collections.NodeLocality]
 	// ServiceEntries and WorkloadEntries are the converted Istio objects.
 	ServiceEntries  krt.Collection[collections.ServiceEntry]
 	WorkloadEntries krt.Collection[collections.WorkloadEntry]

@@ -37,72 +37,140 @@ const (
 	fUInt32ValueValue = 1
 )
 
-// encoder reuses its scratch buffers across the endpoints of one CLA.
+// encoder holds what the endpoints of one CLA share: the encoded metadata entries.
 type encoder struct {
-	lb, ep, md []byte
-	// workload caches the encoded "istio" metadata entry per endpoint metadata.
-	workload map[*collections.EndpointMeta][]byte
-	tls      TLSMetadata
+	// workloads caches the encoded "istio" metadata entry per workload part and cluster (a CLA
+	// usually has few: a short list, searched in order).
+	workloads []workloadEntry
+	tls       TLSMetadata
 	// tlsModes caches the encoded tlsMode entries of values other than "istio".
 	tlsModes map[string][]byte
 }
 
+type workloadEntry struct {
+	w       *collections.WorkloadMeta
+	cluster string
+	b       []byte
+}
+
 // Encode renders the plan as the protobuf encoding of its ClusterLoadAssignment, without building
-// the message: the bytes are those of proto.Marshal(p.Proto()) with Deterministic set.
+// the message: the bytes are those of proto.Marshal(p.Proto()) with Deterministic set. Sizes
+// are computed first, so that the message is written once into an allocation of its size.
 func (p CLAPlan) Encode() []byte {
-	n := 0
+	enc := encoder{tls: p.TLS}
+	n := protowire.SizeTag(fClaClusterName) + protowire.SizeBytes(len(p.ClusterName))
 	for _, g := range p.Groups {
-		n += len(g.Endpoints)
+		n += protowire.SizeTag(fClaEndpoints) + protowire.SizeBytes(enc.localityGroupSize(g))
 	}
-	out := make([]byte, 0, 32+len(p.ClusterName)+n*140)
-	out = protowire.AppendTag(out, fClaClusterName, protowire.BytesType)
-	out = protowire.AppendString(out, p.ClusterName)
-	enc := encoder{workload: map[*collections.EndpointMeta][]byte{}, tls: p.TLS}
-	var group []byte
+	out := make([]byte, 0, n)
+	out = appendStringField(out, fClaClusterName, p.ClusterName)
 	for _, g := range p.Groups {
-		group = enc.localityGroup(group[:0], g)
 		out = protowire.AppendTag(out, fClaEndpoints, protowire.BytesType)
-		out = protowire.AppendBytes(out, group)
+		out = protowire.AppendVarint(out, uint64(enc.localityGroupSize(g)))
+		out = enc.localityGroup(out, g)
 	}
 	return out
 }
 
-func (e *encoder) localityGroup(b []byte, g CLAGroup) []byte {
-	var loc []byte
-	if g.Locality.Region != "" {
-		loc = appendStringField(loc, fLocalityRegion, g.Locality.Region)
+func localitySize(l collections.Locality) int {
+	n := 0
+	for num, v := range [...]string{fLocalityRegion: l.Region, fLocalityZone: l.Zone, fLocalitySubZone: l.Subzone} {
+		if v != "" {
+			n += protowire.SizeTag(protowire.Number(num)) + protowire.SizeBytes(len(v))
+		}
 	}
-	if g.Locality.Zone != "" {
-		loc = appendStringField(loc, fLocalityZone, g.Locality.Zone)
-	}
-	if g.Locality.Subzone != "" {
-		loc = appendStringField(loc, fLocalitySubZone, g.Locality.Subzone)
-	}
-	b = protowire.AppendTag(b, fLocLocality, protowire.BytesType)
-	b = protowire.AppendBytes(b, loc)
-	for _, ep := range g.Endpoints {
-		e.lb = e.lbEndpoint(e.lb[:0], ep)
-		b = protowire.AppendTag(b, fLocLbEndpoints, protowire.BytesType)
-		b = protowire.AppendBytes(b, e.lb)
-	}
-	// The locality weighs the sum of its endpoints' weights (1 each unless a WorkloadEntry sets
-	// one), saturating.
+	return n
+}
+
+// groupWeight is a locality's weight: the sum of its endpoints' weights (1 each unless a
+// WorkloadEntry sets one), saturating.
+func groupWeight(g CLAGroup) uint64 {
 	var weight uint64
 	for _, ep := range g.Endpoints {
 		weight += uint64(ep.Meta.LBWeight())
 	}
-	if weight > math.MaxUint32 {
-		weight = math.MaxUint32
-	}
-	b = protowire.AppendTag(b, fLocWeight, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(weight)))
+	return min(weight, math.MaxUint32)
+}
+
+// uint32ValueSize is the size of a google.protobuf.UInt32Value field holding v.
+func uint32ValueSize(num protowire.Number, v uint64) int {
+	return protowire.SizeTag(num) + protowire.SizeBytes(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(v))
+}
+
+func appendUInt32Value(b []byte, num protowire.Number, v uint64) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(v)))
 	b = protowire.AppendTag(b, fUInt32ValueValue, protowire.VarintType)
-	b = protowire.AppendVarint(b, weight)
+	return protowire.AppendVarint(b, v)
+}
+
+// localityGroupSize is the encoded size of a LocalityLbEndpoints.
+func (e *encoder) localityGroupSize(g CLAGroup) int {
+	n := protowire.SizeTag(fLocLocality) + protowire.SizeBytes(localitySize(g.Locality))
+	for _, ep := range g.Endpoints {
+		n += protowire.SizeTag(fLocLbEndpoints) + protowire.SizeBytes(e.lbEndpointSize(ep))
+	}
+	n += uint32ValueSize(fLocWeight, groupWeight(g))
+	if g.Priority != 0 {
+		n += protowire.SizeTag(fLocPriority) + protowire.SizeVarint(uint64(g.Priority))
+	}
+	return n
+}
+
+func (e *encoder) localityGroup(b []byte, g CLAGroup) []byte {
+	b = protowire.AppendTag(b, fLocLocality, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(localitySize(g.Locality)))
+	if g.Locality.Region != "" {
+		b = appendStringField(b, fLocalityRegion, g.Locality.Region)
+	}
+	if g.Locality.Zone != "" {
+		b = appendStringField(b, fLocalityZone, g.Locality.Zone)
+	}
+	if g.Locality.Subzone != "" {
+		b = appendStringField(b, fLocalitySubZone, g.Locality.Subzone)
+	}
+	for _, ep := range g.Endpoints {
+		b = protowire.AppendTag(b, fLocLbEndpoints, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(e.lbEndpointSize(ep)))
+		b = e.lbEndpoint(b, ep)
+	}
+	b = appendUInt32Value(b, fLocWeight, groupWeight(g))
 	if g.Priority != 0 {
 		b = protowire.AppendTag(b, fLocPriority, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(g.Priority))
 	}
 	return b
+}
+
+// metadata is an endpoint's two filter_metadata entries (the first may be nil).
+func (e *encoder) metadata(ep *collections.Endpoint) (tls, workload []byte) {
+	if v := e.tls.Value(ep.Meta.TLSMode); v != "" {
+		tls = e.tlsModeEntry(v)
+	}
+	return tls, e.workloadEntry(ep.Meta)
+}
+
+// socketSizes are the sizes of an endpoint's SocketAddress, Address and Endpoint messages.
+func socketSizes(ep *collections.Endpoint) (sock, addr, endpoint int) {
+	// port_value is a oneof member: written even when 0, as the marshaller does.
+	sock = protowire.SizeTag(fSocketAddress) + protowire.SizeBytes(len(ep.Address)) +
+		protowire.SizeTag(fSocketPortValue) + protowire.SizeVarint(uint64(ep.Port))
+	addr = protowire.SizeTag(fAddressSocket) + protowire.SizeBytes(sock)
+	endpoint = protowire.SizeTag(fEndpointAddress) + protowire.SizeBytes(addr)
+	return sock, addr, endpoint
+}
+
+// lbEndpointSize is the encoded size of an LbEndpoint.
+func (e *encoder) lbEndpointSize(ep collections.Endpoint) int {
+	n := 0
+	if h := healthOf[ep.Health]; h != 0 {
+		n += protowire.SizeTag(fLbHealth) + protowire.SizeVarint(uint64(h))
+	}
+	tls, workload := e.metadata(&ep)
+	n += protowire.SizeTag(fLbMetadata) + protowire.SizeBytes(len(tls)+len(workload))
+	n += uint32ValueSize(fLbWeight, uint64(ep.Meta.LBWeight()))
+	_, _, endpoint := socketSizes(&ep)
+	return n + protowire.SizeTag(fLbEndpoint) + protowire.SizeBytes(endpoint)
 }
 
 func (e *encoder) lbEndpoint(b []byte, ep collections.Endpoint) []byte {
@@ -113,46 +181,41 @@ func (e *encoder) lbEndpoint(b []byte, ep collections.Endpoint) []byte {
 		b = protowire.AppendVarint(b, uint64(h))
 	}
 	// metadata { filter_metadata: {envoy.transport_socket_match: {tlsMode}, istio: {workload}} }
-	md := e.md[:0]
-	if v := e.tls.Value(ep.Meta.TLSMode); v != "" {
-		md = append(md, e.tlsModeEntry(v)...)
-	}
-	md = append(md, e.workloadEntry(ep.Meta)...)
-	e.md = md
+	tls, workload := e.metadata(&ep)
 	b = protowire.AppendTag(b, fLbMetadata, protowire.BytesType)
-	b = protowire.AppendBytes(b, md)
-	b = protowire.AppendTag(b, fLbWeight, protowire.BytesType)
-	w := uint64(ep.Meta.LBWeight())
-	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(w)))
-	b = protowire.AppendTag(b, fUInt32ValueValue, protowire.VarintType)
-	b = protowire.AppendVarint(b, w)
+	b = protowire.AppendVarint(b, uint64(len(tls)+len(workload)))
+	b = append(append(b, tls...), workload...)
+	b = appendUInt32Value(b, fLbWeight, uint64(ep.Meta.LBWeight()))
 	// endpoint { address { socket_address { address, port_value } } }
-	sock := e.ep[:0]
-	sock = appendStringField(sock, fSocketAddress, ep.Address)
-	if ep.Port != 0 {
-		sock = protowire.AppendTag(sock, fSocketPortValue, protowire.VarintType)
-		sock = protowire.AppendVarint(sock, uint64(ep.Port))
-	}
-	e.ep = sock
-	addrLen := protowire.SizeTag(fAddressSocket) + protowire.SizeBytes(len(sock))
-	endpointLen := protowire.SizeTag(fEndpointAddress) + protowire.SizeBytes(addrLen)
+	sock, addr, endpoint := socketSizes(&ep)
 	b = protowire.AppendTag(b, fLbEndpoint, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(endpointLen))
+	b = protowire.AppendVarint(b, uint64(endpoint))
 	b = protowire.AppendTag(b, fEndpointAddress, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(addrLen))
+	b = protowire.AppendVarint(b, uint64(addr))
 	b = protowire.AppendTag(b, fAddressSocket, protowire.BytesType)
-	return protowire.AppendBytes(b, sock)
+	b = protowire.AppendVarint(b, uint64(sock))
+	b = appendStringField(b, fSocketAddress, ep.Address)
+	b = protowire.AppendTag(b, fSocketPortValue, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(ep.Port))
 }
 
 // workloadEntry is the filter_metadata entry "istio": {"workload": "<name>;<ns>;<canonical>;<rev>;<cluster>"}.
 func (e *encoder) workloadEntry(m *collections.EndpointMeta) []byte {
-	if b, ok := e.workload[m]; ok {
-		return b
+	for _, c := range e.workloads {
+		if c.w == m.WorkloadMeta && c.cluster == m.ClusterID {
+			return c.b
+		}
 	}
 	b := metadataEntry("istio", "workload", m.WorkloadName, m.Namespace, m.CanonicalName, m.CanonicalRevision, m.ClusterID)
-	e.workload[m] = b
+	if len(e.workloads) < maxCachedWorkloads {
+		e.workloads = append(e.workloads, workloadEntry{m.WorkloadMeta, m.ClusterID, b})
+	}
 	return b
 }
+
+// maxCachedWorkloads bounds the encoder's list of workload entries (each is looked up twice per
+// endpoint, for its size and its bytes): past it, an entry is encoded again when used.
+const maxCachedWorkloads = 16
 
 // tlsModeEntry is the filter_metadata entry "envoy.transport_socket_match": {"tlsMode": v}.
 func (e *encoder) tlsModeEntry(v string) []byte {

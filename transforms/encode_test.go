@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -25,6 +26,12 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	eps[6].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "custom"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r9", Subzone: "s"}}, "", "")
 	eps[7].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: ""}, collections.TopologyMeta{Locality: collections.Locality{Region: "r9", Subzone: "s"}}, "", "")
 	eps[8].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "other-value"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r9", Subzone: "s"}}, "", "")
+	eps[9].Meta = eps[9].Meta.Edit(func(m *collections.EndpointMeta) { m.Weight = 300 }) // a two-byte varint
+	eps[10].Port = 0                                                                     // a DNS ServiceEntry's endpoint
+	eps[11].Meta = eps[11].Meta.Edit(func(m *collections.EndpointMeta) { m.ClusterID = "other" })
+	for i := 12; i < 40; i++ { // more workloads than the encoder remembers
+		eps[i].Meta = eps[i].Meta.Edit(func(m *collections.EndpointMeta) { m.WorkloadName = fmt.Sprintf("w%d", i) })
+	}
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
 	for name, svc := range map[string]*collections.ServiceInfo{"plain": plain, "failover": zone} {
 		for _, tls := range []TLSMetadata{TLSByEndpoint, TLSIstioMutual, TLSOff} {

@@ -59,12 +59,19 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 		ports := slicePorts(slice, svc, pr)
 		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName,
 			Endpoints: make([]collections.Endpoint, 0, len(slice.Endpoints)*len(ports))}
-		workloads := FetchWorkloads(ctx, cfg, in.Workloads, targetPods(slice))
+		keys := targetPods(slice)
+		workloads := FetchWorkloads(ctx, cfg, in.Workloads, keys)
 		var registryMeta *collections.EndpointMeta
+		var addrBuf [64]byte
 		for i := range slice.Endpoints {
 			e := &slice.Endpoints[i]
 			health := EndpointHealth(svc, e.Conditions)
 			pending := false
+			// The key of the endpoint's Pod: targetPods lists them in the endpoints' order.
+			var refKey string
+			if isPodRef(e.TargetRef) {
+				refKey, keys = keys[0], keys[1:]
+			}
 			for _, addr := range e.Addresses {
 				ip, err := netip.ParseAddr(addr)
 				if err != nil {
@@ -75,28 +82,26 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 					pr.add(reason, fmt.Sprintf("endpoint %d: address %q %s; skipped", i, addr, detail))
 					continue
 				}
-				addr = ip.String()
+				if canonical := ip.AppendTo(addrBuf[:0]); string(canonical) != addr {
+					addr = string(canonical) // else the slice's own string is kept
+				}
 				var meta *collections.EndpointMeta
 				var podKey string
-				if ref := e.TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") {
-					ns := ref.Namespace
-					if ns == "" {
-						ns = slice.Namespace
-					}
-					w := workloads[ns+"/"+ref.Name]
+				if ref := e.TargetRef; isPodRef(ref) {
+					w := workloads[refKey]
 					if w == nil {
 						// The Pod has not arrived yet: leave the endpoint out; this transform is
 						// recomputed when it does.
 						pending = true
 						continue
 					}
-					meta, podKey = w.Meta, w.ResourceName()
+					meta, podKey = w.Meta, w.Key
 				} else {
 					if ref != nil {
 						pr.add(collections.ReasonTargetRefKind, fmt.Sprintf("endpoint %d: targetRef kind %q is not Pod; looking the address up instead", i, ref.Kind))
 					}
 					if w := ReadyWorkloadWithIP(ctx, cfg, in.Workloads, slice.Namespace, addr); w != nil {
-						meta, podKey = w.Meta, w.ResourceName()
+						meta, podKey = w.Meta, w.Key
 					} else {
 						if registryMeta == nil {
 							registryMeta = RegistryOnlyMeta(cfg, FetchSystemNetwork(ctx, in.Workloads.SystemNetwork))
@@ -148,7 +153,7 @@ func addressProblem(t discovery.AddressType, ip netip.Addr) (reason, detail stri
 func targetPods(slice *discovery.EndpointSlice) []string {
 	keys := make([]string, 0, len(slice.Endpoints))
 	for i := range slice.Endpoints {
-		if ref := slice.Endpoints[i].TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") {
+		if ref := slice.Endpoints[i].TargetRef; isPodRef(ref) {
 			ns := ref.Namespace
 			if ns == "" {
 				ns = slice.Namespace
@@ -157,6 +162,11 @@ func targetPods(slice *discovery.EndpointSlice) []string {
 		}
 	}
 	return keys
+}
+
+// isPodRef: an endpoint's targetRef names a Pod (a kind left empty counts as Pod).
+func isPodRef(ref *corev1.ObjectReference) bool {
+	return ref != nil && (ref.Kind == "Pod" || ref.Kind == "")
 }
 
 type slicePort struct {

@@ -203,6 +203,17 @@ func TestSliceRules(t *testing.T) {
 			want: map[string]collections.HealthStatus{"fd00::1": collections.Healthy},
 		},
 		{
+			// A long or upper-case spelling of an address is served in its canonical form.
+			name: "IPv6 address in a long spelling served canonical",
+			slice: func() *discovery.EndpointSlice {
+				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("FD00:0:0:0:0:0:0:0001", "", fixtures.Ready))
+				s.AddressType = discovery.AddressTypeIPv6
+				return s
+			}(),
+			objs: []any{svc},
+			want: map[string]collections.HealthStatus{"fd00::1": collections.Healthy},
+		},
+		{
 			// Kubernetes' validateEndpoints wants IPv4 addresses in an IPv4 slice (IsIPv4String)
 			// and IPv6 ones in an IPv6 slice (IsIPv6String).
 			name:     "IPv6 address in an IPv4 slice skipped and reported, the rest kept",

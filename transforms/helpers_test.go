@@ -54,7 +54,7 @@ func workloadInputs(t testing.TB, objs ...any) WorkloadInputs {
 		}
 	}
 	network := networkOf(t, nss...)
-	var nodes []collections.NodeLocality
+	var nodes []*collections.NodeLocality
 	for _, n := range raw {
 		nodes = append(nodes, *NodeLocalities(network).Fn(krt.TestingDummyContext{}, n))
 	}

@@ -73,7 +73,7 @@ func ledsMemberID(e collections.Endpoint) string {
 func (p CLAPlan) EncodeLEDS(claKey string) (*collections.LEDSForm, error) {
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: p.ClusterName}
 	form := &collections.LEDSForm{Collections: make([]collections.LEDSCollection, 0, len(p.Groups))}
-	enc := encoder{workload: map[*collections.EndpointMeta][]byte{}, tls: p.TLS}
+	enc := encoder{tls: p.TLS}
 	for _, g := range p.Groups {
 		prefix := ledsCollectionPrefix(claKey, p.ClusterName, g)
 		col := collections.LEDSCollection{Name: prefix + "*", Members: make([]*collections.Resource, 0, len(g.Endpoints))}
@@ -90,7 +90,7 @@ func (p CLAPlan) EncodeLEDS(claKey string) (*collections.LEDSForm, error) {
 			} else {
 				seen[id] = 1
 			}
-			body := enc.lbEndpoint(nil, e)
+			body := enc.lbEndpoint(make([]byte, 0, enc.lbEndpointSize(e)), e)
 			col.Members = append(col.Members, Versioned(prefix+id, TypeLbEndpoint, body))
 		}
 		col.Version = collectionVersion(col.Members)

@@ -11,10 +11,11 @@ import (
 // topology.kubernetes.io/{region,zone}, falling back to the beta failure-domain labels, and the
 // subzone from topology.istio.io/subzone.
 // The default network is read once per node, for the pods on it.
-func NodeLocalities(systemNetwork krt.Singleton[string]) Single[*corev1.Node, collections.NodeLocality] {
-	return Single[*corev1.Node, collections.NodeLocality]{Reads: []any{systemNetwork}, Fn: func(ctx krt.HandlerContext, n *corev1.Node) *collections.NodeLocality {
+func NodeLocalities(systemNetwork krt.Singleton[string]) Single[*corev1.Node, *collections.NodeLocality] {
+	return Single[*corev1.Node, *collections.NodeLocality]{Reads: []any{systemNetwork}, Fn: func(ctx krt.HandlerContext, n *corev1.Node) **collections.NodeLocality {
 		l := NodeLocality(n.Labels)
-		return &collections.NodeLocality{Name: n.Name, Locality: l, LocalityLabel: l.String(), Network: FetchSystemNetwork(ctx, systemNetwork)}
+		out := &collections.NodeLocality{Name: n.Name, Locality: l, LocalityLabel: l.String(), Network: FetchSystemNetwork(ctx, systemNetwork)}
+		return &out
 	}}
 }
 

@@ -19,7 +19,7 @@ import (
 // lag behind and leave the slice's endpoints out for a moment.
 type WorkloadInputs struct {
 	Pods  krt.Collection[*collections.Pod]
-	Nodes krt.Collection[collections.NodeLocality]
+	Nodes krt.Collection[*collections.NodeLocality]
 	// SystemNetwork is the default network (the system namespace's network label).
 	SystemNetwork krt.Singleton[string]
 	// ReadyPodsByIP indexes the Pods found by address (Running or Pending, not being deleted,
@@ -83,8 +83,7 @@ func workloadsOf(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInpu
 	nodes := map[string]*collections.NodeLocality{}
 	if len(names) > 0 {
 		for _, n := range krt.Fetch(ctx, in.Nodes, krt.FilterKeys(names...)) {
-			n := n
-			nodes[n.Name] = &n
+			nodes[n.Name] = n
 		}
 	}
 	network, fetched := "", false
@@ -133,6 +132,7 @@ func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collection
 	}
 	ips := pod.IPs
 	return &collections.Workload{
+		Key:         pod.Key,
 		Name:        pod.Name,
 		Namespace:   pod.Namespace,
 		IPs:         ips,

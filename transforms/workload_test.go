@@ -22,7 +22,7 @@ func TestWorkloadFacts(t *testing.T) {
 	pod.Labels["service.istio.io/canonical-name"] = "foo-canon"
 	w := workloadOf(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
 	want := &collections.Workload{
-		Name: "foo-abc12-x1", Namespace: "ns1", IPs: []string{"10.1.0.1"}, Ready: true,
+		Key: "ns1/foo-abc12-x1", Name: "foo-abc12-x1", Namespace: "ns1", IPs: []string{"10.1.0.1"}, Ready: true,
 		Meta: collections.NewEndpointMeta(
 			collections.WorkloadMeta{
 				PodLabels:         collections.InternLabels(pod.Labels),
