@@ -3,6 +3,7 @@ package transforms
 import (
 	"encoding/json"
 	"net/netip"
+	"reflect"
 	"testing"
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
@@ -51,7 +52,12 @@ func FuzzSliceEndpoints(f *testing.F) {
 		if json.Unmarshal(data, &s) != nil {
 			return
 		}
-		_, out := fn(krt.TestingDummyContext{}, &s)
+		prOrig, out := fn(krt.TestingDummyContext{}, &s)
+		// What the sources keep of a slice gives the same endpoints and problems.
+		prReduced, reduced := fn(krt.TestingDummyContext{}, collections.ReduceEndpointSlice(&s))
+		if (out == nil) != (reduced == nil) || out != nil && !out.Equals(*reduced) || !reflect.DeepEqual(prOrig, prReduced) {
+			t.Fatalf("the reduced slice gives %+v %+v, the slice %+v %+v", reduced, prReduced, out, prOrig)
+		}
 		if out == nil {
 			return
 		}

@@ -244,6 +244,9 @@ func classify(obj runtime.Object, h uint64, where string) (Object, bool, error) 
 		key = kind.String() + "/" + m.GetNamespace() + "/" + m.GetName()
 	}
 	o := Object{Key: key, Kind: kind, Obj: obj, Hash: h, Doc: where}
+	if s, isSlice := obj.(*discovery.EndpointSlice); isSlice {
+		o.Obj = collections.ReduceEndpointSlice(s) // as the informers keep it
+	}
 	if p, isPod := obj.(*corev1.Pod); isPod {
 		// Pods are kept as the informers keep them: reduced, Failed ones absent.
 		o.Obj = nil

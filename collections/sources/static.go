@@ -58,7 +58,7 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		case *corev1.Service:
 			svcs = append(svcs, o)
 		case *discovery.EndpointSlice:
-			eps = append(eps, o)
+			eps = append(eps, collections.ReduceEndpointSlice(o))
 		case *networkingclient.DestinationRule:
 			drs = append(drs, o)
 		case *networkingclient.Sidecar:
@@ -123,7 +123,7 @@ func (s Static) Apply(obj any, del bool) {
 	case *corev1.Service:
 		apply(s.Services, o, del)
 	case *discovery.EndpointSlice:
-		apply(s.EndpointSlices, o, del)
+		apply(s.EndpointSlices, collections.ReduceEndpointSlice(o), del)
 	case *networkingclient.DestinationRule:
 		apply(s.DestinationRules, o, del)
 	case *networkingclient.Sidecar:

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -111,7 +112,8 @@ func Generate(s Size) *Mesh {
 		m.Services = append(m.Services, svc)
 		var slice *discovery.EndpointSlice
 		for j := 0; j < s.EndpointsPerService; j++ {
-			pod := Pod(i, j, m.Nodes[(i+j)%len(m.Nodes)].Name)
+			nodeIndex := (i + j) % len(m.Nodes)
+			pod := Pod(i, j, m.Nodes[nodeIndex].Name)
 			m.Pods = append(m.Pods, pod)
 			if j%sliceSize == 0 {
 				slice = &discovery.EndpointSlice{
@@ -121,12 +123,14 @@ func Generate(s Size) *Mesh {
 				}
 				m.Slices = append(m.Slices, slice)
 			}
+			// As the EndpointSlice controller writes an endpoint; the sources reduce it.
+			_, zone := s.ZoneOf(nodeIndex % s.Zones)
 			slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{
 				Addresses:  []string{pod.Status.PodIP},
 				Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ptr(false)},
-				// A pointer of its own, as a decoded slice has: one into the Pod would keep it alive.
-				NodeName:  ptr(pod.Spec.NodeName),
-				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: meshNamespace, Name: pod.Name},
+				NodeName:   ptr(pod.Spec.NodeName),
+				Zone:       ptr(zone),
+				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: meshNamespace, Name: pod.Name, UID: pod.UID},
 			})
 		}
 	}
@@ -138,6 +142,7 @@ func Pod(i, j int, node string) *corev1.Pod {
 	name := ServiceName(i)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, j), Namespace: meshNamespace, GenerateName: name + "-5d9f7-",
+			UID:             types.UID(fmt.Sprintf("00000000-0000-4000-8000-%06d%06d", i, j)),
 			Labels:          map[string]string{"app": name, "version": "v1", "pod-template-hash": "5d9f7", "security.istio.io/tlsMode": "istio"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-5d9f7", Controller: ptr(true)}}},
 		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: name},

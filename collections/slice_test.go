@@ -1,0 +1,63 @@
+package collections
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A reduced slice keeps what the transforms read, drops the rest, shares its condition values,
+// and leaves the decoded slice as it was.
+func TestReduceEndpointSlice(t *testing.T) {
+	yes, no := true, false
+	node, zone, host := "node-1", "zone-a", "h"
+	in := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "foo-abc", Namespace: "ns1", UID: "u1", ResourceVersion: "7",
+			Labels:          map[string]string{LabelServiceName: "foo"},
+			Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "x"},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "Service", Name: "foo"}}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: new(string), Port: new(int32)}},
+		Endpoints: []discovery.Endpoint{{
+			Addresses:  []string{"10.0.0.1"},
+			Conditions: discovery.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
+			Hostname:   &host, NodeName: &node, Zone: &zone,
+			Hints:     &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: zone}}},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: "foo-1", UID: "p1", ResourceVersion: "9", APIVersion: "v1"},
+		}, {
+			Addresses: []string{"10.0.0.2"},
+		}},
+	}
+	before := in.DeepCopy()
+	out := ReduceEndpointSlice(in)
+	if !reflect.DeepEqual(in, before) {
+		t.Fatal("the argument was changed")
+	}
+	want := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "foo-abc", Namespace: "ns1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{LabelServiceName: "foo"}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       in.Ports,
+		Endpoints: []discovery.Endpoint{{
+			Addresses:  []string{"10.0.0.1"},
+			Conditions: discovery.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: "foo-1"},
+		}, {
+			Addresses: []string{"10.0.0.2"},
+		}},
+	}
+	if !reflect.DeepEqual(out, want) {
+		t.Fatalf("reduced to\n%+v\nwant\n%+v", out, want)
+	}
+	again := ReduceEndpointSlice(in)
+	if out.Endpoints[0].Conditions.Ready != again.Endpoints[0].Conditions.Ready ||
+		out.Endpoints[0].Conditions.Ready == out.Endpoints[0].Conditions.Terminating {
+		t.Fatal("condition values are not shared")
+	}
+	if ReduceEndpointSlice(nil) != nil {
+		t.Fatal("nil")
+	}
+}
