@@ -13,6 +13,8 @@ import (
 // NewGRPCServer returns a gRPC server that serves ADS (state of the world and delta) from s.
 func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
+		// Responses are sent as krteds encodes them (wire.go).
+		grpc.ForceServerCodecV2(newWireCodec()),
 		grpc.MaxConcurrentStreams(100000),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:    30 * time.Second,

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/krteds/krteds/collections"
 )
@@ -35,7 +34,7 @@ func (s *Server) StreamAggregatedResources(stream discovery.AggregatedDiscoveryS
 		r, err := stream.Recv()
 		return request{sotw: r}, err
 	}, func(r *response, c *conn) error {
-		return stream.Send(s.sotwResponse(r, c))
+		return stream.SendMsg(encodeSotw(r))
 	}, func(c *conn, req debugRequest) error {
 		out := &discovery.DiscoveryResponse{TypeUrl: req.typeURL}
 		if isDebugType(req.typeURL) {
@@ -58,7 +57,7 @@ func (s *Server) DeltaAggregatedResources(stream discovery.AggregatedDiscoverySe
 		r, err := stream.Recv()
 		return request{delta: r}, err
 	}, func(r *response, _ *conn) error {
-		return stream.Send(s.deltaResponse(r))
+		return stream.SendMsg(encodeDelta(r))
 	}, func(c *conn, req debugRequest) error {
 		out := &discovery.DeltaDiscoveryResponse{TypeUrl: req.typeURL, Resources: s.debugResources(c, req)}
 		if isDebugType(req.typeURL) {
@@ -203,26 +202,6 @@ func (s *Server) pushed(r *response, at time.Time) {
 		}
 	}
 	s.metrics.pushed(r.t, bytes, time.Since(at).Seconds())
-}
-
-func (s *Server) sotwResponse(r *response, c *conn) *discovery.DiscoveryResponse {
-	out := &discovery.DiscoveryResponse{VersionInfo: r.version, TypeUrl: r.t.url(), Nonce: r.nonce,
-		Resources: make([]*anypb.Any, 0, len(r.items))}
-	for _, it := range r.items {
-		out.Resources = append(out.Resources, &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body})
-	}
-	return out
-}
-
-func (s *Server) deltaResponse(r *response) *discovery.DeltaDiscoveryResponse {
-	out := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.version, TypeUrl: r.t.url(), Nonce: r.nonce,
-		Resources: make([]*discovery.Resource, 0, len(r.items))}
-	for _, it := range r.items {
-		out.Resources = append(out.Resources, &discovery.Resource{Name: it.res.Name, Version: it.res.VersionString(),
-			Resource: &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body}})
-	}
-	out.RemovedResources = r.removed
-	return out
 }
 
 // handle applies one request to the stream's state.

@@ -1,0 +1,121 @@
+package xds
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"unsafe"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// The messages the encoders stand for, built as the proto codec would be given them.
+func sotwMessage(r *response) *discovery.DiscoveryResponse {
+	out := &discovery.DiscoveryResponse{VersionInfo: r.version, TypeUrl: r.t.url(), Nonce: r.nonce}
+	for _, it := range r.items {
+		out.Resources = append(out.Resources, &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body})
+	}
+	return out
+}
+
+func deltaMessage(r *response) *discovery.DeltaDiscoveryResponse {
+	out := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.version, TypeUrl: r.t.url(), Nonce: r.nonce,
+		RemovedResources: r.removed}
+	for _, it := range r.items {
+		out.Resources = append(out.Resources, &discovery.Resource{Name: it.res.Name, Version: it.res.VersionString(),
+			Resource: &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body}})
+	}
+	return out
+}
+
+// What krteds encodes decodes to the message the proto codec would have encoded, for empty and
+// large responses, empty bodies and names, and removals; the bodies are referenced, not copied,
+// and the framing is written into one allocation of its exact size.
+func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
+	big := bytes.Repeat([]byte{0x0a, 0x03, 'a', 'b', 'c'}, 40000) // a body whose length takes three varint bytes
+	res := func(name string, body []byte) *collections.Resource {
+		return &collections.Resource{Name: name, TypeURL: tEndpoint.url(), Body: body, Version: uint64(len(name))*7919 + 1}
+	}
+	cases := map[string]*response{
+		"empty":   {t: tEndpoint, version: "v1", nonce: "1"},
+		"nothing": {t: tCluster},
+		"one":     {t: tEndpoint, version: "abc", nonce: "2", items: []item{{res: res("outbound|80||a.ns.svc.cluster.local", []byte{0x0a, 0x01, 'a'})}}},
+		"empty body and name": {t: tListener, version: "x", nonce: "3",
+			items: []item{{res: res("", nil)}, {res: res("l", []byte{})}}},
+		"large":   {t: tEndpoint, version: "v", nonce: "4", items: []item{{res: res("big", big)}, {res: res("small", big[:5])}}},
+		"removed": {t: tEndpoint, version: "v", nonce: "5", removed: []string{"gone", "", "also-gone"}},
+	}
+	var many response
+	many.t, many.version, many.nonce = tEndpoint, "many", "6"
+	for i := 0; i < 300; i++ {
+		many.items = append(many.items, item{res: res(fmt.Sprintf("c%d", i), big[:5*(i%20+1)])})
+	}
+	cases["many"] = &many
+	for name, r := range cases {
+		for _, delta := range []bool{false, true} {
+			var w *wireMessage
+			var want, got proto.Message
+			if delta {
+				w, want, got = encodeDelta(r), deltaMessage(r), &discovery.DeltaDiscoveryResponse{}
+			} else {
+				w, want, got = encodeSotw(r), sotwMessage(r), &discovery.DiscoveryResponse{}
+			}
+			wire := w.data.Materialize()
+			if err := proto.Unmarshal(wire, got); err != nil || !proto.Equal(got, want) {
+				t.Fatalf("%s (delta %v): decodes to %v (%v), want %v", name, delta, got, err, want)
+			}
+			if marshalled, _ := proto.Marshal(want); len(marshalled) != len(wire) {
+				t.Errorf("%s (delta %v): %d bytes, the marshaller writes %d", name, delta, len(wire), len(marshalled))
+			}
+			// Bodies by reference, in order; the framing in one array that never grew (each
+			// piece of it starts where the previous one ended).
+			var bodies [][]byte
+			for _, it := range r.items {
+				if len(it.res.Body) > 0 {
+					bodies = append(bodies, it.res.Body)
+				}
+			}
+			var prev []byte
+			for _, b := range w.data {
+				d := b.ReadOnlyData()
+				if len(bodies) > 0 && unsafe.SliceData(d) == unsafe.SliceData(bodies[0]) && len(d) == len(bodies[0]) {
+					bodies = bodies[1:]
+					continue
+				}
+				if prev != nil && uintptr(unsafe.Pointer(unsafe.SliceData(d))) != uintptr(unsafe.Pointer(unsafe.SliceData(prev)))+uintptr(len(prev)) {
+					t.Errorf("%s (delta %v): the framing is not one array", name, delta)
+				}
+				prev = d
+			}
+			if len(bodies) != 0 {
+				t.Errorf("%s (delta %v): %d bodies were copied", name, delta, len(bodies))
+			}
+		}
+	}
+}
+
+// The codec sends wireMessages as they are and everything else through the proto codec.
+func TestWireCodec(t *testing.T) {
+	c := newWireCodec()
+	w := &wireMessage{data: mem.BufferSlice{mem.SliceBuffer("abc")}}
+	if out, err := c.Marshal(w); err != nil || string(out.Materialize()) != "abc" {
+		t.Fatalf("%q %v", out.Materialize(), err)
+	}
+	req := &discovery.DeltaDiscoveryRequest{TypeUrl: tEndpoint.url(), ResourceNamesSubscribe: []string{"a"}}
+	out, err := c.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back discovery.DeltaDiscoveryRequest
+	if err := c.Unmarshal(out, &back); err != nil || !proto.Equal(&back, req) {
+		t.Fatalf("round trip: %v %v", &back, err)
+	}
+	if c.Unmarshal(out, w) == nil {
+		t.Fatal("a wireMessage was decoded")
+	}
+}
