@@ -3,12 +3,15 @@ package collections
 import (
 	"encoding/json"
 	"maps"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"weak"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Labels is an immutable label set. Sets with the same content are one shared set while any
@@ -20,40 +23,63 @@ type labelSet struct {
 	m map[string]string
 }
 
-// interned maps a set's canonical form to the shared set.
-var interned sync.Map // string → weak.Pointer[labelSet]
+// interned holds the shared sets by a hash of their content (colliding sets share a bucket).
+var interned struct {
+	mu sync.Mutex
+	m  map[uint64][]weak.Pointer[labelSet]
+}
+
+// labelsHash is a hash of a set's pairs that does not depend on the map's order.
+func labelsHash(m map[string]string) uint64 {
+	var h uint64
+	for k, v := range m {
+		// Each pair mixed on its own (the key's hash rotated, so that k=v and v=k differ),
+		// the pairs added.
+		kh, vh := xxhash.Sum64String(k), xxhash.Sum64String(v)
+		h += (bits.RotateLeft64(kh, 23) ^ vh) * 0x9e3779b97f4a7c15
+	}
+	return h
+}
 
 // InternLabels returns the shared set holding m's labels (m is copied, not kept).
 func InternLabels(m map[string]string) Labels {
 	if len(m) == 0 {
 		return Labels{}
 	}
-	key := CanonicalLabels(m)
-	for {
-		if v, ok := interned.Load(key); ok {
-			if s := v.(weak.Pointer[labelSet]).Value(); s != nil {
-				return Labels{s}
-			}
-			// Collected: replace the dead entry below.
+	h := labelsHash(m)
+	interned.mu.Lock()
+	defer interned.mu.Unlock()
+	bucket := interned.m[h]
+	for _, wp := range bucket {
+		if s := wp.Value(); s != nil && maps.Equal(s.m, m) {
+			return Labels{s}
 		}
-		s := &labelSet{m: maps.Clone(m)}
-		wp := weak.Make(s)
-		if old, loaded := interned.LoadOrStore(key, wp); loaded {
-			if o := old.(weak.Pointer[labelSet]).Value(); o != nil {
-				return Labels{o}
-			}
-			if !interned.CompareAndSwap(key, old, wp) {
-				continue
-			}
-		}
-		runtime.AddCleanup(s, func(e internEntry) { interned.CompareAndDelete(e.key, e.wp) }, internEntry{key, wp})
-		return Labels{s}
 	}
+	s := &labelSet{m: maps.Clone(m)}
+	wp := weak.Make(s)
+	if interned.m == nil {
+		interned.m = map[uint64][]weak.Pointer[labelSet]{}
+	}
+	interned.m[h] = append(bucket, wp)
+	runtime.AddCleanup(s, forgetLabels, internEntry{h, wp})
+	return Labels{s}
 }
 
 type internEntry struct {
-	key string
-	wp  weak.Pointer[labelSet]
+	hash uint64
+	wp   weak.Pointer[labelSet]
+}
+
+// forgetLabels drops a collected set's entry.
+func forgetLabels(e internEntry) {
+	interned.mu.Lock()
+	defer interned.mu.Unlock()
+	bucket := slices.DeleteFunc(interned.m[e.hash], func(wp weak.Pointer[labelSet]) bool { return wp == e.wp })
+	if len(bucket) == 0 {
+		delete(interned.m, e.hash)
+	} else {
+		interned.m[e.hash] = bucket
+	}
 }
 
 // CanonicalLabels is an unambiguous rendering of a label set: its pairs sorted by key, each part

@@ -60,7 +60,7 @@ func (s *Shared[T]) Len() int {
 // endpoint metadata), for memory accounting: what they hold beyond the shared values themselves.
 func SharedTables() any {
 	return &struct {
-		Labels     *sync.Map
+		Labels     any
 		Workloads  *Shared[WorkloadMeta]
 		Topologies *Shared[TopologyMeta]
 	}{&interned, &workloadMetas, &topologyMetas}
