@@ -11,8 +11,8 @@ import (
 )
 
 // A response of resources is encoded by krteds itself and handed to gRPC as a list of buffers:
-// the protobuf framing of the response, written into one allocation, and the resources' encoded
-// bodies by reference. The proto codec would size the message, take a cleared buffer from its
+// the protobuf framing of the response and the small bodies, written into one allocation, and
+// the large bodies by reference. The proto codec would size the message, take a cleared buffer from its
 // pool and copy every body into it, once per stream: for a CLA sent to a thousand proxies, a
 // thousand copies before gRPC copies the bytes again into its frames.
 
@@ -78,9 +78,19 @@ func newWireWriter(framing, bodies int) *wireWriter {
 	return &wireWriter{hdr: make([]byte, 0, framing), out: make(mem.BufferSlice, 0, 2*bodies+1)}
 }
 
-// body lists the framing written so far, then b by reference.
+// wireReferenceMin is the smallest body sent by reference; smaller ones are copied into the
+// framing. gRPC's writer gathers a frame's pieces into a list it keeps per connection: many
+// small pieces would make that list long, and the bodies it still points to would stay alive
+// until the connection writes again.
+const wireReferenceMin = 2048
+
+func referenced(b []byte) bool { return len(b) >= wireReferenceMin }
+
+// body writes b: copied into the framing when small, else listed by reference after the framing
+// written so far.
 func (w *wireWriter) body(b []byte) {
-	if len(b) == 0 {
+	if !referenced(b) {
+		w.hdr = append(w.hdr, b...)
 		return
 	}
 	if len(w.hdr) > w.from {
@@ -121,7 +131,13 @@ func anySize(r *collections.Resource) int {
 	return n
 }
 
-func anyFraming(r *collections.Resource) int { return anySize(r) - len(r.Body) }
+// anyFraming is anySize without a body sent by reference.
+func anyFraming(r *collections.Resource) int {
+	if referenced(r.Body) {
+		return anySize(r) - len(r.Body)
+	}
+	return anySize(r)
+}
 
 // any writes an Any's fields, the body last (by reference).
 func (w *wireWriter) any(r *collections.Resource) {
@@ -165,7 +181,10 @@ func encodeDelta(r *response) *wireMessage {
 	for i, it := range r.items {
 		versions[i] = it.res.VersionString()
 		n := deltaResourceSize(it.res, versions[i])
-		framing += protowire.SizeTag(fDeltaResources) + protowire.SizeVarint(uint64(n)) + n - len(it.res.Body)
+		framing += protowire.SizeTag(fDeltaResources) + protowire.SizeVarint(uint64(n)) + n
+		if referenced(it.res.Body) {
+			framing -= len(it.res.Body)
+		}
 	}
 	for _, name := range r.removed {
 		framing += protowire.SizeTag(fDeltaRemoved) + protowire.SizeBytes(len(name))

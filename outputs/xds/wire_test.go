@@ -34,8 +34,8 @@ func deltaMessage(r *response) *discovery.DeltaDiscoveryResponse {
 }
 
 // What krteds encodes decodes to the message the proto codec would have encoded, for empty and
-// large responses, empty bodies and names, and removals; the bodies are referenced, not copied,
-// and the framing is written into one allocation of its exact size.
+// large responses, empty bodies and names, and removals; the large bodies are referenced, not
+// copied, and the rest is written into one allocation of its exact size.
 func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 	big := bytes.Repeat([]byte{0x0a, 0x03, 'a', 'b', 'c'}, 40000) // a body whose length takes three varint bytes
 	res := func(name string, body []byte) *collections.Resource {
@@ -76,7 +76,7 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 			// piece of it starts where the previous one ended).
 			var bodies [][]byte
 			for _, it := range r.items {
-				if len(it.res.Body) > 0 {
+				if referenced(it.res.Body) {
 					bodies = append(bodies, it.res.Body)
 				}
 			}
@@ -94,6 +94,9 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 			}
 			if len(bodies) != 0 {
 				t.Errorf("%s (delta %v): %d bodies were copied", name, delta, len(bodies))
+			}
+			if prev != nil && cap(prev) != len(prev) {
+				t.Errorf("%s (delta %v): the framing array has %d bytes to spare", name, delta, cap(prev)-len(prev))
 			}
 		}
 	}
