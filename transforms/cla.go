@@ -174,9 +174,11 @@ type CLAPlan struct {
 
 // CLAGroup is one LocalityLbEndpoints.
 type CLAGroup struct {
-	Locality  collections.Locality
-	Priority  uint32
-	Endpoints []collections.Endpoint
+	Locality collections.Locality
+	Priority uint32
+	// Endpoints point into the endpoints the plan was made from (or, for a network gateway,
+	// at an endpoint of the plan's own); none may be changed.
+	Endpoints []*collections.Endpoint
 }
 
 // Exclusion is the rule by which PlanClusterCLA leaves an endpoint out of a CLA (Kept: none).
@@ -268,7 +270,7 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 	}
 	proxyLabels := ClassLabels(class)
 	for _, g := range groups {
-		byPriority := map[int][]collections.Endpoint{}
+		byPriority := map[int][]*collections.Endpoint{}
 		for _, e := range g.Endpoints {
 			p := FailoverPriority(proxyLabels, e.Meta.LabelValue, policy.FailoverPriority)
 			byPriority[p] = append(byPriority[p], e)
@@ -337,7 +339,7 @@ func groupByLocality(eps []collections.Endpoint, keep func(*collections.Endpoint
 	if n == 0 {
 		return nil
 	}
-	all := make([]collections.Endpoint, n)
+	all := make([]*collections.Endpoint, n)
 	start := 0
 	for j := range groups {
 		groups[j].Endpoints = all[start : start : start+counts[j]]
@@ -345,7 +347,7 @@ func groupByLocality(eps []collections.Endpoint, keep func(*collections.Endpoint
 	}
 	for i := range eps {
 		if g := of[i]; g >= 0 {
-			groups[g].Endpoints = append(groups[g].Endpoints, eps[i])
+			groups[g].Endpoints = append(groups[g].Endpoints, &eps[i])
 		}
 	}
 	keys := make([]string, len(groups))
@@ -372,7 +374,7 @@ func (p CLAPlan) Proto() *endpoint.ClusterLoadAssignment {
 	for _, g := range p.Groups {
 		lbs := make([]*endpoint.LbEndpoint, 0, len(g.Endpoints))
 		for _, e := range g.Endpoints {
-			lbs = append(lbs, lbEndpoint(e, p.TLS.Value(e.Meta.TLSMode)))
+			lbs = append(lbs, lbEndpoint(*e, p.TLS.Value(e.Meta.TLSMode)))
 		}
 		loc := &core.Locality{Region: g.Locality.Region, Zone: g.Locality.Zone, SubZone: g.Locality.Subzone}
 		cla.Endpoints = append(cla.Endpoints, localityGroup(loc, g.Priority, lbs))

@@ -161,19 +161,19 @@ func socketSizes(ep *collections.Endpoint) (sock, addr, endpoint int) {
 }
 
 // lbEndpointSize is the encoded size of an LbEndpoint.
-func (e *encoder) lbEndpointSize(ep collections.Endpoint) int {
+func (e *encoder) lbEndpointSize(ep *collections.Endpoint) int {
 	n := 0
 	if h := healthOf[ep.Health]; h != 0 {
 		n += protowire.SizeTag(fLbHealth) + protowire.SizeVarint(uint64(h))
 	}
-	tls, workload := e.metadata(&ep)
+	tls, workload := e.metadata(ep)
 	n += protowire.SizeTag(fLbMetadata) + protowire.SizeBytes(len(tls)+len(workload))
 	n += uint32ValueSize(fLbWeight, uint64(ep.Meta.LBWeight()))
-	_, _, endpoint := socketSizes(&ep)
+	_, _, endpoint := socketSizes(ep)
 	return n + protowire.SizeTag(fLbEndpoint) + protowire.SizeBytes(endpoint)
 }
 
-func (e *encoder) lbEndpoint(b []byte, ep collections.Endpoint) []byte {
+func (e *encoder) lbEndpoint(b []byte, ep *collections.Endpoint) []byte {
 	// The deterministic marshaller writes the plain fields in number order (health_status,
 	// metadata, load_balancing_weight) and the host_identifier oneof (endpoint) after them.
 	if h := healthOf[ep.Health]; h != 0 {
@@ -181,13 +181,13 @@ func (e *encoder) lbEndpoint(b []byte, ep collections.Endpoint) []byte {
 		b = protowire.AppendVarint(b, uint64(h))
 	}
 	// metadata { filter_metadata: {envoy.transport_socket_match: {tlsMode}, istio: {workload}} }
-	tls, workload := e.metadata(&ep)
+	tls, workload := e.metadata(ep)
 	b = protowire.AppendTag(b, fLbMetadata, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(len(tls)+len(workload)))
 	b = append(append(b, tls...), workload...)
 	b = appendUInt32Value(b, fLbWeight, uint64(ep.Meta.LBWeight()))
 	// endpoint { address { socket_address { address, port_value } } }
-	sock, addr, endpoint := socketSizes(&ep)
+	sock, addr, endpoint := socketSizes(ep)
 	b = protowire.AppendTag(b, fLbEndpoint, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(endpoint))
 	b = protowire.AppendTag(b, fEndpointAddress, protowire.BytesType)

@@ -81,7 +81,7 @@ func (p CLAPlan) EncodeLEDS(claKey string) (*collections.LEDSForm, error) {
 		var weight uint64
 		for _, e := range g.Endpoints {
 			weight += uint64(e.Meta.LBWeight())
-			id := ledsMemberID(e)
+			id := ledsMemberID(*e)
 			// The same address and port twice in a group (two slices listing one endpoint)
 			// stay two resources, as they are two entries of the plain form.
 			if n := seen[id]; n > 0 {

@@ -130,8 +130,10 @@ func TestLEDSChangeOfOneEndpointChangesOneMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := plan.Groups[1]
-	eps := append([]collections.Endpoint(nil), g.Endpoints...)
-	eps[0].Health = collections.UnHealthy
+	eps := append([]*collections.Endpoint(nil), g.Endpoints...)
+	flipped := *eps[0]
+	flipped.Health = collections.UnHealthy
+	eps[0] = &flipped
 	plan.Groups[1].Endpoints = eps
 	after, err := plan.EncodeLEDS(fooName)
 	if err != nil {

@@ -196,19 +196,21 @@ func NetworkRoute(e collections.Endpoint, nf *NetworkFilter, proxyNetwork string
 	return false, gws
 }
 
-func filterByNetwork(eps []collections.Endpoint, nf *NetworkFilter, proxyNetwork string, port collections.ServicePort) []collections.Endpoint {
+func filterByNetwork(eps []*collections.Endpoint, nf *NetworkFilter, proxyNetwork string, port collections.ServicePort) []*collections.Endpoint {
 	sf := max(nf.Gateways.ScaleFactor, 1)
-	out := make([]collections.Endpoint, 0, len(eps))
+	out := make([]*collections.Endpoint, 0, len(eps))
 	var gwWeights map[collections.NetworkGateway]uint32
 	for _, e := range eps {
 		w := uint32(math.MaxUint32)
 		if ew := e.Meta.LBWeight(); ew < math.MaxUint32/sf {
 			w = ew * sf
 		}
-		direct, gws := NetworkRoute(e, nf, proxyNetwork)
+		direct, gws := NetworkRoute(*e, nf, proxyNetwork)
 		if direct {
 			if w != e.Meta.LBWeight() {
-				e.Meta = e.Meta.Edit(func(m *collections.EndpointMeta) { m.Weight = w })
+				scaled := *e
+				scaled.Meta = e.Meta.Edit(func(m *collections.EndpointMeta) { m.Weight = w })
+				e = &scaled
 			}
 			out = append(out, e)
 			continue
@@ -229,7 +231,7 @@ func filterByNetwork(eps []collections.Endpoint, nf *NetworkFilter, proxyNetwork
 		if w == 0 {
 			w = 1
 		}
-		out = append(out, collections.Endpoint{Address: g.Addr, Port: g.Port, PortName: port.Name, Health: collections.Healthy,
+		out = append(out, &collections.Endpoint{Address: g.Addr, Port: g.Port, PortName: port.Name, Health: collections.Healthy,
 			Meta: collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: collections.TLSModeIstio, Weight: w}, collections.TopologyMeta{ClusterID: g.Cluster, Network: g.Network}, "", "")})
 	}
 	return out
