@@ -88,7 +88,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 				var meta *collections.EndpointMeta
 				var podKey string
 				if ref := e.TargetRef; isPodRef(ref) {
-					w := workloads[refKey]
+					w := workloads.Get(refKey)
 					if w == nil {
 						// The Pod has not arrived yet: leave the endpoint out; this transform is
 						// recomputed when it does.

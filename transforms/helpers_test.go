@@ -75,6 +75,6 @@ func workloadFn(cfg collections.Config, in WorkloadInputs) func(*corev1.Pod) *co
 		if p == nil {
 			return nil
 		}
-		return workloadsOf(krt.TestingDummyContext{}, cfg, in, []*collections.Pod{p})[p.Key]
+		return workloadsOf(krt.TestingDummyContext{}, cfg, in, []*collections.Pod{p}).Get(p.Key)
 	}
 }

@@ -44,7 +44,7 @@ func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.Connecte
 		var w *collections.Workload
 		if cp.PodName != "" {
 			key := cp.Namespace + "/" + cp.PodName
-			w = FetchWorkloads(ctx, cfg, in.Workloads, []string{key})[key]
+			w = FetchWorkloads(ctx, cfg, in.Workloads, []string{key}).Get(key)
 			if w != nil && !slices.Contains(w.IPs, cp.IP) {
 				w = nil
 			}

@@ -489,7 +489,7 @@ func serviceEntryEndpoints(ctx krt.HandlerContext, cfg collections.Config, in Se
 		slices.SortFunc(pods, func(a, b *collections.Pod) int { return cmp.Compare(a.Name, b.Name) })
 		for _, p := range pods {
 			// The selector is matched again on the augmented labels, as istiod matches them.
-			if w := workloads[p.Key]; w != nil && subsetMatch(w.Meta.Label, se.Selector) {
+			if w := workloads.Get(p.Key); w != nil && subsetMatch(w.Meta.Label, se.Selector) {
 				add(p.IPs[0], p.Port, p.Key, w.Meta)
 			}
 		}

@@ -43,10 +43,22 @@ func ReadyPodIPs(p *collections.Pod) []string {
 	return out
 }
 
-// FetchWorkloads fetches the Pods with these keys and derives their workloads, keyed by Pod key:
-// one dependency on the Pods, one on the Nodes they need, and the default network only when a
-// pod has no known node. A missing Pod has no workload.
-func FetchWorkloads(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, keys []string) map[string]*collections.Workload {
+// Workloads are the workloads of some Pods, sorted by Pod key (one array, no map: a slice's
+// recompute derives those of all its Pods).
+type Workloads []collections.Workload
+
+// Get is the workload of the Pod with that key, nil if there is none.
+func (ws Workloads) Get(key string) *collections.Workload {
+	if i, ok := slices.BinarySearchFunc(ws, key, func(w collections.Workload, k string) int { return strings.Compare(w.Key, k) }); ok {
+		return &ws[i]
+	}
+	return nil
+}
+
+// FetchWorkloads fetches the Pods with these keys and derives their workloads: one dependency
+// on the Pods, one on the Nodes they need, and the default network only when a pod has no known
+// node. A missing Pod has no workload.
+func FetchWorkloads(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, keys []string) Workloads {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -69,22 +81,28 @@ func ReadyWorkloadWithIP(ctx krt.HandlerContext, cfg collections.Config, in Work
 	if best == nil {
 		return nil
 	}
-	return workloadsOf(ctx, cfg, in, []*collections.Pod{best})[best.Key]
+	return workloadsOf(ctx, cfg, in, []*collections.Pod{best}).Get(best.Key)
 }
 
 // workloadsOf derives the workloads of pods, fetching the nodes they need in one go.
-func workloadsOf(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, pods []*collections.Pod) map[string]*collections.Workload {
+func workloadsOf(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, pods []*collections.Pod) Workloads {
 	var names []string
 	for _, p := range pods {
 		if needsNode(p) && !slices.Contains(names, p.NodeName) {
 			names = append(names, p.NodeName)
 		}
 	}
-	nodes := map[string]*collections.NodeLocality{}
+	var nodes []*collections.NodeLocality
 	if len(names) > 0 {
-		for _, n := range krt.Fetch(ctx, in.Nodes, krt.FilterKeys(names...)) {
-			nodes[n.Name] = n
+		nodes = krt.Fetch(ctx, in.Nodes, krt.FilterKeys(names...))
+	}
+	nodeOf := func(name string) *collections.NodeLocality {
+		for _, n := range nodes {
+			if n.Name == name {
+				return n
+			}
 		}
+		return nil
 	}
 	network, fetched := "", false
 	systemNetwork := func() string {
@@ -93,14 +111,20 @@ func workloadsOf(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInpu
 		}
 		return network
 	}
-	out := make(map[string]*collections.Workload, len(pods))
+	out := make(Workloads, 0, len(pods))
 	for _, p := range pods {
-		if w := workloadFrom(cfg, p, nodes[p.NodeName], systemNetwork); w != nil {
-			out[p.Key] = w
+		if w, ok := workloadFrom(cfg, p, nodeOf(p.NodeName), systemNetwork); ok {
+			out = append(out, w)
 		}
 	}
-	return out
+	if !slices.IsSortedFunc(out, compareWorkloads) {
+		slices.SortFunc(out, compareWorkloads)
+	}
+	// A key fetched twice gives one workload.
+	return slices.CompactFunc(out, func(a, b collections.Workload) bool { return a.Key == b.Key })
 }
+
+func compareWorkloads(a, b collections.Workload) int { return strings.Compare(a.Key, b.Key) }
 
 // needsNode: the pod reads its node for its locality (unless it carries a locality label) or for
 // the default network (unless it carries a network label).
@@ -112,11 +136,11 @@ func needsNode(p *collections.Pod) bool {
 	return label == "" || p.Labels.Value(collections.LabelTopologyNetwork) == ""
 }
 
-// workloadFrom derives a Pod's workload (nil for a Failed Pod) from its node (nil: unknown) and
+// workloadFrom derives a Pod's workload (none for a Failed Pod) from its node (nil: unknown) and
 // the default network (read only when the pod has neither a network label nor a known node).
-func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collections.NodeLocality, systemNetwork func() string) *collections.Workload {
+func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collections.NodeLocality, systemNetwork func() string) (collections.Workload, bool) {
 	if pod.Phase == corev1.PodFailed {
-		return nil
+		return collections.Workload{}, false
 	}
 	localityLabel, locality := podLocality(pod.Labels.Value)
 	network := pod.Labels.Value(collections.LabelTopologyNetwork)
@@ -131,7 +155,7 @@ func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collection
 		}
 	}
 	ips := pod.IPs
-	return &collections.Workload{
+	return collections.Workload{
 		Key:         pod.Key,
 		Name:        pod.Name,
 		Namespace:   pod.Namespace,
@@ -139,7 +163,7 @@ func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collection
 		Ready:       len(ips) > 0 && podReadyForIPLookup(pod),
 		HostNetwork: pod.HostNetwork,
 		Meta:        workloadMeta(cfg, pod, localityLabel, locality, network),
-	}
+	}, true
 }
 
 // SystemNetwork derives the default network of the cluster's endpoints: the network meshNetworks
