@@ -423,23 +423,7 @@ func TestLocalityZoneAware(t *testing.T) {
 
 // lbtEndpoint is a pod endpoint in a locality on a node, with topology labels.
 func lbtEndpoint(ip string, loc collections.Locality, node, network string) collections.Endpoint {
-	return collections.Endpoint{Address: ip, Port: 8080, PortName: "http", Health: collections.Healthy, Slice: "s",
-		Meta: collections.NewEndpointMeta(
-			collections.WorkloadMeta{
-				PodLabels:     collections.InternLabels(map[string]string{"app": "foo"}),
-				TLSMode:       collections.TLSModeIstio,
-				Namespace:     "ns1",
-				WorkloadName:  "foo",
-				CanonicalName: "foo",
-			},
-			collections.TopologyMeta{
-				ClusterID:     "Kubernetes",
-				Locality:      loc,
-				LocalityLabel: loc.String(),
-				NodeName:      node,
-				Network:       network,
-			},
-			"", "")}
+	return ep(ip, collections.Healthy, loc, node, func(m *collections.EndpointMeta) { m.Network = network })
 }
 
 // lbtEndpointLabels returns the labels parallel to a CLA's endpoints, by address.
