@@ -79,9 +79,10 @@ var SharedPackages = []string{
 // them, nor values of the types of SharedPackages.
 func Measure(roots []Root, stops ...any) Report {
 	w := &walker{
-		seen:  map[uintptr]struct{}{},
-		stops: map[uintptr]bool{},
-		types: map[reflect.Type]*TypeUsage{},
+		seen:   map[uintptr]struct{}{},
+		arrays: map[uintptr][]span{},
+		stops:  map[uintptr]bool{},
+		types:  map[reflect.Type]*TypeUsage{},
 	}
 	for _, r := range roots {
 		if p, ok := pointerOf(reflect.ValueOf(r.Value)); ok {
@@ -137,9 +138,12 @@ func pointerOf(v reflect.Value) (uintptr, bool) {
 }
 
 type walker struct {
-	seen  map[uintptr]struct{}
-	stops map[uintptr]bool
-	types map[reflect.Type]*TypeUsage
+	seen map[uintptr]struct{}
+	// arrays are the charged backing arrays of slices of structs, by the pages they cover: a
+	// pointer to one of their elements is part of them, not an allocation of its own.
+	arrays map[uintptr][]span
+	stops  map[uintptr]bool
+	types  map[reflect.Type]*TypeUsage
 	// self is the current root's address, which is not a stop while it is walked.
 	self uintptr
 
@@ -270,8 +274,35 @@ func (w *walker) enter(p uintptr, t reflect.Type, size uintptr) bool {
 		return false
 	}
 	w.seen[p] = struct{}{}
+	if w.inArray(p) {
+		return false // an element of an array already charged and walked
+	}
 	w.charge(p, t, int64(roundSize(size, hasPointers(t))))
 	return true
+}
+
+type span struct{ lo, hi uintptr }
+
+const pageShift = 12
+
+// addArray records a charged array of n bytes at p.
+func (w *walker) addArray(p, n uintptr) {
+	if n == 0 {
+		return
+	}
+	for pg := p >> pageShift; pg <= (p+n-1)>>pageShift; pg++ {
+		w.arrays[pg] = append(w.arrays[pg], span{p, p + n})
+	}
+}
+
+// inArray says whether p points inside a recorded array (past its start, which is seen already).
+func (w *walker) inArray(p uintptr) bool {
+	for _, s := range w.arrays[p>>pageShift] {
+		if p > s.lo && p < s.hi {
+			return true
+		}
+	}
+	return false
 }
 
 var sharedCache sync.Map // reflect.Type → bool
@@ -413,6 +444,9 @@ func (w *walker) value(v reflect.Value) {
 		}
 		w.seen[p] = struct{}{}
 		w.charge(p, v.Type(), int64(roundSize(uintptr(v.Cap())*et.Size(), hasPointers(et))))
+		if et.Kind() == reflect.Struct && v.Cap() > 1 {
+			w.addArray(p, uintptr(v.Cap())*et.Size())
+		}
 		if hasPointers(et) {
 			for i := 0; i < v.Len(); i++ {
 				w.value(v.Index(i))

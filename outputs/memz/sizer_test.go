@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/krteds/krteds/test/fixtures"
 )
@@ -146,5 +147,29 @@ func TestRoundSize(t *testing.T) {
 		if got := roundSize(c.n, c.pointers); got != c.want {
 			t.Errorf("roundSize(%d, %v) = %d, want %d", c.n, c.pointers, got, c.want)
 		}
+	}
+}
+
+// A pointer to an element of an array already charged (one stored copy, referenced elsewhere) is
+// part of that array, not another allocation.
+func TestMeasurePointersIntoArrays(t *testing.T) {
+	type elem struct {
+		A, B, C int64
+		S       string
+	}
+	arr := make([]elem, 1000)
+	for i := range arr {
+		arr[i].S = fmt.Sprintf("element-%04d", i)
+	}
+	refs := make([]*elem, len(arr))
+	for i := range arr {
+		refs[i] = &arr[i]
+	}
+	owner := &struct{ Arr []elem }{arr}
+	user := &struct{ Refs []*elem }{refs}
+	rep := Measure([]Root{{Name: "owner", Value: owner}, {Name: "user", Value: user}})
+	want := int64(roundSize(unsafe.Sizeof(*user), true) + roundSize(uintptr(len(refs))*8, true))
+	if got := rep.Roots[1].Bytes; got != want {
+		t.Fatalf("the pointers are charged %d bytes, want their struct's and array's %d", got, want)
 	}
 }
