@@ -102,10 +102,12 @@ type ServiceEndpoints struct {
 	Hostname  string `json:"hostname"`
 	Namespace string `json:"namespace"`
 	// Name is the Service name.
-	Name      string     `json:"name"`
-	Registry  Registry   `json:"registry"`
-	ClusterID string     `json:"clusterID"`
-	Endpoints []Endpoint `json:"endpoints"`
+	Name      string   `json:"name"`
+	Registry  Registry `json:"registry"`
+	ClusterID string   `json:"clusterID"`
+	// Endpoints point at the endpoints of the slices (or entries) they come from, which no stage
+	// changes: one stored copy of each endpoint.
+	Endpoints []*Endpoint `json:"endpoints"`
 }
 
 // ResourceName is the key of the ServiceInfo it belongs to.
@@ -115,7 +117,7 @@ func (s ServiceEndpoints) ResourceName() string { return ServiceKey(s.Registry, 
 func (s ServiceEndpoints) Equals(o ServiceEndpoints) bool {
 	return s.Hostname == o.Hostname && s.Namespace == o.Namespace && s.Name == o.Name && s.Registry == o.Registry &&
 		s.ClusterID == o.ClusterID &&
-		slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
+		slices.EqualFunc(s.Endpoints, o.Endpoints, func(a, b *Endpoint) bool { return a == b || a.Equals(*b) })
 }
 
 // Better reports whether a should win over b when both carry the same (address, port name): the
@@ -157,28 +159,35 @@ func CompareEndpoints(a, b Endpoint) int {
 }
 
 // MergeEndpoints de-duplicates endpoints by (address, port name), keeping the better copy, and
-// returns them in CompareEndpoints order. The input is not modified.
-func MergeEndpoints(in []Endpoint) []Endpoint {
-	return MergeEndpointsInPlace(slices.Clone(in))
+// returns pointers to them in CompareEndpoints order. The input is not modified; the result
+// points into it.
+func MergeEndpoints(in []Endpoint) []*Endpoint {
+	refs := make([]*Endpoint, len(in))
+	for i := range in {
+		refs[i] = &in[i]
+	}
+	return MergeEndpointsInPlace(refs)
 }
 
-// MergeEndpointsInPlace is MergeEndpoints over a slice the caller owns: it is sorted in place and
-// the result is a prefix of it.
-func MergeEndpointsInPlace(out []Endpoint) []Endpoint {
-	slices.SortFunc(out, func(a, b Endpoint) int {
-		if c := CompareEndpoints(a, b); c != 0 && !(a.Address == b.Address && a.PortName == b.PortName) {
+// MergeEndpointsInPlace is MergeEndpoints over a list of pointers the caller owns: it is sorted
+// in place and the result is a prefix of it.
+func MergeEndpointsInPlace(out []*Endpoint) []*Endpoint {
+	slices.SortFunc(out, func(a, b *Endpoint) int {
+		if c := CompareEndpoints(*a, *b); c != 0 && !(a.Address == b.Address && a.PortName == b.PortName) {
 			return c
 		}
 		// Same key: better first.
-		if Better(a, b) {
+		if Better(*a, *b) {
 			return -1
 		}
-		if Better(b, a) {
+		if Better(*b, *a) {
 			return 1
 		}
 		return 0
 	})
-	return slices.CompactFunc(out, func(a, b Endpoint) bool {
+	out = slices.CompactFunc(out, func(a, b *Endpoint) bool {
 		return a.Address == b.Address && a.PortName == b.PortName
 	})
+	clear(out[len(out):cap(out)]) // the dropped copies are not kept alive
+	return slices.Clip(out)
 }

@@ -114,7 +114,7 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 	}
 	// The split horizon, as ServiceCLAs sets it: only in a mesh of several networks with gateways.
 	shard := g.ServiceEndpoints.GetKey(svc.ResourceName())
-	var eps []collections.Endpoint
+	var eps []*collections.Endpoint
 	if shard != nil {
 		eps = shard.Endpoints
 	}
@@ -152,8 +152,8 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 				continue
 			}
 			v := verdict(e.Address)
-			v.fact("%s endpoint %s (%s, cluster %s, network %q)", sourceOf(e), e.Address, e.Health, orNone(e.Meta.ClusterID), e.Meta.Network)
-			judge(v, e, svc, *port, cp, class, verdict)
+			v.fact("%s endpoint %s (%s, cluster %s, network %q)", sourceOf(*e), e.Address, e.Health, orNone(e.Meta.ClusterID), e.Meta.Network)
+			judge(v, *e, svc, *port, cp, class, verdict)
 		}
 	}
 	if address != "" && len(ex.Endpoints) == 0 {
@@ -322,7 +322,7 @@ func (g *Graph) explainSlice(slice *discovery.EndpointSlice, svc *collections.Se
 			if e.Pod != "" {
 				v.fact("workload %s, labels %v, locality %q", e.Pod, e.Meta.PodLabels.Map(), e.Meta.Locality.String())
 			}
-			if shard != nil && !slices.ContainsFunc(shard.Endpoints, func(o collections.Endpoint) bool { return o.Key() == e.Key() && o.Slice == e.Slice }) {
+			if shard != nil && !slices.ContainsFunc(shard.Endpoints, func(o *collections.Endpoint) bool { return o.Key() == e.Key() && o.Slice == e.Slice }) {
 				v.exclude("another slice of the service has the same address and port name; the healthiest copy, then the lowest slice name, is kept")
 				continue
 			}

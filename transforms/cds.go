@@ -133,7 +133,7 @@ func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.Re
 		variants := clusterVariants(svc, sp, in.RootNamespace)
 		var dns func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment
 		if svc.Resolution.IsDNS() {
-			var eps []collections.Endpoint
+			var eps []*collections.Endpoint
 			if se := krt.FetchOne(ctx, in.Endpoints, krt.FilterKey(svc.ResourceName())); se != nil {
 				eps = se.Endpoints
 			}

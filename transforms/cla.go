@@ -245,7 +245,7 @@ func ExcludeFromCluster(svc *collections.ServiceInfo, port collections.ServicePo
 //   - one LocalityLbEndpoints per locality, sorted by locality;
 //   - with failover priorities, each locality is split by priority and priorities are compacted
 //     to 0..N.
-func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []collections.Endpoint,
+func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []*collections.Endpoint,
 	policy LBPolicy, class collections.ProxyClass,
 ) CLAPlan {
 	plan := CLAPlan{ClusterName: clusterName}
@@ -291,7 +291,7 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 // groupByLocality groups the endpoints keep accepts by locality, in locality order (by its
 // region/zone/subzone string), each group's endpoints in their order in eps. The groups share one
 // array of endpoints, filled in two passes.
-func groupByLocality(eps []collections.Endpoint, keep func(*collections.Endpoint) bool) []CLAGroup {
+func groupByLocality(eps []*collections.Endpoint, keep func(*collections.Endpoint) bool) []CLAGroup {
 	var (
 		groups []CLAGroup
 		counts []int
@@ -300,7 +300,7 @@ func groupByLocality(eps []collections.Endpoint, keep func(*collections.Endpoint
 	of := make([]int32, len(eps)) // each endpoint's group, -1 when left out
 	n := 0
 	for i := range eps {
-		e := &eps[i]
+		e := eps[i]
 		if !keep(e) {
 			of[i] = -1
 			continue
@@ -347,7 +347,7 @@ func groupByLocality(eps []collections.Endpoint, keep func(*collections.Endpoint
 	}
 	for i := range eps {
 		if g := of[i]; g >= 0 {
-			groups[g].Endpoints = append(groups[g].Endpoints, &eps[i])
+			groups[g].Endpoints = append(groups[g].Endpoints, eps[i])
 		}
 	}
 	keys := make([]string, len(groups))
@@ -384,13 +384,13 @@ func (p CLAPlan) Proto() *endpoint.ClusterLoadAssignment {
 
 // PlanClusterCLA plans the CLA of one cluster (a port, maybe a subset) under its policy: only
 // endpoints carrying the subset's labels, with the policy's priorities and TLS metadata.
-func PlanClusterCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []collections.Endpoint,
+func PlanClusterCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []*collections.Endpoint,
 	cp ClusterPolicy, class collections.ProxyClass,
 ) CLAPlan {
 	if len(cp.SubsetLabels) > 0 {
-		sel := make([]collections.Endpoint, 0, len(eps))
+		sel := make([]*collections.Endpoint, 0, len(eps))
 		for _, e := range eps {
-			if ExcludeFromCluster(svc, port, cp, class, e) != ExcludedSubset {
+			if ExcludeFromCluster(svc, port, cp, class, *e) != ExcludedSubset {
 				sel = append(sel, e)
 			}
 		}

@@ -243,9 +243,9 @@ func ClusterShard(cfg collections.Config, slices krt.Collection[collections.Slic
 		for _, s := range ofService {
 			n += len(s.Endpoints)
 		}
-		all := make([]collections.Endpoint, 0, n)
+		all := make([]*collections.Endpoint, 0, n)
 		for _, s := range ofService {
-			all = append(all, s.Endpoints...)
+			all = refsTo(all, s.Endpoints)
 		}
 		return &collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,
 			ClusterID: cfg.ClusterID, Endpoints: collections.MergeEndpointsInPlace(all)}

@@ -148,7 +148,7 @@ type SplitHorizon struct {
 }
 
 // NewSplitHorizon is the split horizon of a service with these endpoints (nil without gateways).
-func NewSplitHorizon(gateways *collections.NetworkGateways, eps []collections.Endpoint) *SplitHorizon {
+func NewSplitHorizon(gateways *collections.NetworkGateways, eps []*collections.Endpoint) *SplitHorizon {
 	if !gateways.Enabled() {
 		return nil
 	}
@@ -163,7 +163,7 @@ func (h *SplitHorizon) Apply(cp *ClusterPolicy) {
 }
 
 // CrossesNetworks reports whether some endpoint is on a network that has gateways.
-func CrossesNetworks(gws *collections.NetworkGateways, eps []collections.Endpoint) bool {
+func CrossesNetworks(gws *collections.NetworkGateways, eps []*collections.Endpoint) bool {
 	for _, e := range eps {
 		if e.Meta.Network != "" && len(gws.For(e.Meta.Network, e.Meta.ClusterID)) > 0 {
 			return true

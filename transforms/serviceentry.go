@@ -349,6 +349,14 @@ type ServiceEndpointInputs struct {
 // ByNamespace is the extractor of a by-namespace index of WorkloadEntries.
 func ByNamespace(w collections.WorkloadEntry) []string { return []string{w.Namespace} }
 
+// refsTo appends pointers to the endpoints of eps (which no one changes after) to refs.
+func refsTo(refs []*collections.Endpoint, eps []collections.Endpoint) []*collections.Endpoint {
+	for i := range eps {
+		refs = append(refs, &eps[i])
+	}
+	return refs
+}
+
 // ServiceEndpointsOf builds one service's endpoint shard, de-duplicated by (address, port name),
 // healthiest copy first, in a stable order:
 //   - a Kubernetes Service: the endpoints of its EndpointSlices and, when it has a selector and
@@ -363,21 +371,21 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 		reads = append(reads, in.RemoteShards)
 	}
 	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: reads, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
-		var all []collections.Endpoint
+		var all []*collections.Endpoint
 		if svc.Registry == collections.RegistryServiceEntry {
-			all = serviceEntryEndpoints(ctx, cfg, in, svc)
+			all = refsTo(nil, serviceEntryEndpoints(ctx, cfg, in, svc))
 		} else {
 			slicesOf := in.SlicesByService.Fetch(ctx, svc.ResourceName())
 			n := 0
 			for _, s := range slicesOf {
 				n += len(s.Endpoints)
 			}
-			all = make([]collections.Endpoint, 0, n)
+			all = make([]*collections.Endpoint, 0, n)
 			for _, s := range slicesOf {
-				all = append(all, s.Endpoints...)
+				all = refsTo(all, s.Endpoints)
 			}
 			if svc.Selector != nil && svc.Resolution == collections.ClientSideLB {
-				all = append(all, selectedByService(ctx, in, svc)...)
+				all = refsTo(all, selectedByService(ctx, in, svc))
 			}
 		}
 		out := &collections.ServiceEndpoints{
@@ -393,7 +401,7 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 				// One shard per cluster, in cluster order (istiod's shard order); each remote
 				// shard is de-duplicated within its cluster only.
 				out.Endpoints = append(out.Endpoints, r.Endpoints...)
-				slices.SortStableFunc(out.Endpoints, func(a, b collections.Endpoint) int { return cmp.Compare(a.Meta.ClusterID, b.Meta.ClusterID) })
+				slices.SortStableFunc(out.Endpoints, func(a, b *collections.Endpoint) int { return cmp.Compare(a.Meta.ClusterID, b.Meta.ClusterID) })
 			}
 		}
 		return out
