@@ -88,19 +88,24 @@ func ReadyWorkloadWithIP(ctx krt.HandlerContext, cfg collections.Config, in Work
 func workloadsOf(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, pods []*collections.Pod) Workloads {
 	var names []string
 	for _, p := range pods {
-		if needsNode(p) && !slices.Contains(names, p.NodeName) {
+		if needsNode(p) {
 			names = append(names, p.NodeName)
 		}
 	}
+	// Sorted and unique: a slice of a thousand pods on a thousand nodes stays O(n log n).
+	slices.Sort(names)
+	names = slices.Compact(names)
 	var nodes []*collections.NodeLocality
 	if len(names) > 0 {
 		nodes = krt.Fetch(ctx, in.Nodes, krt.FilterKeys(names...))
 	}
+	byName := func(n *collections.NodeLocality, name string) int { return strings.Compare(n.Name, name) }
+	if !slices.IsSortedFunc(nodes, func(a, b *collections.NodeLocality) int { return strings.Compare(a.Name, b.Name) }) {
+		slices.SortFunc(nodes, func(a, b *collections.NodeLocality) int { return strings.Compare(a.Name, b.Name) })
+	}
 	nodeOf := func(name string) *collections.NodeLocality {
-		for _, n := range nodes {
-			if n.Name == name {
-				return n
-			}
+		if i, ok := slices.BinarySearchFunc(nodes, name, byName); ok {
+			return nodes[i]
 		}
 		return nil
 	}
