@@ -1,9 +1,11 @@
 package transforms
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -213,5 +215,34 @@ func TestWorkloadName(t *testing.T) {
 				t.Fatalf("got %q want %q", got, tc.expect)
 			}
 		})
+	}
+}
+
+// The Pods of one fetch on several nodes, listed in any order (one node twice), each take their
+// own node's locality; a Pod on an unknown node has none.
+func TestWorkloadsTakeTheirOwnNodes(t *testing.T) {
+	var objs []any
+	var keys []string
+	for i, n := range []string{"n3", "n1", "n2", "n1", "gone"} {
+		name := fmt.Sprintf("foo-%d", i)
+		objs = append(objs, fixtures.Pod("ns1", name, "foo", fmt.Sprintf("10.1.0.%d", i+1), n))
+		keys = append(keys, "ns1/"+name)
+	}
+	for _, n := range []string{"n2", "n3", "n1"} {
+		objs = append(objs, fixtures.ZoneNode(n, "r-"+n, "z-"+n))
+	}
+	ws := FetchWorkloads(krt.TestingDummyContext{}, collections.DefaultConfig(), workloadInputs(t, objs...), keys)
+	for i, n := range []string{"n3", "n1", "n2", "n1", "gone"} {
+		w := ws.Get(keys[i])
+		if w == nil {
+			t.Fatalf("no workload for %s", keys[i])
+		}
+		want := "r-" + n
+		if n == "gone" {
+			want = ""
+		}
+		if got := w.Meta.Locality.Region; got != want {
+			t.Errorf("%s on %s: region %q, want %q", keys[i], n, got, want)
+		}
 	}
 }
