@@ -2,6 +2,7 @@ package collections
 
 import (
 	"encoding/json"
+	"hash/maphash"
 	"maps"
 	"math/bits"
 	"runtime"
@@ -10,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"weak"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // Labels is an immutable label set. Sets with the same content are one shared set while any
@@ -29,13 +28,17 @@ var interned struct {
 	m  map[uint64][]weak.Pointer[labelSet]
 }
 
+// labelSeed keys labelsHash per process: whoever writes Pods cannot choose label sets that share
+// a bucket (each would be compared with all the others when interned).
+var labelSeed = maphash.MakeSeed()
+
 // labelsHash is a hash of a set's pairs that does not depend on the map's order.
 func labelsHash(m map[string]string) uint64 {
 	var h uint64
 	for k, v := range m {
 		// Each pair mixed on its own (the key's hash rotated, so that k=v and v=k differ),
 		// the pairs added.
-		kh, vh := xxhash.Sum64String(k), xxhash.Sum64String(v)
+		kh, vh := maphash.String(labelSeed, k), maphash.String(labelSeed, v)
 		h += (bits.RotateLeft64(kh, 23) ^ vh) * 0x9e3779b97f4a7c15
 	}
 	return h
