@@ -10,11 +10,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
-// NewGRPCServer returns a gRPC server that serves ADS (state of the world and delta) from s.
+// NewGRPCServer returns a gRPC server that serves ADS (state of the world and delta) from s. Its
+// codec is krteds' own, whatever opts say: responses are sent as krteds encodes them (wire.go),
+// which no other codec can marshal.
 func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
-		// Responses are sent as krteds encodes them (wire.go).
-		grpc.ForceServerCodecV2(newWireCodec()),
 		grpc.MaxConcurrentStreams(100000),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:    30 * time.Second,
@@ -25,6 +25,7 @@ func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grp
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
+	opts = append(opts, grpc.ForceServerCodecV2(newWireCodec())) // last: it wins
 	gs := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, s)
 	if s.loadReports != nil {
