@@ -2,16 +2,22 @@ package xds
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net"
 	"testing"
+	"time"
 	"unsafe"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs/xds/adsclient"
 )
 
 // The messages the encoders stand for, built as the proto codec would be given them.
@@ -120,5 +126,38 @@ func TestWireCodec(t *testing.T) {
 	}
 	if c.Unmarshal(out, w) == nil {
 		t.Fatal("a wireMessage was decoded")
+	}
+}
+
+// A codec among the caller's options does not replace krteds' own: responses still reach the
+// client.
+func TestCallerCodecDoesNotReplaceTheWireCodec(t *testing.T) {
+	src := newFakeSource()
+	srv := NewServer(src, "Kubernetes", nil, nil)
+	stop := make(chan struct{})
+	defer close(stop)
+	srv.Start(stop)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := NewGRPCServer(context.Background(), srv, grpc.ForceServerCodecV2(encoding.GetCodecV2("proto")))
+	defer gs.Stop()
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := adsclient.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	src.set(tEndpoint.url(), "c1")
+	d, err := adsclient.OpenDelta(context.Background(), cc, sidecarNode(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: tEndpoint.url(), ResourceNamesSubscribe: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := d.Recv(10 * time.Second); err != nil || len(r.Resources) != 1 {
+		t.Fatalf("%v, %v", r, err)
 	}
 }
