@@ -162,11 +162,15 @@ func CompareEndpoints(a, b Endpoint) int {
 // returns pointers to them in CompareEndpoints order. The input is not modified; the result
 // points into it.
 func MergeEndpoints(in []Endpoint) []*Endpoint {
-	refs := make([]*Endpoint, len(in))
-	for i := range in {
-		refs[i] = &in[i]
+	return MergeEndpointsInPlace(AppendRefs(make([]*Endpoint, 0, len(in)), in))
+}
+
+// AppendRefs appends pointers to the endpoints of eps to refs (eps must not change after).
+func AppendRefs(refs []*Endpoint, eps []Endpoint) []*Endpoint {
+	for i := range eps {
+		refs = append(refs, &eps[i])
 	}
-	return MergeEndpointsInPlace(refs)
+	return refs
 }
 
 // MergeEndpointsInPlace is MergeEndpoints over a list of pointers the caller owns: it is sorted

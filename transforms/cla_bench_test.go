@@ -51,7 +51,7 @@ func BenchmarkBuildAndMarshalCLA(b *testing.B) {
 			b.ReportAllocs()
 			var size int
 			for b.Loop() {
-				plan := PlanCLA(fooName, svc, port, refsTo(nil, eps), PolicyFor(svc), collections.ProxyClass{})
+				plan := PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), collections.ProxyClass{})
 				r := Versioned(fooName, TypeCLA, plan.Encode())
 				size = len(r.Body)
 			}
@@ -68,7 +68,7 @@ func BenchmarkEncodeCLA(b *testing.B) {
 	port := collections.ServicePort{Name: "http", Port: 80, Protocol: "TCP"}
 	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local", Ports: []collections.ServicePort{port}}
 	for _, n := range []int{10, 1000} {
-		plan := PlanCLA(fooName, svc, port, refsTo(nil, syntheticEndpoints(n)), PolicyFor(svc), collections.ProxyClass{})
+		plan := PlanCLA(fooName, svc, port, collections.AppendRefs(nil, syntheticEndpoints(n)), PolicyFor(svc), collections.ProxyClass{})
 		b.Run(fmt.Sprintf("encoder=hand/endpoints=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

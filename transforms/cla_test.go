@@ -244,7 +244,7 @@ func TestPlanCLA(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			policy := PolicyFor(tc.svc)
-			got := PlanCLA(fooName, tc.svc, httpPort, refsTo(nil, tc.eps), policy, Project(tc.svc, policy, tc.class)).Proto()
+			got := PlanCLA(fooName, tc.svc, httpPort, collections.AppendRefs(nil, tc.eps), policy, Project(tc.svc, policy, tc.class)).Proto()
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)
 			}
@@ -410,7 +410,7 @@ func TestTLSModeMetadata(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			name := ClusterName(80, tc.subset, svc.Hostname)
 			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", "ns1", 80, tc.subset)
-			plan := PlanClusterCLA(name, svc, httpPort, refsTo(nil, eps), cp, collections.ProxyClass{})
+			plan := PlanClusterCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{})
 			want := wantCLA(name, wantGroup{loc: r1z1, eps: tc.want})
 			if diff := cmp.Diff(want, plan.Proto(), protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)

@@ -245,7 +245,7 @@ func ClusterShard(cfg collections.Config, slices krt.Collection[collections.Slic
 		}
 		all := make([]*collections.Endpoint, 0, n)
 		for _, s := range ofService {
-			all = refsTo(all, s.Endpoints)
+			all = collections.AppendRefs(all, s.Endpoints)
 		}
 		return &collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,
 			ClusterID: cfg.ClusterID, Endpoints: collections.MergeEndpointsInPlace(all)}

@@ -400,7 +400,7 @@ func TestServiceEndpointsMergeSlices(t *testing.T) {
 	out := ServiceEndpointsOf(collections.DefaultConfig(), in).Fn(krt.TestingDummyContext{},
 		&collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local"})
 	want := &collections.ServiceEndpoints{Hostname: "foo.ns1.svc.cluster.local", Namespace: "ns1", Name: "foo", ClusterID: "Kubernetes",
-		Endpoints: refsTo(nil, []collections.Endpoint{
+		Endpoints: collections.AppendRefs(nil, []collections.Endpoint{
 			mk("10.0.0.2", "a", collections.Healthy, 8080), // healthiest copy wins
 			mk("10.0.0.3", "a", collections.Healthy, 8080), // equal health: lowest slice name
 			mk("10.0.0.10", "b", collections.Healthy, 8080),

@@ -23,7 +23,7 @@ func ledsPlan() (CLAPlan, *collections.ServiceInfo, collections.ServicePort) {
 	eps[11].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "istio"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r:9", Zone: "z/1", Subzone: "s*"}}, "", "")
 	eps[12].Health = collections.Draining
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
-	plan := PlanCLA(fooName, svc, port, refsTo(nil, eps), PolicyFor(svc), Project(svc, PolicyFor(svc), class))
+	plan := PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), Project(svc, PolicyFor(svc), class))
 	return plan, svc, port
 }
 
@@ -164,7 +164,7 @@ func TestLEDSChangeOfOneEndpointChangesOneMember(t *testing.T) {
 func TestLEDSOnlyAboveTheThreshold(t *testing.T) {
 	port := collections.ServicePort{Name: "http", Port: 80}
 	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local", Ports: []collections.ServicePort{port}}
-	se := collections.ServiceEndpoints{Name: "foo", Namespace: "ns1", Endpoints: refsTo(nil, syntheticEndpoints(10))}
+	se := collections.ServiceEndpoints{Name: "foo", Namespace: "ns1", Endpoints: collections.AppendRefs(nil, syntheticEndpoints(10))}
 	cp := ClusterPolicyFor(svc, nil, "istio-system", "ns1", 80, "")
 	for _, c := range []struct {
 		threshold int

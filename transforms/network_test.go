@@ -59,12 +59,12 @@ func TestSplitHorizon(t *testing.T) {
 			"2.2.2.2:15443/4/;;;;c2", "2.2.2.3:15443/4/;;;;c2", "3.3.3.3:15443/2/;;;;", "locality 16"}},
 	} {
 		policy := PolicyFor(svc)
-		policy.Networks = &NetworkFilter{Gateways: gws, Crosses: CrossesNetworks(gws, refsTo(nil, eps))}
+		policy.Networks = &NetworkFilter{Gateways: gws, Crosses: CrossesNetworks(gws, collections.AppendRefs(nil, eps))}
 		class := Project(svc, policy, collections.ProxyClass{Network: tc.network, ClusterID: "c1"})
 		if class.Network != tc.network {
 			t.Fatalf("the projection drops the proxy's network: %+v", class)
 		}
-		cla := PlanCLA("outbound|80||foo.ns1.svc.cluster.local", svc, port, refsTo(nil, eps), policy, class).Proto()
+		cla := PlanCLA("outbound|80||foo.ns1.svc.cluster.local", svc, port, collections.AppendRefs(nil, eps), policy, class).Proto()
 		var got []string
 		for _, l := range cla.Endpoints {
 			for _, e := range l.LbEndpoints {

@@ -61,11 +61,11 @@ func TestCLAOfAClassEqualsCLAOfItsProjection(t *testing.T) {
 				for _, c := range classes {
 					t.Run(fmt.Sprintf("%s/nodeLocal=%v/%s/%s", td, nodeLocal, pname, c.Key()), func(t *testing.T) {
 						proj := ProjectFor(svc, cp, c)
-						full, err := EncodeClusterCLA(PlanClusterCLA(fooName, svc, port, refsTo(nil, eps), cp, c), cp, c)
+						full, err := EncodeClusterCLA(PlanClusterCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, c), cp, c)
 						if err != nil {
 							t.Fatal(err)
 						}
-						projected, err := EncodeClusterCLA(PlanClusterCLA(fooName, svc, port, refsTo(nil, eps), cp, proj), cp, proj)
+						projected, err := EncodeClusterCLA(PlanClusterCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, proj), cp, proj)
 						if err != nil {
 							t.Fatal(err)
 						}

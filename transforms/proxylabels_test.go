@@ -36,7 +36,7 @@ func claFor(t *testing.T, cp collections.ConnectedProxy, svc collections.Service
 		Policies:      krt.NewStaticCollection(nil, []collections.ServicePolicy{sp}, krt.WithStop(stop)),
 		Classes:       krt.NewStaticCollection(nil, []collections.ProxyClass{p.Class}, krt.WithStop(stop)),
 	}).Fn(krt.TestingDummyContext{}, collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,
-		ClusterID: cfg.ClusterID, Endpoints: refsTo(nil, eps)})
+		ClusterID: cfg.ClusterID, Endpoints: collections.AppendRefs(nil, eps)})
 	for _, s := range sets {
 		if s.Name != name {
 			continue

@@ -349,14 +349,6 @@ type ServiceEndpointInputs struct {
 // ByNamespace is the extractor of a by-namespace index of WorkloadEntries.
 func ByNamespace(w collections.WorkloadEntry) []string { return []string{w.Namespace} }
 
-// refsTo appends pointers to the endpoints of eps (which no one changes after) to refs.
-func refsTo(refs []*collections.Endpoint, eps []collections.Endpoint) []*collections.Endpoint {
-	for i := range eps {
-		refs = append(refs, &eps[i])
-	}
-	return refs
-}
-
 // ServiceEndpointsOf builds one service's endpoint shard, de-duplicated by (address, port name),
 // healthiest copy first, in a stable order:
 //   - a Kubernetes Service: the endpoints of its EndpointSlices and, when it has a selector and
@@ -373,7 +365,7 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: reads, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
 		var all []*collections.Endpoint
 		if svc.Registry == collections.RegistryServiceEntry {
-			all = refsTo(nil, serviceEntryEndpoints(ctx, cfg, in, svc))
+			all = collections.AppendRefs(nil, serviceEntryEndpoints(ctx, cfg, in, svc))
 		} else {
 			slicesOf := in.SlicesByService.Fetch(ctx, svc.ResourceName())
 			n := 0
@@ -382,10 +374,10 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 			}
 			all = make([]*collections.Endpoint, 0, n)
 			for _, s := range slicesOf {
-				all = refsTo(all, s.Endpoints)
+				all = collections.AppendRefs(all, s.Endpoints)
 			}
 			if svc.Selector != nil && svc.Resolution == collections.ClientSideLB {
-				all = refsTo(all, selectedByService(ctx, in, svc))
+				all = collections.AppendRefs(all, selectedByService(ctx, in, svc))
 			}
 		}
 		out := &collections.ServiceEndpoints{

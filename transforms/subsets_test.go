@@ -99,7 +99,7 @@ func TestUnknownSubsetSetSharesTheBaseCLAs(t *testing.T) {
 			Policies:      krt.NewStaticCollection(nil, []collections.ServicePolicy{{Service: "ns1/foo", Rules: rules}}, krt.WithStop(stop)),
 			Classes: krt.NewStaticCollection(nil, []collections.ProxyClass{{Namespace: "ns1"}, {Namespace: "ns2"}},
 				krt.WithStop(stop)),
-		}).Fn(krt.TestingDummyContext{}, collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: "ns1", Name: "foo", Endpoints: refsTo(nil, eps)})
+		}).Fn(krt.TestingDummyContext{}, collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: "ns1", Name: "foo", Endpoints: collections.AppendRefs(nil, eps)})
 		byName := map[string]collections.ResourceSet{}
 		for _, s := range sets {
 			byName[s.Name] = s
@@ -126,7 +126,7 @@ func TestUnknownSubsetSetSharesTheBaseCLAs(t *testing.T) {
 func TestRelabelCLA(t *testing.T) {
 	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1"}
 	port := collections.ServicePort{Name: "http", Port: 80}
-	plan := PlanCLA(fooName, svc, port, refsTo(nil, syntheticEndpoints(20)), PolicyFor(svc), collections.ProxyClass{})
+	plan := PlanCLA(fooName, svc, port, collections.AppendRefs(nil, syntheticEndpoints(20)), PolicyFor(svc), collections.ProxyClass{})
 	r := Versioned(fooName, TypeCLA, plan.Encode())
 	r.Endpoints = 20
 	name := "outbound|80|" + string(bytes.Repeat([]byte("x"), 200)) + "|foo.ns1.svc.cluster.local"
