@@ -108,6 +108,18 @@ func waitCLAs(tb testing.TB, g *graphs.Graph, size Size) {
 	}
 }
 
+// tableRow renders one root: its bytes, the same per unit, and its largest parts.
+func tableRow(s *strings.Builder, r memz.Usage, per float64, parts int) {
+	fmt.Fprintf(s, "%-40s %12d %10.0f", r.Name, r.Bytes, float64(r.Bytes)/per)
+	for i, p := range r.Parts {
+		if i == parts {
+			break
+		}
+		fmt.Fprintf(s, "  %s=%.0f", p.Field, float64(p.Bytes)/per)
+	}
+	s.WriteString("\n")
+}
+
 // table renders the attribution, in bytes per endpoint.
 func (b budget) table() string {
 	var s strings.Builder
@@ -117,14 +129,7 @@ func (b budget) table() string {
 		if r.Bytes == 0 {
 			continue
 		}
-		fmt.Fprintf(&s, "%-40s %12d %10.0f", r.Name, r.Bytes, float64(r.Bytes)/eps)
-		for i, p := range r.Parts {
-			if i == 4 {
-				break
-			}
-			fmt.Fprintf(&s, "  %s=%.0f", p.Field, float64(p.Bytes)/eps)
-		}
-		s.WriteString("\n")
+		tableRow(&s, r, eps, 4)
 	}
 	fmt.Fprintf(&s, "%-40s %12d %10.0f\n", "accounted", b.graph.Total, float64(b.graph.Total)/eps)
 	fmt.Fprintf(&s, "%-40s %12d %10.0f\n", "measured heap", b.graphHeap, float64(b.graphHeap)/eps)
@@ -144,14 +149,7 @@ func (b budget) table() string {
 		if r.Group != "xds" && r.Group != "clients" {
 			continue
 		}
-		fmt.Fprintf(&s, "%-40s %12d %10.0f", r.Name, r.Bytes, float64(r.Bytes)/proxies)
-		for i, p := range r.Parts {
-			if i == 6 {
-				break
-			}
-			fmt.Fprintf(&s, "  %s=%.0f", p.Field, float64(p.Bytes)/proxies)
-		}
-		s.WriteString("\n")
+		tableRow(&s, r, proxies, 6)
 	}
 	return s.String()
 }
