@@ -457,3 +457,39 @@ func TestPendingPodsAreCounted(t *testing.T) {
 		t.Fatalf("pending %d, endpoints %d; want 2 pending, 1 endpoint", out.PendingPods, len(out.Endpoints))
 	}
 }
+
+// TestSliceEndpointsTakeTheirOwnPod: each endpoint carries the workload of the Pod its targetRef
+// names, whatever the order of the slice's endpoints (a rolling update appends the new Pod after
+// the others) and when two endpoints name one Pod. The keys handed to the fetch are sorted by it.
+func TestSliceEndpointsTakeTheirOwnPod(t *testing.T) {
+	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
+	pods := []any{svc,
+		fixtures.ZoneNode("n1", "r1", "z1"), fixtures.ZoneNode("n2", "r1", "z2"), fixtures.ZoneNode("n3", "r1", "z3"),
+		fixtures.Pod("ns1", "a", "foo", "10.0.0.1", "n1"),
+		fixtures.Pod("ns1", "b", "foo", "10.0.0.2", "n2"),
+		fixtures.Pod("ns1", "c", "foo", "10.0.0.3", "n3"),
+	}
+	slice := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice,
+		fixtures.Endpoint{IP: "10.0.0.3", Pod: "c", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.1", Pod: "a", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.9", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.2", Pod: "b", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.4", Pod: "missing", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.11", Pod: "a", Cond: fixtures.Ready},
+	)
+	out, _ := runSlice(t, slice, pods...)
+	want := map[string]struct{ pod, zone string }{
+		"10.0.0.3": {"ns1/c", "z3"}, "10.0.0.1": {"ns1/a", "z1"}, "10.0.0.9": {"", ""},
+		"10.0.0.2": {"ns1/b", "z2"}, "10.0.0.11": {"ns1/a", "z1"},
+	}
+	got := map[string]struct{ pod, zone string }{}
+	for _, e := range out.Endpoints {
+		got[e.Address] = struct{ pod, zone string }{e.Pod, e.Meta.Locality.Zone}
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(struct{ pod, zone string }{})); diff != "" {
+		t.Fatalf("endpoint → (pod, zone) (-want +got):\n%s", diff)
+	}
+	if out.PendingPods != 1 {
+		t.Errorf("PendingPods = %d, want 1", out.PendingPods)
+	}
+}

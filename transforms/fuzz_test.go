@@ -1,9 +1,11 @@
 package transforms
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
@@ -34,6 +36,9 @@ func FuzzSliceEndpoints(f *testing.F) {
 		fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
 			fixtures.Endpoint{IP: "10.0.0.2", Cond: fixtures.NotReady}),
 		&discovery.EndpointSlice{AddressType: discovery.AddressTypeFQDN},
+		// Pods named out of key order: each endpoint must take its own.
+		fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
+			fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-0", Cond: fixtures.Ready}),
 	)
 	f.Add([]byte(`{"metadata":{"name":"s","namespace":"ns1","labels":{"kubernetes.io/service-name":"foo"}},"addressType":"IPv6",
 		"ports":[{"name":"http"},{"port":-1},{"port":70000}],"endpoints":[{"addresses":["::1","x",""],"targetRef":{"kind":"Node"}}]}`))
@@ -44,7 +49,7 @@ func FuzzSliceEndpoints(f *testing.F) {
 	svc := ConvertService(cfg, fixtures.Service("ns1", "foo", fixtures.HTTP...), nil)
 	in := SliceInputs{
 		Services:  krt.NewStaticCollection(nil, []*collections.ServiceInfo{svc}, krt.WithStop(stop)),
-		Workloads: workloadInputs(f, fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1")),
+		Workloads: workloadInputs(f, fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"), fixtures.Pod("ns1", "foo-0", "foo", "10.0.0.2", "n1")),
 	}
 	fn := SliceEndpointsOf(cfg, in).Fn
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -61,9 +66,26 @@ func FuzzSliceEndpoints(f *testing.F) {
 		if out == nil {
 			return
 		}
+		// The Pods the slice's endpoints name, by canonical address ("" for an endpoint that
+		// names none: its Pod is looked up by IP).
+		named := map[string][]string{}
+		for _, se := range s.Endpoints {
+			key := ""
+			if ref := se.TargetRef; isPodRef(ref) {
+				key = cmp.Or(ref.Namespace, s.Namespace) + "/" + ref.Name
+			}
+			for _, a := range se.Addresses {
+				if ip, err := netip.ParseAddr(a); err == nil {
+					named[ip.String()] = append(named[ip.String()], key)
+				}
+			}
+		}
 		for _, e := range out.Endpoints {
 			if e.Meta == nil || e.Port == 0 || e.Port > 65535 || e.Address == "" {
 				t.Fatalf("malformed endpoint %+v", e)
+			}
+			if e.Pod != "" && !slices.Contains(named[e.Address], e.Pod) && !slices.Contains(named[e.Address], "") {
+				t.Fatalf("endpoint %s carries Pod %s; the slice names %v there", e.Address, e.Pod, named[e.Address])
 			}
 			ip, err := netip.ParseAddr(e.Address)
 			if err != nil || ip.Zone() != "" || ip.Is4In6() || (s.AddressType == discovery.AddressTypeIPv4 && !ip.Is4()) ||

@@ -57,12 +57,13 @@ func (ws Workloads) Get(key string) *collections.Workload {
 
 // FetchWorkloads fetches the Pods with these keys and derives their workloads: one dependency
 // on the Pods, one on the Nodes they need, and the default network only when a pod has no known
-// node. A missing Pod has no workload.
+// node. A missing Pod has no workload. keys is left as it is (krt's key filter sorts and
+// de-duplicates the list it is given, in place, and keeps it).
 func FetchWorkloads(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, keys []string) Workloads {
 	if len(keys) == 0 {
 		return nil
 	}
-	return workloadsOf(ctx, cfg, in, krt.Fetch(ctx, in.Pods, krt.FilterKeys(keys...)))
+	return workloadsOf(ctx, cfg, in, krt.Fetch(ctx, in.Pods, krt.FilterKeys(slices.Clone(keys)...)))
 }
 
 // ReadyWorkloadWithIP finds the ready Pod with that IP in the namespace and derives its workload.
