@@ -134,15 +134,9 @@ func Better(a, b Endpoint) bool {
 
 // CompareEndpoints is the stable order of endpoints within a service: by address (numerically for
 // IPs), then port name, then port.
-func CompareEndpoints(a, b Endpoint) int {
+func CompareEndpoints(a, b *Endpoint) int {
 	if a.Address != b.Address {
-		pa, ea := netip.ParseAddr(a.Address)
-		pb, eb := netip.ParseAddr(b.Address)
-		if ea == nil && eb == nil {
-			if c := pa.Compare(pb); c != 0 {
-				return c
-			}
-		} else if c := strings.Compare(a.Address, b.Address); c != 0 {
+		if c := CompareAddresses(a.Address, b.Address); c != 0 {
 			return c
 		}
 	}
@@ -156,6 +150,58 @@ func CompareEndpoints(a, b Endpoint) int {
 		return 1
 	}
 	return 0
+}
+
+// CompareAddresses orders two addresses as netip.Addr.Compare orders them when both are IPs, and
+// as strings otherwise. A sort calls it n·log n times: two IPv4 addresses in their canonical
+// spelling (what slices and pods carry) are compared without netip's parse.
+func CompareAddresses(a, b string) int {
+	if va, ok := parseIPv4(a); ok {
+		if vb, ok := parseIPv4(b); ok {
+			switch {
+			case va < vb:
+				return -1
+			case va > vb:
+				return 1
+			}
+			return 0
+		}
+	}
+	pa, ea := netip.ParseAddr(a)
+	pb, eb := netip.ParseAddr(b)
+	if ea == nil && eb == nil {
+		return pa.Compare(pb)
+	}
+	return strings.Compare(a, b)
+}
+
+// parseIPv4 reads a dotted-quad IPv4 address as netip.ParseAddr accepts it (four decimal fields
+// of 0–255, no leading zeros); ok is false for anything else, which the caller parses in full.
+func parseIPv4(s string) (v uint32, ok bool) {
+	fields, field, digits := 0, uint32(0), 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 1 && field == 0 {
+				return 0, false // a leading zero
+			}
+			field = field*10 + uint32(c-'0')
+			digits++
+			if field > 255 {
+				return 0, false
+			}
+		case c == '.' && digits > 0 && fields < 3:
+			v = v<<8 | field
+			fields, field, digits = fields+1, 0, 0
+		default:
+			return 0, false
+		}
+	}
+	if fields != 3 || digits == 0 {
+		return 0, false
+	}
+	return v<<8 | field, true
 }
 
 // MergeEndpoints de-duplicates endpoints by (address, port name), keeping the better copy, and
@@ -177,7 +223,7 @@ func AppendRefs(refs []*Endpoint, eps []Endpoint) []*Endpoint {
 // in place and the result is a prefix of it.
 func MergeEndpointsInPlace(out []*Endpoint) []*Endpoint {
 	slices.SortFunc(out, func(a, b *Endpoint) int {
-		if c := CompareEndpoints(*a, *b); c != 0 && !(a.Address == b.Address && a.PortName == b.PortName) {
+		if c := CompareEndpoints(a, b); c != 0 && !(a.Address == b.Address && a.PortName == b.PortName) {
 			return c
 		}
 		// Same key: better first.
