@@ -152,8 +152,8 @@ func CompareEndpoints(a, b *Endpoint) int {
 	return 0
 }
 
-// CompareAddresses orders two addresses as netip.Addr.Compare orders them when both are IPs, and
-// as strings otherwise. A sort calls it n·log n times: two IPv4 addresses in their canonical
+// CompareAddresses orders IPs as netip.Addr.Compare does, before anything else (host names),
+// which compare as strings: a total order, so a sort's result never depends on its input's. A sort calls it n·log n times: two IPv4 addresses in their canonical
 // spelling (what slices and pods carry) are compared without netip's parse.
 func CompareAddresses(a, b string) int {
 	if va, ok := parseIPv4(a); ok {
@@ -169,8 +169,13 @@ func CompareAddresses(a, b string) int {
 	}
 	pa, ea := netip.ParseAddr(a)
 	pb, eb := netip.ParseAddr(b)
-	if ea == nil && eb == nil {
+	switch {
+	case ea == nil && eb == nil:
 		return pa.Compare(pb)
+	case ea == nil:
+		return -1
+	case eb == nil:
+		return 1
 	}
 	return strings.Compare(a, b)
 }
@@ -222,7 +227,20 @@ func AppendRefs(refs []*Endpoint, eps []Endpoint) []*Endpoint {
 // MergeEndpointsInPlace is MergeEndpoints over a list of pointers the caller owns: it is sorted
 // in place and the result is a prefix of it.
 func MergeEndpointsInPlace(out []*Endpoint) []*Endpoint {
-	slices.SortFunc(out, func(a, b *Endpoint) int {
+	// Each IPv4 address is read once, not at each of the sort's n·log n comparisons.
+	keyed := make([]keyedEndpoint, len(out))
+	for i, e := range out {
+		v4, ok := parseIPv4(e.Address)
+		keyed[i] = keyedEndpoint{v4: v4, isV4: ok, e: e}
+	}
+	slices.SortFunc(keyed, func(ka, kb keyedEndpoint) int {
+		a, b := ka.e, kb.e
+		if ka.isV4 && kb.isV4 && ka.v4 != kb.v4 {
+			if ka.v4 < kb.v4 {
+				return -1
+			}
+			return 1
+		}
 		if c := CompareEndpoints(a, b); c != 0 && !(a.Address == b.Address && a.PortName == b.PortName) {
 			return c
 		}
@@ -235,9 +253,19 @@ func MergeEndpointsInPlace(out []*Endpoint) []*Endpoint {
 		}
 		return 0
 	})
+	for i := range keyed {
+		out[i] = keyed[i].e
+	}
 	out = slices.CompactFunc(out, func(a, b *Endpoint) bool {
 		return a.Address == b.Address && a.PortName == b.PortName
 	})
 	clear(out[len(out):cap(out)]) // the dropped copies are not kept alive
 	return slices.Clip(out)
+}
+
+// keyedEndpoint is an endpoint with its IPv4 address read, while a merge sorts.
+type keyedEndpoint struct {
+	v4   uint32
+	isV4 bool
+	e    *Endpoint
 }

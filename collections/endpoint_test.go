@@ -1,6 +1,7 @@
 package collections
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,8 +12,13 @@ import (
 func compareAddressesByParse(a, b string) int {
 	pa, ea := netip.ParseAddr(a)
 	pb, eb := netip.ParseAddr(b)
-	if ea == nil && eb == nil {
+	switch {
+	case ea == nil && eb == nil:
 		return pa.Compare(pb)
+	case ea == nil:
+		return -1
+	case eb == nil:
+		return 1
 	}
 	return strings.Compare(a, b)
 }
@@ -32,10 +38,10 @@ func TestCompareAddressesKeepsTheParsedOrder(t *testing.T) {
 			}
 		}
 	}
-	// The numeric order, not the spelling's: 10.0.0.9 before 10.0.0.10.
-	got := []string{"10.0.0.10", "10.0.0.9", "::1", "10.0.0.100", "9.0.0.1"}
+	// The numeric order, not the spelling's (10.0.0.9 before 10.0.0.10); IPs before names.
+	got := []string{"10.0.0.10", "a.example.com", "10.0.0.9", "999.1.1.1", "::1", "10.0.0.100", "9.0.0.1"}
 	slices.SortFunc(got, CompareAddresses)
-	if want := []string{"9.0.0.1", "10.0.0.9", "10.0.0.10", "10.0.0.100", "::1"}; !slices.Equal(got, want) {
+	if want := []string{"9.0.0.1", "10.0.0.9", "10.0.0.10", "10.0.0.100", "::1", "999.1.1.1", "a.example.com"}; !slices.Equal(got, want) {
 		t.Errorf("sorted %v, want %v", got, want)
 	}
 }
@@ -49,4 +55,48 @@ func FuzzCompareAddresses(f *testing.F) {
 			t.Errorf("CompareAddresses(%q, %q) = %d, want %d", a, b, got, want)
 		}
 	})
+}
+
+// TestMergeEndpointsOrder: the merge keeps the order and the winners a plain sort by
+// CompareEndpoints and Better gives, over addresses of every kind, duplicates included.
+func TestMergeEndpointsOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 200; round++ {
+		var in []Endpoint
+		for i := 0; i < 1+rng.IntN(40); i++ {
+			in = append(in, Endpoint{
+				Address:  addressCases[rng.IntN(len(addressCases))],
+				PortName: []string{"http", "grpc"}[rng.IntN(2)],
+				Port:     uint32(8080 + rng.IntN(2)),
+				Health:   HealthStatus(1 + rng.IntN(4)),
+				Slice:    []string{"s1", "s2"}[rng.IntN(2)],
+			})
+		}
+		got := MergeEndpoints(in)
+		// The reference: sort copies by the full comparison, keep the first of each key.
+		want := slices.Clone(in)
+		slices.SortStableFunc(want, func(a, b Endpoint) int {
+			if c := CompareEndpoints(&a, &b); c != 0 && !(a.Address == b.Address && a.PortName == b.PortName) {
+				return c
+			}
+			if Better(a, b) {
+				return -1
+			}
+			if Better(b, a) {
+				return 1
+			}
+			return 0
+		})
+		want = slices.CompactFunc(want, func(a, b Endpoint) bool { return a.Address == b.Address && a.PortName == b.PortName })
+		if len(got) != len(want) {
+			t.Fatalf("round %d: %d endpoints, want %d", round, len(got), len(want))
+		}
+		for i := range want {
+			// Equal keys that neither Better nor the order tells apart may come in any order;
+			// everything compared must match.
+			if g, w := got[i], want[i]; g.Address != w.Address || g.PortName != w.PortName || g.Health.rank() != w.Health.rank() || g.Slice != w.Slice || g.Port != w.Port {
+				t.Fatalf("round %d, endpoint %d: %+v, want %+v", round, i, *g, w)
+			}
+		}
+	}
 }
