@@ -17,9 +17,10 @@ import (
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 )
 
-// Fleet is a set of real ADS clients (SotW, over gRPC) that subscribe to EDS and ACK every
-// response, recording per cluster the version (hash of the bytes) and arrival time of the last
-// CLA they received.
+// Fleet is a set of real ADS clients (gRPC, delta or state of the world) that subscribe to EDS
+// and ACK every response, recording per cluster the version and arrival time of the last CLA they
+// received. Delta clients decode responses without the CLA bodies (versionsCodec); state-of-the-
+// world clients hash the bodies, their version.
 type Fleet struct {
 	Size Size
 	// Delta: the proxies speak incremental ADS (as Istio's sidecars do by default); else state
@@ -64,8 +65,12 @@ func Connect(addr string, s Size) (*Fleet, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Fleet{Size: s, cancel: cancel, Delta: Protocol() == "delta", deliveries: map[string]int{}}
 	f.cond = sync.NewCond(&f.mu)
+	var opts []grpc.DialOption
+	if f.Delta {
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(versionsCodec{})))
+	}
 	for p := 0; p < s.Proxies; p++ {
-		cc, err := adsclient.Dial(addr)
+		cc, err := adsclient.Dial(addr, opts...)
 		if err != nil {
 			f.Close()
 			return nil, err

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// TestVersionsCodec: the fleet's codec decodes a delta response as the proto codec does, except
+// for the resources' bodies; other messages are the proto codec's.
+func TestVersionsCodec(t *testing.T) {
+	full := &discovery.DeltaDiscoveryResponse{
+		SystemVersionInfo: "sys", TypeUrl: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", Nonce: "7",
+		RemovedResources: []string{"gone"},
+		ControlPlane:     &core.ControlPlane{Identifier: "krteds"},
+		Resources: []*discovery.Resource{
+			{Name: "a", Version: "1", Aliases: []string{"x"}, Resource: &anypb.Any{TypeUrl: "t", Value: make([]byte, 70_000)}},
+			{Version: "2", Name: "b", Ttl: durationpb.New(5), Resource: &anypb.Any{TypeUrl: "t", Value: []byte{1, 2, 3}}},
+			{Name: "c"},
+		},
+	}
+	b, err := proto.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Split into several buffers as gRPC hands over a message read from several frames.
+	var data mem.BufferSlice
+	for len(b) > 0 {
+		n := min(len(b), 16384)
+		data = append(data, mem.SliceBuffer(b[:n]))
+		b = b[n:]
+	}
+	got := &discovery.DeltaDiscoveryResponse{}
+	for range 2 { // the second decode reuses the scratch buffers
+		got.Reset()
+		if err := (versionsCodec{}).Unmarshal(data, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := proto.Clone(full).(*discovery.DeltaDiscoveryResponse)
+	for _, r := range want.Resources {
+		r.Resource = nil
+	}
+	if !proto.Equal(got, want) {
+		t.Fatalf("decoded %v, want %v", got, want)
+	}
+	if err := (versionsCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x12, 0x05, 0x1a})}, &discovery.DeltaDiscoveryResponse{}); err == nil {
+		t.Error("a truncated response decoded without an error")
+	}
+	// Anything else is the proto codec's.
+	req := &discovery.DeltaDiscoveryRequest{TypeUrl: "t", ResourceNamesSubscribe: []string{"a"}}
+	enc, err := (versionsCodec{}).Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := &discovery.DeltaDiscoveryRequest{}
+	if err := encoding.GetCodecV2("proto").Unmarshal(enc, back); err != nil || !proto.Equal(back, req) {
+		t.Fatalf("request round trip: %v %v", back, err)
+	}
+}
