@@ -2,6 +2,8 @@ package xds
 
 import (
 	"fmt"
+	"math/bits"
+	"sync"
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -67,15 +69,18 @@ const (
 	fAnyValue         = 2
 )
 
-// wireWriter writes the framing into one allocation and interleaves it with the bodies.
+// wireWriter writes the framing into one buffer and interleaves it with the bodies. The buffer
+// comes from framingBuffers and goes back there once gRPC has written the response.
 type wireWriter struct {
-	hdr  []byte
-	from int // start of the framing not yet listed
-	out  mem.BufferSlice
+	buf    *[]byte
+	hdr    []byte
+	cuts   []int    // where in the framing each referenced body goes
+	bodies [][]byte // the referenced bodies
 }
 
 func newWireWriter(framing, bodies int) *wireWriter {
-	return &wireWriter{hdr: make([]byte, 0, framing), out: make(mem.BufferSlice, 0, 2*bodies+1)}
+	buf := framingBuffers.Get(framing)
+	return &wireWriter{buf: buf, hdr: (*buf)[:0], cuts: make([]int, 0, bodies), bodies: make([][]byte, 0, bodies)}
 }
 
 // wireReferenceMin is the smallest body sent by reference; smaller ones are copied into the
@@ -86,25 +91,80 @@ const wireReferenceMin = 2048
 
 func referenced(b []byte) bool { return len(b) >= wireReferenceMin }
 
-// body writes b: copied into the framing when small, else listed by reference after the framing
-// written so far.
+// body writes b: copied into the framing when small, else listed by reference at this point of
+// the framing.
 func (w *wireWriter) body(b []byte) {
 	if !referenced(b) {
 		w.hdr = append(w.hdr, b...)
 		return
 	}
-	if len(w.hdr) > w.from {
-		w.out = append(w.out, mem.SliceBuffer(w.hdr[w.from:len(w.hdr):len(w.hdr)]))
-		w.from = len(w.hdr)
-	}
-	w.out = append(w.out, mem.SliceBuffer(b))
+	w.cuts = append(w.cuts, len(w.hdr))
+	w.bodies = append(w.bodies, b)
 }
 
+// done lists the framing's pieces (references to one pooled buffer) and the bodies in order.
 func (w *wireWriter) done() *wireMessage {
-	if len(w.hdr) > w.from {
-		w.out = append(w.out, mem.SliceBuffer(w.hdr[w.from:]))
+	*w.buf = w.hdr // the same array unless the sizes were wrong; then the pool drops it
+	rest := mem.NewBuffer(w.buf, framingBuffers)
+	out := make(mem.BufferSlice, 0, 2*len(w.bodies)+1)
+	at := 0
+	for i, cut := range w.cuts {
+		if cut > at {
+			var piece mem.Buffer
+			piece, rest = mem.SplitUnsafe(rest, cut-at)
+			out = append(out, piece)
+			at = cut
+		}
+		out = append(out, mem.SliceBuffer(w.bodies[i]))
 	}
-	return &wireMessage{data: w.out}
+	if rest.Len() > 0 {
+		out = append(out, rest)
+	} else {
+		rest.Free()
+	}
+	return &wireMessage{data: out}
+}
+
+// framingBuffers is a pool of framing buffers by power-of-two size, handed out uncleared: every
+// byte of the framing is written before it is sent. gRPC returns a buffer once every piece of it
+// has been written to the connection (or the send failed).
+var framingBuffers = &framingPool{}
+
+const (
+	framingMinShift = 10 // smaller buffers are not pooled by gRPC (mem.IsBelowBufferPoolingThreshold)
+	framingMaxShift = 20
+)
+
+type framingPool struct {
+	tiers [framingMaxShift - framingMinShift + 1]sync.Pool
+}
+
+// framingTier is the pool of buffers of capacity 1<<(tier+framingMinShift), -1 when too large.
+func framingTier(size int) int {
+	if size > 1<<framingMaxShift {
+		return -1
+	}
+	return max(0, bits.Len(uint(size-1))-framingMinShift)
+}
+
+func (p *framingPool) Get(size int) *[]byte {
+	t := framingTier(size)
+	if t < 0 {
+		b := make([]byte, size)
+		return &b
+	}
+	if b, ok := p.tiers[t].Get().(*[]byte); ok {
+		*b = (*b)[:size]
+		return b
+	}
+	b := make([]byte, size, 1<<(t+framingMinShift))
+	return &b
+}
+
+func (p *framingPool) Put(b *[]byte) {
+	if t := framingTier(cap(*b)); t >= 0 && cap(*b) == 1<<(t+framingMinShift) {
+		p.tiers[t].Put(b)
+	}
 }
 
 func sizeString(num protowire.Number, s string) int {

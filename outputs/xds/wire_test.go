@@ -78,15 +78,15 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 			if marshalled, _ := proto.Marshal(want); len(marshalled) != len(wire) {
 				t.Errorf("%s (delta %v): %d bytes, the marshaller writes %d", name, delta, len(wire), len(marshalled))
 			}
-			// Bodies by reference, in order; the framing in one array that never grew (each
-			// piece of it starts where the previous one ended).
+			// Bodies by reference, in order; the framing in one pooled array that never grew
+			// (each piece of it starts where the previous one ended, the first at its start).
 			var bodies [][]byte
 			for _, it := range r.items {
 				if referenced(it.res.Body) {
 					bodies = append(bodies, it.res.Body)
 				}
 			}
-			var prev []byte
+			var prev, first []byte
 			for _, b := range w.data {
 				d := b.ReadOnlyData()
 				if len(bodies) > 0 && unsafe.SliceData(d) == unsafe.SliceData(bodies[0]) && len(d) == len(bodies[0]) {
@@ -96,14 +96,44 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 				if prev != nil && uintptr(unsafe.Pointer(unsafe.SliceData(d))) != uintptr(unsafe.Pointer(unsafe.SliceData(prev)))+uintptr(len(prev)) {
 					t.Errorf("%s (delta %v): the framing is not one array", name, delta)
 				}
+				if first == nil {
+					first = d
+				}
 				prev = d
 			}
 			if len(bodies) != 0 {
 				t.Errorf("%s (delta %v): %d bodies were copied", name, delta, len(bodies))
 			}
-			if prev != nil && cap(prev) != len(prev) {
-				t.Errorf("%s (delta %v): the framing array has %d bytes to spare", name, delta, cap(prev)-len(prev))
+			if first != nil {
+				if c := cap(first); c < 1<<framingMinShift || c&(c-1) != 0 {
+					t.Errorf("%s (delta %v): the framing array (capacity %d) is not one of the pool's", name, delta, c)
+				}
+				if end := uintptr(unsafe.Pointer(unsafe.SliceData(prev))) + uintptr(len(prev)); end > uintptr(unsafe.Pointer(unsafe.SliceData(first)))+uintptr(cap(first)) {
+					t.Errorf("%s (delta %v): the framing outgrew its array", name, delta)
+				}
 			}
+			w.data.Free() // as gRPC does once written: the framing goes back to the pool
+		}
+	}
+}
+
+// Framing buffers are pooled by power-of-two size; larger ones are not kept.
+func TestFramingPool(t *testing.T) {
+	for _, c := range []struct{ size, tier int }{{1, 0}, {1024, 0}, {1025, 1}, {4096, 2}, {1 << 20, 10}, {1<<20 + 1, -1}} {
+		if got := framingTier(c.size); got != c.tier {
+			t.Errorf("framingTier(%d) = %d, want %d", c.size, got, c.tier)
+		}
+		b := framingBuffers.Get(c.size)
+		if len(*b) != c.size || (c.tier >= 0 && cap(*b) != 1<<(c.tier+framingMinShift)) {
+			t.Errorf("Get(%d): len %d cap %d", c.size, len(*b), cap(*b))
+		}
+		framingBuffers.Put(b)
+	}
+	odd := make([]byte, 3000) // not a pool size (a framing that grew): dropped, not handed out again
+	framingBuffers.Put(&odd)
+	for range 100 {
+		if b := framingBuffers.Get(3000); cap(*b) != 4096 {
+			t.Fatalf("Get(3000) gave a buffer of capacity %d", cap(*b))
 		}
 	}
 }
