@@ -120,6 +120,23 @@ func tableRow(s *strings.Builder, r memz.Usage, per float64, parts int) {
 	s.WriteString("\n")
 }
 
+// krtBookkeeping is what krt keeps besides the values of the collections: the dependencies of
+// each output, the input → output mappings, indexes, handlers and queues.
+func krtBookkeeping(roots []memz.Usage) int64 {
+	var n int64
+	for _, r := range roots {
+		for _, p := range r.Parts {
+			if strings.HasPrefix(p.Field, "collectionState.") || strings.HasPrefix(p.Field, "dependencyState.") ||
+				strings.HasPrefix(p.Field, "staticList.") || p.Field == "indexes" || strings.HasPrefix(p.Field, "eventHandlers.") {
+				if p.Field != "collectionState.outputs" && p.Field != "staticList.vals" {
+					n += p.Bytes
+				}
+			}
+		}
+	}
+	return n
+}
+
 // table renders the attribution, in bytes per endpoint.
 func (b budget) table() string {
 	var s strings.Builder
@@ -132,6 +149,8 @@ func (b budget) table() string {
 		tableRow(&s, r, eps, 4)
 	}
 	fmt.Fprintf(&s, "%-40s %12d %10.0f\n", "accounted", b.graph.Total, float64(b.graph.Total)/eps)
+	book := krtBookkeeping(b.graph.Roots)
+	fmt.Fprintf(&s, "%-40s %12d %10.0f\n", "  of which krt's bookkeeping", book, float64(book)/eps)
 	fmt.Fprintf(&s, "%-40s %12d %10.0f\n", "measured heap", b.graphHeap, float64(b.graphHeap)/eps)
 	s.WriteString("largest types:\n")
 	for i, t := range b.graph.Types {
