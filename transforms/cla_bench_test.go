@@ -51,7 +51,9 @@ func BenchmarkBuildAndMarshalCLA(b *testing.B) {
 			b.ReportAllocs()
 			var size int
 			for b.Loop() {
-				plan := PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), collections.ProxyClass{})
+				// The service's list of pointers, allocated at its size as ClusterShard does.
+				refs := collections.AppendRefs(make([]*collections.Endpoint, 0, len(eps)), eps)
+				plan := PlanCLA(fooName, svc, port, refs, PolicyFor(svc), collections.ProxyClass{})
 				r := Versioned(fooName, TypeCLA, plan.Encode())
 				size = len(r.Body)
 			}
