@@ -28,6 +28,7 @@ type Rollout struct {
 	Service *corev1.Service
 	Slices  []*discovery.EndpointSlice
 	nodes   []string
+	zones   []string // of each node
 }
 
 // NewRollout makes the service and its generation-0 pods and slices, all ready, on the mesh's
@@ -36,6 +37,7 @@ func NewRollout(m *Mesh, name string, n int) *Rollout {
 	r := &Rollout{Name: name, N: n, Cluster: fmt.Sprintf("outbound|80||%s.%s.svc.cluster.local", name, meshNamespace)}
 	for _, nd := range m.Nodes {
 		r.nodes = append(r.nodes, nd.Name)
+		r.zones = append(r.zones, nd.Labels[corev1.LabelTopologyZone])
 	}
 	r.Service = &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: meshNamespace},
@@ -162,26 +164,26 @@ func (r *Rollout) finalIn() func(*collections.ResourceSet) bool {
 }
 
 // FinalCLA reports whether an encoded ClusterLoadAssignment is the rollout's final one: every pod
-// of the current generation, healthy, and nothing else.
+// of the current generation once, healthy, in the zone of its node, and nothing else.
 func (r *Rollout) FinalCLA(body []byte) bool {
 	cla := &endpoint.ClusterLoadAssignment{}
 	if err := proto.Unmarshal(body, cla); err != nil {
 		return false
 	}
-	want := map[string]bool{}
+	zone := map[string]string{} // by pod IP
 	for k := 0; k < r.N; k++ {
-		want[r.PodIP(r.Gen, k)] = true
+		zone[r.PodIP(r.Gen, k)] = r.zones[k%len(r.zones)]
 	}
-	n := 0
 	for _, l := range cla.Endpoints {
 		for _, e := range l.LbEndpoints {
-			if !want[e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()] || e.HealthStatus != core.HealthStatus_HEALTHY {
+			addr := e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
+			if z, ok := zone[addr]; !ok || z != l.GetLocality().GetZone() || e.HealthStatus != core.HealthStatus_HEALTHY {
 				return false
 			}
-			n++
+			delete(zone, addr)
 		}
 	}
-	return n == r.N
+	return len(zone) == 0
 }
 
 // Manifest is the rollout's current state as one file of manifests: the service, the current
