@@ -141,10 +141,13 @@ type framingPool struct {
 
 // framingTier is the pool of buffers of capacity 1<<(tier+framingMinShift), -1 when too large.
 func framingTier(size int) int {
-	if size > 1<<framingMaxShift {
+	switch {
+	case size <= 1<<framingMinShift:
+		return 0
+	case size > 1<<framingMaxShift:
 		return -1
 	}
-	return max(0, bits.Len(uint(size-1))-framingMinShift)
+	return bits.Len(uint(size-1)) - framingMinShift
 }
 
 func (p *framingPool) Get(size int) *[]byte {

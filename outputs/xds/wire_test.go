@@ -119,7 +119,7 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 
 // Framing buffers are pooled by power-of-two size; larger ones are not kept.
 func TestFramingPool(t *testing.T) {
-	for _, c := range []struct{ size, tier int }{{1, 0}, {1024, 0}, {1025, 1}, {4096, 2}, {1 << 20, 10}, {1<<20 + 1, -1}} {
+	for _, c := range []struct{ size, tier int }{{0, 0}, {1, 0}, {1024, 0}, {1025, 1}, {4096, 2}, {1 << 20, 10}, {1<<20 + 1, -1}} {
 		if got := framingTier(c.size); got != c.tier {
 			t.Errorf("framingTier(%d) = %d, want %d", c.size, got, c.tier)
 		}
