@@ -151,6 +151,11 @@ func TestEqualsComparesEveryField(t *testing.T) {
 	checkEquals(t, func(a, b ServiceInfo) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, func(a, b NodeLocality) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, func(a, b EndpointMeta) bool { return a.Equals(&b) }, nil)
+	checkEquals(t, func(a, b Slice) bool { return a.Equals(&b) }, map[string]string{
+		"TypeMeta":   "never set",
+		"ObjectMeta": "only the name and namespace are set, and Key holds both",
+	})
+	checkEquals(t, SliceEndpoint.Equals, nil)
 	checkEquals(t, func(a, b Pod) bool { return a.Equals(&b) }, nil)
 	checkEquals(t, Endpoint.Equals, nil)
 	checkEquals(t, SliceEndpoints.Equals, nil)

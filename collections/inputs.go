@@ -7,7 +7,6 @@ import (
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 )
 
 // Inputs are the Kubernetes collections the EDS graph reads. They come from informers over a
@@ -17,7 +16,7 @@ type Inputs struct {
 	Nodes          krt.Collection[*corev1.Node]
 	Pods           krt.Collection[*Pod]
 	Services       krt.Collection[*corev1.Service]
-	EndpointSlices krt.Collection[*discovery.EndpointSlice]
+	EndpointSlices krt.Collection[*Slice]
 	// DestinationRules and Sidecars (networking.istio.io) stay empty where their CRDs are not
 	// installed.
 	DestinationRules krt.Collection[*networkingclient.DestinationRule]

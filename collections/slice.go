@@ -1,49 +1,124 @@
 package collections
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// ReduceEndpointSlice is an EndpointSlice as krteds keeps it, a new object holding only what its
-// transforms read: the name, namespace, labels and identity of the slice, its address type and
-// ports, and per endpoint the addresses, the conditions (pointing at shared true and false
-// values) and the kind, namespace and name of the target. An endpoint's node, zone, hostname and
-// hints, the target's UID and version, and the slice's annotations, owners and managed fields are
-// dropped (krteds reads a Pod's topology from the Pod and its Node). Every source reduces slices
-// so, as they reduce Pods; the argument is not changed. Nothing may write through the
-// conditions' pointers.
-func ReduceEndpointSlice(s *discovery.EndpointSlice) *discovery.EndpointSlice {
+// Slice is an EndpointSlice as krteds keeps it (NewSlice): what the transforms read, in a form
+// sized for it. Every source keeps slices so, as they keep Pods as Pod. It is a Kubernetes object
+// (krt reports a slice's problems as its status) of which only the name and namespace are set.
+// The type metadata is left empty.
+type Slice struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	// Key is "<namespace>/<name>".
+	Key string `json:"key"`
+	// Service is the kubernetes.io/service-name label ("" when missing); MCS is set when the
+	// slice carries multicluster.kubernetes.io/service-name (a multi-cluster service's).
+	Service     string                   `json:"service,omitempty"`
+	MCS         bool                     `json:"mcs,omitempty"`
+	AddressType discovery.AddressType    `json:"addressType"`
+	Ports       []discovery.EndpointPort `json:"ports,omitempty"`
+	Endpoints   []SliceEndpoint          `json:"endpoints,omitempty"`
+}
+
+// SliceEndpoint is one endpoint of a Slice.
+type SliceEndpoint struct {
+	Addresses []string `json:"addresses"`
+	// Conditions point at process-wide true and false values; nothing may write through them.
+	Conditions discovery.EndpointConditions `json:"conditions"`
+	// Pod is the key ("<namespace>/<name>") of the Pod the targetRef names (a targetRef of kind
+	// Pod or of no kind; its namespace defaults to the slice's); "" otherwise.
+	Pod string `json:"pod,omitempty"`
+	// OtherKind is the kind of a targetRef that names something else than a Pod.
+	OtherKind string `json:"otherKind,omitempty"`
+}
+
+// ResourceName is the slice's key.
+func (s *Slice) ResourceName() string { return s.Key }
+
+// DeepCopyObject copies the slice; the addresses, ports and condition values, which nothing
+// writes, are shared.
+func (s *Slice) DeepCopyObject() runtime.Object {
+	out := *s
+	out.ObjectMeta = *s.ObjectMeta.DeepCopy()
+	out.Endpoints = slices.Clone(s.Endpoints)
+	return &out
+}
+
+// Equals compares every field (the conditions by value; the name and namespace are the key).
+func (s *Slice) Equals(o *Slice) bool {
+	return s.Key == o.Key && s.Service == o.Service && s.MCS == o.MCS &&
+		s.AddressType == o.AddressType &&
+		slices.EqualFunc(s.Ports, o.Ports, sameEndpointPort) &&
+		slices.EqualFunc(s.Endpoints, o.Endpoints, SliceEndpoint.Equals)
+}
+
+// Equals compares every field (the conditions by value).
+func (e SliceEndpoint) Equals(o SliceEndpoint) bool {
+	return e.Pod == o.Pod && e.OtherKind == o.OtherKind && slices.Equal(e.Addresses, o.Addresses) &&
+		sameBool(e.Conditions.Ready, o.Conditions.Ready) && sameBool(e.Conditions.Serving, o.Conditions.Serving) &&
+		sameBool(e.Conditions.Terminating, o.Conditions.Terminating)
+}
+
+func sameEndpointPort(a, b discovery.EndpointPort) bool {
+	return sameValue(a.Name, b.Name) && sameValue(a.Protocol, b.Protocol) && sameValue(a.Port, b.Port) && sameValue(a.AppProtocol, b.AppProtocol)
+}
+
+func sameBool(a, b *bool) bool { return sameValue(a, b) }
+
+func sameValue[T comparable](a, b *T) bool { return a == b || a != nil && b != nil && *a == *b }
+
+// NewSlice keeps an EndpointSlice as krteds does: the slice's identity, service labels, address
+// type and ports, and per endpoint the addresses, the conditions (pointing at shared true and
+// false values) and the Pod its targetRef names. An endpoint's node, zone, hostname and hints,
+// the target's UID and version, and the slice's other labels, annotations, owners and managed
+// fields are dropped (krteds reads a Pod's topology from the Pod and its Node). The argument is
+// not changed; the addresses and ports are shared with it.
+func NewSlice(s *discovery.EndpointSlice) *Slice {
 	if s == nil {
 		return nil
 	}
-	out := &discovery.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              s.Name,
-			Namespace:         Intern(s.Namespace),
-			UID:               s.UID,
-			ResourceVersion:   s.ResourceVersion,
-			Generation:        s.Generation,
-			CreationTimestamp: s.CreationTimestamp,
-			DeletionTimestamp: s.DeletionTimestamp,
-			Labels:            s.Labels,
-		},
+	ns := Intern(s.Namespace)
+	key := ns + "/" + s.Name
+	out := &Slice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: key[:len(ns)], Name: key[len(ns)+1:]},
+		Key:         key,
+		Service:     s.Labels[LabelServiceName],
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
-		Endpoints:   make([]discovery.Endpoint, len(s.Endpoints)),
+		Endpoints:   make([]SliceEndpoint, len(s.Endpoints)),
 	}
+	_, out.MCS = s.Labels[LabelMCSServiceName]
 	for i := range s.Endpoints {
 		e := &s.Endpoints[i]
 		r := &out.Endpoints[i]
 		r.Addresses = e.Addresses
 		r.Conditions = discovery.EndpointConditions{Ready: sharedBool(e.Conditions.Ready),
 			Serving: sharedBool(e.Conditions.Serving), Terminating: sharedBool(e.Conditions.Terminating)}
-		if ref := e.TargetRef; ref != nil {
-			r.TargetRef = &corev1.ObjectReference{Kind: Intern(ref.Kind), Namespace: Intern(ref.Namespace), Name: ref.Name}
+		switch ref := e.TargetRef; {
+		case ref == nil:
+		case IsPodRef(ref):
+			ns := ref.Namespace
+			if ns == "" {
+				ns = s.Namespace
+			}
+			r.Pod = ns + "/" + ref.Name
+		default:
+			r.OtherKind = Intern(ref.Kind)
 		}
 	}
 	return out
+}
+
+// IsPodRef reports whether a targetRef names a Pod (a kind left empty counts as Pod).
+func IsPodRef(ref *corev1.ObjectReference) bool {
+	return ref != nil && (ref.Kind == "Pod" || ref.Kind == "")
 }
 
 var boolValues = [2]bool{false, true}

@@ -9,14 +9,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// A reduced slice keeps what the transforms read, drops the rest, shares its condition values,
-// and leaves the decoded slice as it was.
-func TestReduceEndpointSlice(t *testing.T) {
+// A kept slice holds what the transforms read, drops the rest, shares its condition values,
+// names each endpoint's Pod by key, and leaves the decoded slice as it was.
+func TestNewSlice(t *testing.T) {
 	yes, no := true, false
 	node, zone, host := "node-1", "zone-a", "h"
 	in := &discovery.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "foo-abc", Namespace: "ns1", UID: "u1", ResourceVersion: "7",
-			Labels:          map[string]string{LabelServiceName: "foo"},
+			Labels:          map[string]string{LabelServiceName: "foo", "other": "x"},
 			Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "x"},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "Service", Name: "foo"}}},
@@ -30,34 +30,48 @@ func TestReduceEndpointSlice(t *testing.T) {
 			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: "foo-1", UID: "p1", ResourceVersion: "9", APIVersion: "v1"},
 		}, {
 			Addresses: []string{"10.0.0.2"},
+		}, {
+			Addresses: []string{"10.0.0.3"},
+			TargetRef: &corev1.ObjectReference{Name: "foo-3"}, // no kind, no namespace: a Pod of the slice's
+		}, {
+			Addresses: []string{"10.0.0.4"},
+			TargetRef: &corev1.ObjectReference{Kind: "Node", Name: "n4"},
 		}},
 	}
 	before := in.DeepCopy()
-	out := ReduceEndpointSlice(in)
+	out := NewSlice(in)
 	if !reflect.DeepEqual(in, before) {
 		t.Fatal("the argument was changed")
 	}
-	want := &discovery.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "foo-abc", Namespace: "ns1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{LabelServiceName: "foo"}},
+	want := &Slice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "foo-abc", Namespace: "ns1"},
+		Key:         "ns1/foo-abc",
+		Service:     "foo",
 		AddressType: discovery.AddressTypeIPv4,
 		Ports:       in.Ports,
-		Endpoints: []discovery.Endpoint{{
-			Addresses:  []string{"10.0.0.1"},
-			Conditions: discovery.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: "foo-1"},
-		}, {
-			Addresses: []string{"10.0.0.2"},
-		}},
+		Endpoints: []SliceEndpoint{
+			{Addresses: []string{"10.0.0.1"}, Conditions: discovery.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}, Pod: "ns1/foo-1"},
+			{Addresses: []string{"10.0.0.2"}},
+			{Addresses: []string{"10.0.0.3"}, Pod: "ns1/foo-3"},
+			{Addresses: []string{"10.0.0.4"}, OtherKind: "Node"},
+		},
 	}
 	if !reflect.DeepEqual(out, want) {
-		t.Fatalf("reduced to\n%+v\nwant\n%+v", out, want)
+		t.Fatalf("kept as\n%+v\nwant\n%+v", out, want)
 	}
-	again := ReduceEndpointSlice(in)
+	if !out.Equals(want) || !out.Equals(out.DeepCopyObject().(*Slice)) {
+		t.Fatal("Equals")
+	}
+	again := NewSlice(in)
 	if out.Endpoints[0].Conditions.Ready != again.Endpoints[0].Conditions.Ready ||
 		out.Endpoints[0].Conditions.Ready == out.Endpoints[0].Conditions.Terminating {
 		t.Fatal("condition values are not shared")
 	}
-	if ReduceEndpointSlice(nil) != nil {
+	in.Labels[LabelMCSServiceName] = "foo"
+	if !NewSlice(in).MCS {
+		t.Fatal("a multi-cluster service's slice is not marked")
+	}
+	if NewSlice(nil) != nil {
 		t.Fatal("nil")
 	}
 }

@@ -225,22 +225,22 @@ func (g *Graph) sentEndpoints(v *collections.View, cluster string) (map[string]s
 }
 
 // slicesOf lists the EndpointSlices labelled for a Service, by name.
-func (g *Graph) slicesOf(svc *collections.ServiceInfo) []*discovery.EndpointSlice {
-	var out []*discovery.EndpointSlice
+func (g *Graph) slicesOf(svc *collections.ServiceInfo) []*collections.Slice {
+	var out []*collections.Slice
 	for _, s := range g.Inputs.EndpointSlices.List() {
-		if s.Namespace == svc.Namespace && s.Labels[collections.LabelServiceName] == svc.Name {
+		if s.Namespace == svc.Namespace && s.Service == svc.Name {
 			out = append(out, s)
 		}
 	}
-	slices.SortFunc(out, func(a, b *discovery.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *collections.Slice) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // explainSlice walks one slice's endpoints the way SliceEndpointsOf, the shard and PlanCLA do.
-func (g *Graph) explainSlice(slice *discovery.EndpointSlice, svc *collections.ServiceInfo, port collections.ServicePort, cp transforms.ClusterPolicy,
+func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceInfo, port collections.ServicePort, cp transforms.ClusterPolicy,
 	class collections.ProxyClass, shard *collections.ServiceEndpoints, want func(string) bool, verdict func(string) *EndpointVerdict,
 ) {
-	key := slice.Namespace + "/" + slice.Name
+	key := slice.Key
 	produced := g.SliceEndpoints.GetKey(key)
 	var problems []collections.Problem
 	if op := g.Problems.GetKey("EndpointSlice/" + key); op != nil {
@@ -260,7 +260,7 @@ func (g *Graph) explainSlice(slice *discovery.EndpointSlice, svc *collections.Se
 			}
 			v := verdict(name)
 			v.fact("EndpointSlice %s endpoint %d (%s): %s", key, i, addr, conditions(se.Conditions))
-			if _, mcs := slice.Labels[collections.LabelMCSServiceName]; mcs {
+			if slice.MCS {
 				v.exclude("slice " + key + " belongs to a multi-cluster service (" + collections.LabelMCSServiceName + "): ignored, as by istiod")
 				continue
 			}
@@ -273,16 +273,12 @@ func (g *Graph) explainSlice(slice *discovery.EndpointSlice, svc *collections.Se
 					v.exclude(fmt.Sprintf("skipped as invalid: %s (%s)", pr.Detail, pr.Reason))
 				}
 			}
-			if ref := se.TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") {
-				ns := ref.Namespace
-				if ns == "" {
-					ns = slice.Namespace
-				}
-				if pod := g.Inputs.Pods.GetKey(ns + "/" + ref.Name); pod == nil {
-					v.exclude(fmt.Sprintf("targetRef Pod %s/%s is not in the Pod collection: withheld until it appears", ns, ref.Name))
+			if se.Pod != "" {
+				if pod := g.Inputs.Pods.GetKey(se.Pod); pod == nil {
+					v.exclude(fmt.Sprintf("targetRef Pod %s is not in the Pod collection: withheld until it appears", se.Pod))
 					continue
 				}
-				v.fact("targetRef Pod %s/%s found", ns, ref.Name)
+				v.fact("targetRef Pod %s found", se.Pod)
 			} else {
 				v.fact("no Pod targetRef: the Pod is looked up by its IP in %s", slice.Namespace)
 			}
@@ -416,7 +412,7 @@ func conditions(c discovery.EndpointConditions) string {
 	return "ready=" + b(c.Ready) + " serving=" + b(c.Serving) + " terminating=" + b(c.Terminating)
 }
 
-func slicePortNames(s *discovery.EndpointSlice) string {
+func slicePortNames(s *collections.Slice) string {
 	var names []string
 	for _, p := range s.Ports {
 		n := ""

@@ -40,13 +40,13 @@ func IPBucket(ip string) string { return ipBucketKeys[xxhash.Sum64String(ip)%ipB
 // endpoint whose Pod does not exist yet is left out; krt recomputes it when the Pod arrives) and
 // their nodes, and, for entries without a Pod targetRef, the ready Pod with that IP in the
 // slice's namespace. Slices from multi-cluster services and FQDN slices give nothing.
-func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery.EndpointSlice, collections.SliceEndpoints] {
-	return Checked[*discovery.EndpointSlice, collections.SliceEndpoints]{Reads: append([]any{in.Services}, in.Workloads.reads()...), Fn: func(ctx krt.HandlerContext, slice *discovery.EndpointSlice) (*collections.ObjectProblems, *collections.SliceEndpoints) {
-		if _, mcs := slice.Labels[collections.LabelMCSServiceName]; mcs {
+func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*collections.Slice, collections.SliceEndpoints] {
+	return Checked[*collections.Slice, collections.SliceEndpoints]{Reads: append([]any{in.Services}, in.Workloads.reads()...), Fn: func(ctx krt.HandlerContext, slice *collections.Slice) (*collections.ObjectProblems, *collections.SliceEndpoints) {
+		if slice.MCS {
 			return nil, nil
 		}
-		pr := &problems{kind: "EndpointSlice", object: slice.Namespace + "/" + slice.Name}
-		svcName := slice.Labels[collections.LabelServiceName]
+		pr := &problems{kind: "EndpointSlice", object: slice.Key}
+		svcName := slice.Service
 		if svcName == "" {
 			pr.add(collections.ReasonSliceNoServiceName, "label "+collections.LabelServiceName+" is missing; slice ignored")
 			return pr.result(), nil
@@ -59,19 +59,13 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 		ports := slicePorts(slice, svc, pr)
 		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName,
 			Endpoints: make([]collections.Endpoint, 0, len(slice.Endpoints)*len(ports))}
-		keys := targetPods(slice)
-		workloads := FetchWorkloads(ctx, cfg, in.Workloads, keys)
+		workloads := FetchWorkloads(ctx, cfg, in.Workloads, targetPods(slice))
 		var registryMeta *collections.EndpointMeta
 		var addrBuf [64]byte
 		for i := range slice.Endpoints {
 			e := &slice.Endpoints[i]
 			health := EndpointHealth(svc, e.Conditions)
 			pending := false
-			// The key of the endpoint's Pod: targetPods lists them in the endpoints' order.
-			var refKey string
-			if isPodRef(e.TargetRef) {
-				refKey, keys = keys[0], keys[1:]
-			}
 			for _, addr := range e.Addresses {
 				ip, err := netip.ParseAddr(addr)
 				if err != nil {
@@ -87,8 +81,8 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 				}
 				var meta *collections.EndpointMeta
 				var podKey string
-				if ref := e.TargetRef; isPodRef(ref) {
-					w := workloads.Get(refKey)
+				if e.Pod != "" {
+					w := workloads.Get(e.Pod)
 					if w == nil {
 						// The Pod has not arrived yet: leave the endpoint out; this transform is
 						// recomputed when it does.
@@ -97,8 +91,8 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*discovery
 					}
 					meta, podKey = w.Meta, w.Key
 				} else {
-					if ref != nil {
-						pr.add(collections.ReasonTargetRefKind, fmt.Sprintf("endpoint %d: targetRef kind %q is not Pod; looking the address up instead", i, ref.Kind))
+					if e.OtherKind != "" {
+						pr.add(collections.ReasonTargetRefKind, fmt.Sprintf("endpoint %d: targetRef kind %q is not Pod; looking the address up instead", i, e.OtherKind))
 					}
 					if w := ReadyWorkloadWithIP(ctx, cfg, in.Workloads, slice.Namespace, addr); w != nil {
 						meta, podKey = w.Meta, w.Key
@@ -150,23 +144,14 @@ func addressProblem(t discovery.AddressType, ip netip.Addr) (reason, detail stri
 
 // targetPods lists the keys of the Pods the slice's endpoints name: they are fetched in one go,
 // one dependency for the whole slice, which krt re-evaluates when any of those Pods changes.
-func targetPods(slice *discovery.EndpointSlice) []string {
+func targetPods(slice *collections.Slice) []string {
 	keys := make([]string, 0, len(slice.Endpoints))
 	for i := range slice.Endpoints {
-		if ref := slice.Endpoints[i].TargetRef; isPodRef(ref) {
-			ns := ref.Namespace
-			if ns == "" {
-				ns = slice.Namespace
-			}
-			keys = append(keys, ns+"/"+ref.Name)
+		if k := slice.Endpoints[i].Pod; k != "" {
+			keys = append(keys, k)
 		}
 	}
 	return keys
-}
-
-// isPodRef: an endpoint's targetRef names a Pod (a kind left empty counts as Pod).
-func isPodRef(ref *corev1.ObjectReference) bool {
-	return ref != nil && (ref.Kind == "Pod" || ref.Kind == "")
 }
 
 type slicePort struct {
@@ -176,7 +161,7 @@ type slicePort struct {
 
 // slicePorts returns the usable ports of a slice: a port without a number or outside 1..65535 is
 // skipped, and so is a port whose name the Service (when known) does not have.
-func slicePorts(slice *discovery.EndpointSlice, svc *collections.ServiceInfo, pr *problems) []slicePort {
+func slicePorts(slice *collections.Slice, svc *collections.ServiceInfo, pr *problems) []slicePort {
 	out := make([]slicePort, 0, len(slice.Ports))
 	for i, p := range slice.Ports {
 		name := ""

@@ -38,7 +38,7 @@ func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 func runSlice(t *testing.T, slice *discovery.EndpointSlice, objs ...any) (*collections.SliceEndpoints, []collections.Problem) {
 	t.Helper()
 	in := sliceFixture(t, objs...)
-	probs, out := SliceEndpointsOf(collections.DefaultConfig(), in).Fn(krt.TestingDummyContext{}, slice)
+	probs, out := SliceEndpointsOf(collections.DefaultConfig(), in).Fn(krt.TestingDummyContext{}, collections.NewSlice(slice))
 	return out, problemsOf(probs)
 }
 

@@ -245,7 +245,7 @@ func classify(obj runtime.Object, h uint64, where string) (Object, bool, error) 
 	}
 	o := Object{Key: key, Kind: kind, Obj: obj, Hash: h, Doc: where}
 	if s, isSlice := obj.(*discovery.EndpointSlice); isSlice {
-		o.Obj = collections.ReduceEndpointSlice(s) // as the informers keep it
+		o.Obj = collections.NewSlice(s) // as the informers keep it
 	}
 	if p, isPod := obj.(*corev1.Pod); isPod {
 		// Pods are kept as the informers keep them: reduced, Failed ones absent.

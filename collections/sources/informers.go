@@ -10,7 +10,6 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/kube/kubetypes"
 	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/krteds/krteds/collections"
@@ -33,7 +32,7 @@ var ()
 
 // Informers builds the input collections as krt informers over the client, with the same
 // filters as istiod: Pods exclude phase Failed and are kept as collections.Pod (only the fields
-// krteds reads); EndpointSlices are reduced (collections.ReduceEndpointSlice); Nodes keep only
+// krteds reads); EndpointSlices are kept as collections.Slice; Nodes keep only
 // labels and addresses. Nothing starts until the caller runs the client (client.RunAndWait).
 func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 	if client.CrdWatcher() == nil {
@@ -58,7 +57,7 @@ func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 		Nodes:          krt.NewFilteredInformer[*corev1.Node](client, marked(kube.StripNodeUnusedFields), opts.WithName(collections.NameNodes)...),
 		Pods:           podInformer(client, clock, opts),
 		Services:       krt.NewFilteredInformer[*corev1.Service](client, marked(nil), opts.WithName(collections.NameServices)...),
-		EndpointSlices: krt.NewFilteredInformer[*discovery.EndpointSlice](client, marked(reduceSlice), opts.WithName(collections.NameEndpointSlices)...),
+		EndpointSlices: sliceInformer(client, clock, opts),
 		// Delayed informers start when the CRD appears; until then they are empty and synced.
 		DestinationRules: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.DestinationRule](client, GVRDestinationRule,
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameDestRules)...),
@@ -70,15 +69,6 @@ func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameWorkloadEntries)...),
 		Clock: clock,
 	}
-}
-
-// reduceSlice keeps an EndpointSlice as collections.ReduceEndpointSlice does (anything else, such
-// as a tombstone, is passed on).
-func reduceSlice(o any) (any, error) {
-	if s, ok := o.(*discovery.EndpointSlice); ok {
-		return collections.ReduceEndpointSlice(s), nil
-	}
-	return o, nil
 }
 
 // CRDInstalled reports whether the client knows the resource's CRD now, and calls onInstalled

@@ -19,7 +19,7 @@ type Static struct {
 	Nodes            krt.StaticCollection[*corev1.Node]
 	Pods             krt.StaticCollection[*collections.Pod]
 	Services         krt.StaticCollection[*corev1.Service]
-	EndpointSlices   krt.StaticCollection[*discovery.EndpointSlice]
+	EndpointSlices   krt.StaticCollection[*collections.Slice]
 	DestinationRules krt.StaticCollection[*networkingclient.DestinationRule]
 	Sidecars         krt.StaticCollection[*networkingclient.Sidecar]
 	ServiceEntries   krt.StaticCollection[*networkingclient.ServiceEntry]
@@ -29,7 +29,8 @@ type Static struct {
 }
 
 // NewStatic makes static input collections holding objs (objects of other types are ignored;
-// Kubernetes Pods are reduced to collections.Pod, Failed ones left out, as every source does).
+// Kubernetes Pods are reduced to collections.Pod, Failed ones left out, and EndpointSlices to
+// collections.Slice, as every source does).
 // They report synced once synced does (nil: at once).
 func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 	var (
@@ -37,7 +38,7 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		nodes []*corev1.Node
 		pods  []*collections.Pod
 		svcs  []*corev1.Service
-		eps   []*discovery.EndpointSlice
+		eps   []*collections.Slice
 		drs   []*networkingclient.DestinationRule
 		scs   []*networkingclient.Sidecar
 		ses   []*networkingclient.ServiceEntry
@@ -58,7 +59,9 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		case *corev1.Service:
 			svcs = append(svcs, o)
 		case *discovery.EndpointSlice:
-			eps = append(eps, collections.ReduceEndpointSlice(o))
+			eps = append(eps, collections.NewSlice(o))
+		case *collections.Slice:
+			eps = append(eps, o)
 		case *networkingclient.DestinationRule:
 			drs = append(drs, o)
 		case *networkingclient.Sidecar:
@@ -123,7 +126,17 @@ func (s Static) Apply(obj any, del bool) {
 	case *corev1.Service:
 		apply(s.Services, o, del)
 	case *discovery.EndpointSlice:
-		apply(s.EndpointSlices, collections.ReduceEndpointSlice(o), del)
+		if del {
+			s.EndpointSlices.DeleteObject(o.Namespace + "/" + o.Name)
+		} else {
+			s.EndpointSlices.UpdateObject(collections.NewSlice(o))
+		}
+	case *collections.Slice:
+		if del {
+			s.EndpointSlices.DeleteObject(o.Key)
+		} else {
+			s.EndpointSlices.UpdateObject(o)
+		}
 	case *networkingclient.DestinationRule:
 		apply(s.DestinationRules, o, del)
 	case *networkingclient.Sidecar:
