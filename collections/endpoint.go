@@ -153,8 +153,9 @@ func CompareEndpoints(a, b *Endpoint) int {
 }
 
 // CompareAddresses orders IPs as netip.Addr.Compare does, before anything else (host names),
-// which compare as strings: a total order, so a sort's result never depends on its input's. A sort calls it n·log n times: two IPv4 addresses in their canonical
-// spelling (what slices and pods carry) are compared without netip's parse.
+// which compare as strings: a total order, so a sort's result never depends on its input's. A
+// sort calls it n·log n times: two IPv4 addresses in their canonical spelling (what slices and
+// pods carry) are compared without netip's parse.
 func CompareAddresses(a, b string) int {
 	if va, ok := parseIPv4(a); ok {
 		if vb, ok := parseIPv4(b); ok {
@@ -167,6 +168,11 @@ func CompareAddresses(a, b string) int {
 			return 0
 		}
 	}
+	return compareParsed(a, b)
+}
+
+// compareParsed is CompareAddresses by netip's parse of both.
+func compareParsed(a, b string) int {
 	pa, ea := netip.ParseAddr(a)
 	pb, eb := netip.ParseAddr(b)
 	switch {

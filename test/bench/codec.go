@@ -57,42 +57,47 @@ const (
 
 var errMalformed = errors.New("malformed DeltaDiscoveryResponse")
 
+// field splits the first field off b: its number, wire type, its whole encoding and the rest.
+func field(b []byte) (num protowire.Number, typ protowire.Type, f, rest []byte, err error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, nil, errMalformed
+	}
+	m := protowire.ConsumeFieldValue(num, typ, b[n:])
+	if m < 0 {
+		return 0, 0, nil, nil, errMalformed
+	}
+	return num, typ, b[:n+m], b[n+m:], nil
+}
+
 // withoutBodies appends to out the encoded response b with each resource's body field left out;
 // res is scratch space for one resource.
 func withoutBodies(out, res, b []byte) ([]byte, []byte, error) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return out, res, errMalformed
+		num, typ, f, rest, err := field(b)
+		if err != nil {
+			return out, res, err
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return out, res, errMalformed
-		}
+		b = rest
 		if num != deltaResponseResources || typ != protowire.BytesType {
-			out = append(out, b[:n+m]...)
-			b = b[n+m:]
+			out = append(out, f...)
 			continue
 		}
-		r, _ := protowire.ConsumeBytes(b[n:])
+		_, _, n := protowire.ConsumeTag(f)
+		r, _ := protowire.ConsumeBytes(f[n:])
 		res = res[:0]
 		for len(r) > 0 {
-			rnum, rtyp, rn := protowire.ConsumeTag(r)
-			if rn < 0 {
-				return out, res, errMalformed
-			}
-			rm := protowire.ConsumeFieldValue(rnum, rtyp, r[rn:])
-			if rm < 0 {
-				return out, res, errMalformed
+			rnum, _, rf, rrest, err := field(r)
+			if err != nil {
+				return out, res, err
 			}
 			if rnum != resourceBody {
-				res = append(res, r[:rn+rm]...)
+				res = append(res, rf...)
 			}
-			r = r[rn+rm:]
+			r = rrest
 		}
 		out = protowire.AppendTag(out, deltaResponseResources, protowire.BytesType)
 		out = protowire.AppendBytes(out, res)
-		b = b[n+m:]
 	}
 	return out, res, nil
 }
