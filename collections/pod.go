@@ -2,6 +2,7 @@ package collections
 
 import (
 	"slices"
+	"strings"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,12 +12,10 @@ import (
 // else. Every source (informers, manifests, static collections) holds Pods in this form, so a
 // Pod costs a few hundred bytes instead of the kilobytes of a decoded object.
 type Pod struct {
-	// Key is "<namespace>/<name>"; Name and Namespace are its two parts.
-	Key       string `json:"key"`
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Labels    Labels `json:"labels"`
-	NodeName  string `json:"nodeName,omitempty"`
+	// Key is "<namespace>/<name>" (Namespace and Name return its two parts).
+	Key      string `json:"key"`
+	Labels   Labels `json:"labels"`
+	NodeName string `json:"nodeName,omitempty"`
 	// ServiceAccount is the service account's name ("" when not set).
 	ServiceAccount string          `json:"serviceAccount,omitempty"`
 	IPs            []string        `json:"ips,omitempty"`
@@ -28,14 +27,43 @@ type Pod struct {
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 	// Generated is set for a Pod named from a generateName (made by a controller).
 	Generated bool `json:"generated,omitempty"`
-	// Controller is the Pod's controlling owner, if any.
-	Controller PodOwner `json:"controller,omitzero"`
-	// Hostname and Subdomain are the Pod's spec fields (DNS names of StatefulSet pods).
-	Hostname  string `json:"hostname,omitempty"`
-	Subdomain string `json:"subdomain,omitempty"`
+	// Controller is the Pod's controlling owner (nil: none), one value shared by the Pods of an
+	// owner.
+	Controller *PodOwner `json:"controller,omitempty"`
+	// DNS holds the Pod's spec hostname and subdomain (DNS names of StatefulSet pods); nil when
+	// both are empty, as for most Pods.
+	DNS *PodDNS `json:"dns,omitempty"`
 	// Ports are the named TCP container ports, the first of each name (istiod's getPortMap):
 	// what a ServiceEntry selecting the Pod maps its port names to.
 	Ports []NamedPort `json:"ports,omitempty"`
+}
+
+// Namespace is the first part of the key.
+func (p *Pod) Namespace() string { return p.Key[:strings.IndexByte(p.Key, '/')] }
+
+// Name is the second part of the key.
+func (p *Pod) Name() string { return p.Key[strings.IndexByte(p.Key, '/')+1:] }
+
+// PodDNS is a Pod's spec hostname and subdomain.
+type PodDNS struct {
+	Hostname  string `json:"hostname,omitempty"`
+	Subdomain string `json:"subdomain,omitempty"`
+}
+
+// Hostname is the Pod's spec hostname ("" when not set).
+func (p *Pod) Hostname() string {
+	if p.DNS == nil {
+		return ""
+	}
+	return p.DNS.Hostname
+}
+
+// Subdomain is the Pod's spec subdomain ("" when not set).
+func (p *Pod) Subdomain() string {
+	if p.DNS == nil {
+		return ""
+	}
+	return p.DNS.Subdomain
 }
 
 // NamedPort is a port number by name.
@@ -63,15 +91,18 @@ type PodOwner struct {
 // ResourceName is "<namespace>/<name>".
 func (p Pod) ResourceName() string { return p.Key }
 
-// Equals compares every field.
+// Equals compares every field (the owner and DNS names by value).
 func (p *Pod) Equals(o *Pod) bool {
-	return p.Key == o.Key && p.Name == o.Name && p.Namespace == o.Namespace &&
+	return p.Key == o.Key &&
 		p.NodeName == o.NodeName && p.ServiceAccount == o.ServiceAccount &&
 		p.Phase == o.Phase && p.Ready == o.Ready && p.Deleting == o.Deleting &&
-		p.HostNetwork == o.HostNetwork && p.Generated == o.Generated && p.Controller == o.Controller &&
-		p.Hostname == o.Hostname && p.Subdomain == o.Subdomain &&
+		p.HostNetwork == o.HostNetwork && p.Generated == o.Generated && sameValue(p.Controller, o.Controller) &&
+		sameValue(p.DNS, o.DNS) &&
 		slices.Equal(p.Ports, o.Ports) && slices.Equal(p.IPs, o.IPs) && p.Labels.Equal(o.Labels)
 }
+
+// podOwners holds each controlling owner once.
+var podOwners Shared[PodOwner]
 
 // Intern returns the canonical copy of s: strings that many objects repeat (namespaces, nodes,
 // service accounts, owners, identities) are held once.
@@ -92,8 +123,6 @@ func NewPod(k *corev1.Pod) *Pod {
 	key := ns + "/" + k.Name
 	p := &Pod{
 		Key:            key,
-		Namespace:      key[:len(ns)],
-		Name:           key[len(ns)+1:],
 		Labels:         InternLabels(k.Labels),
 		NodeName:       Intern(k.Spec.NodeName),
 		ServiceAccount: Intern(k.Spec.ServiceAccountName),
@@ -101,8 +130,9 @@ func NewPod(k *corev1.Pod) *Pod {
 		Deleting:       k.DeletionTimestamp != nil,
 		HostNetwork:    k.Spec.HostNetwork,
 		Generated:      k.GenerateName != "",
-		Hostname:       k.Spec.Hostname,
-		Subdomain:      k.Spec.Subdomain,
+	}
+	if k.Spec.Hostname != "" || k.Spec.Subdomain != "" {
+		p.DNS = &PodDNS{Hostname: k.Spec.Hostname, Subdomain: k.Spec.Subdomain}
 	}
 	for _, ip := range k.Status.PodIPs {
 		if ip.IP != "" {
@@ -131,7 +161,7 @@ func NewPod(k *corev1.Pod) *Pod {
 	p.Ports = slices.Clip(p.Ports)
 	for _, ref := range k.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller {
-			p.Controller = PodOwner{Kind: Intern(ref.Kind), Name: Intern(ref.Name)}
+			p.Controller = podOwners.Get(PodOwner{Kind: ref.Kind, Name: ref.Name})
 			break
 		}
 	}

@@ -57,11 +57,12 @@ func (s *Shared[T]) Len() int {
 }
 
 // SharedTables are the process-wide tables of values shared by content (label sets, the parts of
-// endpoint metadata), for memory accounting: what they hold beyond the shared values themselves.
+// endpoint metadata, Pods' owners), for memory accounting: what they hold beyond the shared values themselves.
 func SharedTables() any {
 	return &struct {
 		Labels     any
 		Workloads  *Shared[WorkloadMeta]
 		Topologies *Shared[TopologyMeta]
-	}{&interned, &workloadMetas, &topologyMetas}
+		PodOwners  *Shared[PodOwner]
+	}{&interned, &workloadMetas, &topologyMetas, &podOwners}
 }

@@ -482,11 +482,11 @@ func serviceEntryEndpoints(ctx krt.HandlerContext, cfg collections.Config, in Se
 	// entries that select Pods.
 	pods := krt.Fetch(ctx, in.Workloads.Pods, krt.FilterGeneric(func(o any) bool {
 		p := o.(*collections.Pod)
-		return p.Namespace == svc.Namespace && len(p.IPs) > 0 && podReadyForIPLookup(p) && mayMatchAugmented(p.Labels, se.Selector)
+		return p.Namespace() == svc.Namespace && len(p.IPs) > 0 && podReadyForIPLookup(p) && mayMatchAugmented(p.Labels, se.Selector)
 	}))
 	if len(pods) > 0 {
 		workloads := workloadsOf(ctx, cfg, in.Workloads, pods)
-		slices.SortFunc(pods, func(a, b *collections.Pod) int { return cmp.Compare(a.Name, b.Name) })
+		slices.SortFunc(pods, func(a, b *collections.Pod) int { return cmp.Compare(a.Name(), b.Name()) })
 		for _, p := range pods {
 			// The selector is matched again on the augmented labels, as istiod matches them.
 			if w := workloads.Get(p.Key); w != nil && subsetMatch(w.Meta.Label, se.Selector) {

@@ -72,10 +72,10 @@ func FetchWorkloads(ctx krt.HandlerContext, cfg collections.Config, in WorkloadI
 func ReadyWorkloadWithIP(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInputs, namespace, ip string) *collections.Workload {
 	var best *collections.Pod
 	for _, p := range in.ReadyPodsByIP.Fetch(ctx, IPBucket(ip)) {
-		if p.Namespace != namespace || !slices.Contains(p.IPs, ip) {
+		if p.Namespace() != namespace || !slices.Contains(p.IPs, ip) {
 			continue
 		}
-		if best == nil || p.Name < best.Name {
+		if best == nil || p.Name() < best.Name() {
 			best = p
 		}
 	}
@@ -163,8 +163,8 @@ func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collection
 	ips := pod.IPs
 	return collections.Workload{
 		Key:         pod.Key,
-		Name:        pod.Name,
-		Namespace:   pod.Namespace,
+		Name:        pod.Name(),
+		Namespace:   pod.Namespace(),
 		IPs:         ips,
 		Ready:       len(ips) > 0 && podReadyForIPLookup(pod),
 		HostNetwork: pod.HostNetwork,
@@ -234,9 +234,9 @@ func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel st
 	m := collections.NewEndpointMeta(
 		collections.WorkloadMeta{
 			PodLabels:         pod.Labels,
-			ServiceAccount:    internedIdentity(cfg.TrustDomain, pod.Namespace, pod.ServiceAccount),
+			ServiceAccount:    internedIdentity(cfg.TrustDomain, pod.Namespace(), pod.ServiceAccount),
 			TLSMode:           tlsMode,
-			Namespace:         pod.Namespace,
+			Namespace:         pod.Namespace(),
 			WorkloadName:      workloadName,
 			CanonicalName:     CanonicalName(pod.Labels.Value, workloadName),
 			CanonicalRevision: CanonicalRevision(pod.Labels.Value),
@@ -249,11 +249,11 @@ func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel st
 			NodeName:      pod.NodeName,
 		},
 		"", "")
-	if pod.Subdomain != "" {
-		m.SubDomain = pod.Subdomain
-		m.HostName = pod.Hostname
+	if sub := pod.Subdomain(); sub != "" {
+		m.SubDomain = sub
+		m.HostName = pod.Hostname()
 		if m.HostName == "" {
-			m.HostName = pod.Name
+			m.HostName = pod.Name()
 		}
 	}
 	return m
@@ -349,8 +349,8 @@ func WorkloadName(pod *collections.Pod) string {
 		return v
 	}
 	ref := pod.Controller
-	if !pod.Generated || ref.Kind == "" {
-		return pod.Name
+	if !pod.Generated || ref == nil || ref.Kind == "" {
+		return pod.Name()
 	}
 	hash := pod.Labels.Value(collections.LabelPodTemplateHash)
 	rollouts := pod.Labels.Value(collections.LabelRolloutsHash)
