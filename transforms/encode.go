@@ -39,18 +39,24 @@ const (
 
 // encoder holds what the endpoints of one CLA share: the encoded metadata entries.
 type encoder struct {
-	// workloads caches the encoded "istio" metadata entry per workload part and cluster (a CLA
-	// usually has few: a short list, searched in order).
-	workloads []workloadEntry
-	tls       TLSMetadata
+	// workloads caches the encoded "istio" metadata entry by what it says (a CLA usually has
+	// few: a short list, searched in order, then a map).
+	workloads   []workloadEntry
+	workloadMap map[workloadKey][]byte
+	tls         TLSMetadata
 	// tlsModes caches the encoded tlsMode entries of values other than "istio".
 	tlsModes map[string][]byte
 }
 
+// workloadKey is what the "istio" workload entry says. The pods of a StatefulSet, each with its
+// own labels and so its own WorkloadMeta, share one.
+type workloadKey struct {
+	name, namespace, canonical, revision, cluster string
+}
+
 type workloadEntry struct {
-	w       *collections.WorkloadMeta
-	cluster string
-	b       []byte
+	k workloadKey
+	b []byte
 }
 
 // Encode renders the plan as the protobuf encoding of its ClusterLoadAssignment, without building
@@ -201,21 +207,38 @@ func (e *encoder) lbEndpoint(b []byte, ep *collections.Endpoint) []byte {
 
 // workloadEntry is the filter_metadata entry "istio": {"workload": "<name>;<ns>;<canonical>;<rev>;<cluster>"}.
 func (e *encoder) workloadEntry(m *collections.EndpointMeta) []byte {
-	for _, c := range e.workloads {
-		if c.w == m.WorkloadMeta && c.cluster == m.ClusterID {
-			return c.b
+	k := workloadKey{m.WorkloadName, m.Namespace, m.CanonicalName, m.CanonicalRevision, m.ClusterID}
+	if e.workloadMap != nil {
+		if b, ok := e.workloadMap[k]; ok {
+			return b
+		}
+	} else {
+		for _, c := range e.workloads {
+			if c.k == k {
+				return c.b
+			}
 		}
 	}
-	b := metadataEntry("istio", "workload", m.WorkloadName, m.Namespace, m.CanonicalName, m.CanonicalRevision, m.ClusterID)
-	if len(e.workloads) < maxCachedWorkloads {
-		e.workloads = append(e.workloads, workloadEntry{m.WorkloadMeta, m.ClusterID, b})
+	b := metadataEntry("istio", "workload", k.name, k.namespace, k.canonical, k.revision, k.cluster)
+	switch {
+	case e.workloadMap != nil:
+		e.workloadMap[k] = b
+	case len(e.workloads) < workloadListMax:
+		e.workloads = append(e.workloads, workloadEntry{k, b})
+	default:
+		// Many workloads (each entry is looked up twice per endpoint, for its size and its
+		// bytes): a map instead of the scan.
+		e.workloadMap = make(map[workloadKey][]byte, 2*workloadListMax)
+		for _, c := range e.workloads {
+			e.workloadMap[c.k] = c.b
+		}
+		e.workloadMap[k] = b
 	}
 	return b
 }
 
-// maxCachedWorkloads bounds the encoder's list of workload entries (each is looked up twice per
-// endpoint, for its size and its bytes): past it, an entry is encoded again when used.
-const maxCachedWorkloads = 16
+// workloadListMax is the most workload entries the encoder scans before it keeps a map.
+const workloadListMax = 16
 
 // tlsModeEntry is the filter_metadata entry "envoy.transport_socket_match": {"tlsMode": v}.
 func (e *encoder) tlsModeEntry(v string) []byte {

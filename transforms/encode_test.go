@@ -29,7 +29,7 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	eps[9].Meta = eps[9].Meta.Edit(func(m *collections.EndpointMeta) { m.Weight = 300 }) // a two-byte varint
 	eps[10].Port = 0                                                                     // a DNS ServiceEntry's endpoint
 	eps[11].Meta = eps[11].Meta.Edit(func(m *collections.EndpointMeta) { m.ClusterID = "other" })
-	for i := 12; i < 40; i++ { // more workloads than the encoder remembers
+	for i := 12; i < 40; i++ { // more workloads than the encoder scans before it keeps a map
 		eps[i].Meta = eps[i].Meta.Edit(func(m *collections.EndpointMeta) { m.WorkloadName = fmt.Sprintf("w%d", i) })
 	}
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
