@@ -132,6 +132,12 @@ func TestSliceRules(t *testing.T) {
 	ep := func(ip, pod string, cond discovery.EndpointConditions) fixtures.Endpoint {
 		return fixtures.Endpoint{IP: ip, Pod: pod, Cond: cond}
 	}
+	// v6 is a slice of address type IPv6 with these endpoints.
+	v6 := func(eps ...fixtures.Endpoint) *discovery.EndpointSlice {
+		s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, eps...)
+		s.AddressType = discovery.AddressTypeIPv6
+		return s
+	}
 	podA := fixtures.Pod("ns1", "a", "foo", "10.0.0.1", "")
 	podB := fixtures.Pod("ns1", "b", "foo", "10.0.0.2", "")
 	cases := []struct {
@@ -193,25 +199,17 @@ func TestSliceRules(t *testing.T) {
 			nilOut: true,
 		},
 		{
-			name: "IPv6 slice processed",
-			slice: func() *discovery.EndpointSlice {
-				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("fd00::1", "", fixtures.Ready))
-				s.AddressType = discovery.AddressTypeIPv6
-				return s
-			}(),
-			objs: []any{svc},
-			want: map[string]collections.HealthStatus{"fd00::1": collections.Healthy},
+			name:  "IPv6 slice processed",
+			slice: v6(ep("fd00::1", "", fixtures.Ready)),
+			objs:  []any{svc},
+			want:  map[string]collections.HealthStatus{"fd00::1": collections.Healthy},
 		},
 		{
 			// A long or upper-case spelling of an address is served in its canonical form.
-			name: "IPv6 address in a long spelling served canonical",
-			slice: func() *discovery.EndpointSlice {
-				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("FD00:0:0:0:0:0:0:0001", "", fixtures.Ready))
-				s.AddressType = discovery.AddressTypeIPv6
-				return s
-			}(),
-			objs: []any{svc},
-			want: map[string]collections.HealthStatus{"fd00::1": collections.Healthy},
+			name:  "IPv6 address in a long spelling served canonical",
+			slice: v6(ep("FD00:0:0:0:0:0:0:0001", "", fixtures.Ready)),
+			objs:  []any{svc},
+			want:  map[string]collections.HealthStatus{"fd00::1": collections.Healthy},
 		},
 		{
 			// Kubernetes' validateEndpoints wants IPv4 addresses in an IPv4 slice (IsIPv4String)
@@ -223,24 +221,16 @@ func TestSliceRules(t *testing.T) {
 			problems: []string{collections.ReasonAddressFamily},
 		},
 		{
-			name: "IPv4 address in an IPv6 slice skipped and reported, the rest kept",
-			slice: func() *discovery.EndpointSlice {
-				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("10.0.0.7", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready))
-				s.AddressType = discovery.AddressTypeIPv6
-				return s
-			}(),
+			name:     "IPv4 address in an IPv6 slice skipped and reported, the rest kept",
+			slice:    v6(ep("10.0.0.7", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready)),
 			objs:     []any{svc},
 			want:     map[string]collections.HealthStatus{"fd00::7": collections.Healthy},
 			problems: []string{collections.ReasonAddressFamily},
 		},
 		{
 			// net/netip accepts a zone; net.ParseIP, which Kubernetes validation uses, does not.
-			name: "zoned IPv6 address skipped and reported",
-			slice: func() *discovery.EndpointSlice {
-				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("fe80::1%eth0", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready))
-				s.AddressType = discovery.AddressTypeIPv6
-				return s
-			}(),
+			name:     "zoned IPv6 address skipped and reported",
+			slice:    v6(ep("fe80::1%eth0", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready)),
 			objs:     []any{svc},
 			want:     map[string]collections.HealthStatus{"fd00::7": collections.Healthy},
 			problems: []string{collections.ReasonZonedAddress},
@@ -255,12 +245,8 @@ func TestSliceRules(t *testing.T) {
 		{
 			// IsValidIP (strict, always used for IPv6 slices) rejects "must not be an
 			// IPv4-mapped IPv6 address", and IsIPv6String is false for it.
-			name: "IPv4-mapped IPv6 address in an IPv6 slice skipped and reported",
-			slice: func() *discovery.EndpointSlice {
-				s := fixtures.Slice("ns1", "s", "foo", fixtures.HTTPSlice, ep("::ffff:10.0.0.8", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready))
-				s.AddressType = discovery.AddressTypeIPv6
-				return s
-			}(),
+			name:     "IPv4-mapped IPv6 address in an IPv6 slice skipped and reported",
+			slice:    v6(ep("::ffff:10.0.0.8", "", fixtures.Ready), ep("fd00::7", "", fixtures.Ready)),
 			objs:     []any{svc},
 			want:     map[string]collections.HealthStatus{"fd00::7": collections.Healthy},
 			problems: []string{collections.ReasonMappedAddress},

@@ -55,8 +55,8 @@ const wildcardRules = "*"
 func HostKeys(hostname string) []string { return []string{hostname, wildcardRules} }
 
 // ServicePolicies gathers, per service, the DestinationRules that may apply to it. It Fetches
-// rules through their host index, so a rule change recomputes only the services its host can
-// match.
+// rules through their host index, so a change of a rule for one host recomputes only that host's
+// services; a change of a wildcard rule recomputes every service (wildcardRules).
 func ServicePolicies(rules krt.Collection[collections.DestinationRule], byHost krt.Index[string, collections.DestinationRule]) Single[*collections.ServiceInfo, collections.ServicePolicy] {
 	return Single[*collections.ServiceInfo, collections.ServicePolicy]{Reads: []any{rules}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServicePolicy {
 		sp := &collections.ServicePolicy{Service: svc.ResourceName()}
