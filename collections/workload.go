@@ -60,9 +60,7 @@ type NodeLocality struct {
 func (n NodeLocality) ResourceName() string { return n.Name }
 
 // Equals compares name, locality and network.
-func (n *NodeLocality) Equals(o *NodeLocality) bool {
-	return n == o || n != nil && o != nil && *n == *o
-}
+func (n *NodeLocality) Equals(o *NodeLocality) bool { return sameValue(n, o) }
 
 // EndpointMeta is what an endpoint inherits from its workload (or, without a Pod, from the
 // registry alone). It is immutable once built and shared by every endpoint of the pod. Its two
@@ -195,8 +193,7 @@ func (m *EndpointMeta) Equals(o *EndpointMeta) bool {
 		return false
 	}
 	return m.HostName == o.HostName && m.SubDomain == o.SubDomain &&
-		(m.WorkloadMeta == o.WorkloadMeta || m.WorkloadMeta != nil && o.WorkloadMeta != nil && *m.WorkloadMeta == *o.WorkloadMeta) &&
-		(m.TopologyMeta == o.TopologyMeta || m.TopologyMeta != nil && o.TopologyMeta != nil && *m.TopologyMeta == *o.TopologyMeta)
+		sameValue(m.WorkloadMeta, o.WorkloadMeta) && sameValue(m.TopologyMeta, o.TopologyMeta)
 }
 
 // Workload is what krteds knows of one Pod: its identity and topology, and whether it can be
