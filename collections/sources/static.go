@@ -126,17 +126,9 @@ func (s Static) Apply(obj any, del bool) {
 	case *corev1.Service:
 		apply(s.Services, o, del)
 	case *discovery.EndpointSlice:
-		if del {
-			s.EndpointSlices.DeleteObject(o.Namespace + "/" + o.Name)
-		} else {
-			s.EndpointSlices.UpdateObject(collections.NewSlice(o))
-		}
+		apply(s.EndpointSlices, collections.NewSlice(o), del)
 	case *collections.Slice:
-		if del {
-			s.EndpointSlices.DeleteObject(o.Key)
-		} else {
-			s.EndpointSlices.UpdateObject(o)
-		}
+		apply(s.EndpointSlices, o, del)
 	case *networkingclient.DestinationRule:
 		apply(s.DestinationRules, o, del)
 	case *networkingclient.Sidecar:
