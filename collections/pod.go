@@ -38,10 +38,10 @@ type Pod struct {
 	Ports []NamedPort `json:"ports,omitempty"`
 }
 
-// Namespace is the first part of the key.
-func (p *Pod) Namespace() string { return p.Key[:strings.IndexByte(p.Key, '/')] }
+// Namespace is the first part of the key ("" for a key without one).
+func (p *Pod) Namespace() string { return p.Key[:max(0, strings.IndexByte(p.Key, '/'))] }
 
-// Name is the second part of the key.
+// Name is the second part of the key (the whole key when it has no namespace).
 func (p *Pod) Name() string { return p.Key[strings.IndexByte(p.Key, '/')+1:] }
 
 // PodDNS is a Pod's spec hostname and subdomain.
