@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"math/bits"
+	"strconv"
 	"sync"
 
 	"google.golang.org/grpc/encoding"
@@ -232,18 +233,21 @@ func encodeSotw(r *response) *wireMessage {
 
 // deltaResourceSize is the size of a Resource (version, then name, then the Any: the body comes
 // last, so that a resource is one piece of framing and one body).
-func deltaResourceSize(r *collections.Resource, version string) int {
-	return sizeString(fResourceVersion, version) + sizeString(fResourceName, r.Name) +
+func deltaResourceSize(r *collections.Resource) int {
+	return protowire.SizeTag(fResourceVersion) + protowire.SizeBytes(hexLen(r.Version)) + sizeString(fResourceName, r.Name) +
 		protowire.SizeTag(fResourceResource) + protowire.SizeBytes(anySize(r))
 }
 
-// encodeDelta is the DeltaDiscoveryResponse of r: the encoding of deltaResponse's message.
+// hexLen is the length of v in hexadecimal, as Resource.VersionString writes it ("0" for 0).
+func hexLen(v uint64) int { return max(1, (bits.Len64(v)+3)/4) }
+
+// encodeDelta is the DeltaDiscoveryResponse of r: the encoding of deltaResponse's message. A
+// resource's version is written in hexadecimal straight into the framing (VersionString's
+// spelling), not formatted into a string per stream.
 func encodeDelta(r *response) *wireMessage {
-	versions := make([]string, len(r.items))
 	framing := sizeString(fDeltaVersion, r.version) + sizeString(fDeltaTypeURL, r.t.url()) + sizeString(fDeltaNonce, r.nonce)
-	for i, it := range r.items {
-		versions[i] = it.res.VersionString()
-		n := deltaResourceSize(it.res, versions[i])
+	for _, it := range r.items {
+		n := deltaResourceSize(it.res)
 		framing += protowire.SizeTag(fDeltaResources) + protowire.SizeVarint(uint64(n)) + n
 		if referenced(it.res.Body) {
 			framing -= len(it.res.Body)
@@ -254,10 +258,12 @@ func encodeDelta(r *response) *wireMessage {
 	}
 	w := newWireWriter(framing, len(r.items))
 	w.string(fDeltaVersion, r.version)
-	for i, it := range r.items {
+	for _, it := range r.items {
 		w.hdr = protowire.AppendTag(w.hdr, fDeltaResources, protowire.BytesType)
-		w.hdr = protowire.AppendVarint(w.hdr, uint64(deltaResourceSize(it.res, versions[i])))
-		w.string(fResourceVersion, versions[i])
+		w.hdr = protowire.AppendVarint(w.hdr, uint64(deltaResourceSize(it.res)))
+		w.hdr = protowire.AppendTag(w.hdr, fResourceVersion, protowire.BytesType)
+		w.hdr = protowire.AppendVarint(w.hdr, uint64(hexLen(it.res.Version)))
+		w.hdr = strconv.AppendUint(w.hdr, it.res.Version, 16)
 		w.string(fResourceName, it.res.Name)
 		w.hdr = protowire.AppendTag(w.hdr, fResourceResource, protowire.BytesType)
 		w.hdr = protowire.AppendVarint(w.hdr, uint64(anySize(it.res)))

@@ -62,6 +62,15 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 		many.items = append(many.items, item{res: res(fmt.Sprintf("c%d", i), big[:5*(i%20+1)])})
 	}
 	cases["many"] = &many
+	// Versions of every hexadecimal length, 0 ("0") and the largest included.
+	var versions response
+	versions.t, versions.version, versions.nonce = tEndpoint, "vs", "7"
+	for _, v := range []uint64{0, 1, 0xf, 0x10, 0xfff, 0x1000, 1 << 63, ^uint64(0)} {
+		r := res(fmt.Sprintf("v%x", v), []byte{0x0a, 0x01, 'v'})
+		r.Version = v
+		versions.items = append(versions.items, item{res: r})
+	}
+	cases["versions"] = &versions
 	for name, r := range cases {
 		for _, delta := range []bool{false, true} {
 			var w *wireMessage
