@@ -37,8 +37,12 @@ type IstioMetrics struct {
 	versions        map[string]bool
 }
 
-// istioTypes are istiod's type label values of the four types krteds serves, in shortNames order.
-var istioTypes = [numTypes]string{"cds", "eds", "lds", "rds"}
+// istioTypes are istiod's type label values of the types krteds serves, in shortNames order
+// (LEDS, which istiod does not serve, as "leds").
+var istioTypes = [...]string{"cds", "eds", "lds", "rds", "leds"}
+
+// Every type has a label: a type added to typ without one fails to compile here.
+var _ = [1]struct{}{}[len(istioTypes)-int(numTypes)]
 
 // maxProxyVersions bounds the version label of pilot_xds: a client names its own version.
 const maxProxyVersions = 32

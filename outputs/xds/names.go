@@ -21,9 +21,13 @@ func newNameTable() *nameTable {
 
 func (t *nameTable) name(id nameID) string { return t.key(id) }
 
-func (t *nameTable) setTold(id nameID, ty typ, at int64) {
+// setTold records the change time of a name, if id still stands for it: the stream holding it
+// may have let it go since it was looked up, and its id then stands for another name.
+func (t *nameTable) setTold(id nameID, name string, ty typ, at int64) {
 	t.mu.Lock()
-	t.entries[id].data.toldAt[ty] = at
+	if e := &t.entries[id]; e.refs > 0 && e.key == name {
+		e.data.toldAt[ty] = at
+	}
 	t.mu.Unlock()
 }
 

@@ -130,11 +130,12 @@ func (s *Server) onChange(ch collections.Change) {
 	}
 	touched := map[*conn][]nameID{}
 	var ids []nameID
+	var idNames []string // the name of each of ids, as looked up
 	s.mu.RLock()
 	for _, n := range ch.Names {
 		id, known := s.names.lookup(n)
 		if known {
-			ids = append(ids, id)
+			ids, idNames = append(ids, id), append(idNames, n)
 			s.subscribersLocked(t, id).each(func(slot uint32) {
 				c := s.slots[slot]
 				touched[c] = append(touched[c], id)
@@ -143,7 +144,7 @@ func (s *Server) onChange(ch collections.Change) {
 		// The subscribed names whose resources follow n.
 		for _, fid := range s.followers[t][n] {
 			if !slices.Contains(ids, fid) {
-				ids = append(ids, fid)
+				ids, idNames = append(ids, fid), append(idNames, s.names.name(fid))
 			}
 			s.subscribersLocked(t, fid).each(func(slot uint32) {
 				c := s.slots[slot]
@@ -165,9 +166,10 @@ func (s *Server) onChange(ch collections.Change) {
 	for c, ids := range touched {
 		c.markDirty(t, ids, at)
 	}
-	// Recorded once every stream holding the names has been told (LastChange says so).
-	for _, id := range ids {
-		s.names.setTold(id, t, at)
+	// Recorded once every stream holding the names has been told (LastChange says so), for the
+	// names their ids still stand for.
+	for i, id := range ids {
+		s.names.setTold(id, idNames[i], t, at)
 	}
 }
 

@@ -18,10 +18,17 @@ const (
 // typeURLs in the order responses of several types go out: clusters before their endpoints,
 // listeners before their routes, as istiod pushes them; LEDS endpoints after the CLAs that name
 // their collections.
-var typeURLs = [numTypes]string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType, typeLbEndpoint}
+var typeURLs = [...]string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType, typeLbEndpoint}
 
 // shortNames are the metric label values of the types; unknown is the one value for the rest.
-var shortNames = [numTypes]string{"Cluster", "ClusterLoadAssignment", "Listener", "RouteConfiguration", "LbEndpoint"}
+var shortNames = [...]string{"Cluster", "ClusterLoadAssignment", "Listener", "RouteConfiguration", "LbEndpoint"}
+
+// Each table has one entry per type: one that misses a type (or has one too many) does not
+// compile (a negative or too large constant index).
+var (
+	_ = [1]struct{}{}[len(typeURLs)-int(numTypes)]
+	_ = [1]struct{}{}[len(shortNames)-int(numTypes)]
+)
 
 func typeOf(url string) (typ, bool) {
 	for t, u := range typeURLs {
