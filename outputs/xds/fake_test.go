@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 
@@ -183,4 +184,14 @@ func startFake(t testing.TB, opts ...func(*Server)) *fakeServer {
 		close(stop)
 	})
 	return &fakeServer{src: src, srv: srv, cc: cc}
+}
+
+// fakeName is the name of a resource of the fake source, read from its body.
+func fakeName(t testing.TB, body []byte) string {
+	t.Helper()
+	name, _, ok := strings.Cut(string(body), "#")
+	if !ok {
+		t.Fatalf("%q is not the body of a fake resource", body)
+	}
+	return name
 }

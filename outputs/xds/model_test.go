@@ -71,6 +71,7 @@ type modelClient struct {
 	probe int
 	// probeNonce is the nonce of the last probe response.
 	probeNonce string
+	reconnects int
 }
 
 func (c *modelClient) typ(t typ) *clientType {
@@ -246,14 +247,22 @@ func (c *modelClient) stale(t typ, name string) {
 	_ = c.sotw.Send(req)
 }
 
-// reconnect opens a new stream and subscribes again to what the client had.
+// reconnect opens a new stream and subscribes again to what the client had. Every other time,
+// its first requests carry the previous stream's nonce and version, as an Envoy before 1.29 sends
+// them (envoyproxy/envoy#30155): a new stream's first request subscribes whatever its nonce.
 func (c *modelClient) reconnect(fs *fakeServer) {
 	c.close()
 	c.open(fs)
+	c.reconnects++
+	stale := c.reconnects%2 == 0
 	for _, t := range modelTypes {
 		ct := c.types[t]
 		if ct == nil || !ct.started {
 			continue
+		}
+		prevNonce, prevVersion := ct.lastNonce, ct.lastVersion
+		if !stale {
+			prevNonce, prevVersion = "", ""
 		}
 		ct.awaiting, ct.responses, ct.lastNonce, ct.oldNonce, ct.lastVersion = false, 0, "", "", ""
 		// A delta client tells the new stream what it holds; a state-of-the-world one cannot.
@@ -270,11 +279,14 @@ func (c *modelClient) reconnect(fs *fakeServer) {
 			for n, v := range ct.held {
 				req.InitialResourceVersions[n] = strconv.FormatUint(v, 16)
 			}
+			req.ResponseNonce = prevNonce
 			if err := c.dstr.Send(req); err != nil {
 				c.t.Fatal(err)
 			}
 		} else {
-			c.sendSotw(t, "", false)
+			ct.lastVersion = prevVersion
+			c.sendSotw(t, prevNonce, false)
+			ct.lastVersion = ""
 		}
 	}
 }

@@ -243,9 +243,12 @@ func (s *Server) handle(c *conn, req request) error {
 		st = &typeState{force: true, subs: newSubSet(s.versions)}
 		c.types[t] = st
 	}
+	// The first request of a type on a stream is a new subscription whatever nonce it carries,
+	// as istiod's shouldRespond takes it: an Envoy before 1.29 reconnecting sends the previous
+	// stream's nonce and version with it (envoyproxy/envoy#30155).
 	nonce := req.nonce()
 	current := !first && nonce != "" && nonce == st.st.SentNonce
-	if nonce != "" && !current {
+	if nonce != "" && !current && !first {
 		s.metrics.expiredNonce(t)
 		if req.sotw != nil {
 			// A state-of-the-world request answering an older response is ignored: the client
