@@ -16,21 +16,23 @@ import (
 // parser; where it answers, it answers as sigs.k8s.io/yaml.YAMLToJSON does (FuzzFastYAML holds
 // it to that), scalars resolved by YAML 1.1's rules as go-yaml v2 applies them.
 func fastYAMLToJSON(doc []byte) (out []byte, ok bool) {
-	if !printable(doc) {
-		return nil, false
-	}
-	c := yconv{out: make([]byte, 0, len(doc)+len(doc)/4)}
-	if !c.split(doc) || len(c.lines) == 0 {
-		return nil, false
-	}
-	first := c.lines[0]
-	if first.indent != 0 {
-		return nil, false
-	}
-	if !c.node(0) || c.i != len(c.lines) {
+	var c yconv
+	if !c.convert(doc) {
 		return nil, false
 	}
 	return c.out, true
+}
+
+// convert converts doc into c.out.
+func (c *yconv) convert(doc []byte) bool {
+	if !printable(doc) {
+		return false
+	}
+	c.out = make([]byte, 0, len(doc)+len(doc)/4)
+	if !c.split(doc) || len(c.lines) == 0 || c.lines[0].indent != 0 {
+		return false
+	}
+	return c.node(0) && c.i == len(c.lines)
 }
 
 // printable reports whether a document is valid UTF-8 of characters YAML allows (no control
@@ -64,6 +66,63 @@ type yconv struct {
 	lines []yline
 	i     int
 	out   []byte
+	// depth is the number of collections (block or flow) open around the current node.
+	depth int
+	// compared counts the key comparisons of the duplicate checks (tests hold it linear).
+	compared int
+}
+
+// maxFastDepth bounds the nesting of collections (block and flow together) the fast reader
+// follows, and so its recursion: a manifest nests a few dozen deep at most, and a stack overflow
+// is fatal in Go. A deeper document is left to the general parser, which has a bound of its own
+// (go-yaml's 10000) and rejects it with its error.
+const maxFastDepth = 100
+
+// open enters a collection; false past maxFastDepth. The caller closes it (c.depth--) on success
+// only: a failure abandons the conversion.
+func (c *yconv) open() bool {
+	c.depth++
+	return c.depth <= maxFastDepth
+}
+
+// smallMapping is the number of keys up to which a mapping's duplicate check is a linear scan
+// (most mappings are small); past it the keys go into a map, so that a wide mapping costs linear
+// time instead of quadratic.
+const smallMapping = 16
+
+// keySet holds the keys of one mapping, to find duplicates.
+type keySet struct {
+	small [][]byte
+	large map[string]struct{}
+}
+
+// fresh adds key to the set; false when it was there already.
+func (c *yconv) fresh(s *keySet, key []byte) bool {
+	if s.large != nil {
+		c.compared++
+		if _, dup := s.large[string(key)]; dup {
+			return false
+		}
+		s.large[string(key)] = struct{}{}
+		return true
+	}
+	for _, k := range s.small {
+		c.compared++
+		if bytes.Equal(k, key) {
+			return false
+		}
+	}
+	if len(s.small) < smallMapping {
+		s.small = append(s.small, key)
+		return true
+	}
+	s.large = make(map[string]struct{}, 4*smallMapping)
+	for _, k := range s.small {
+		s.large[string(k)] = struct{}{}
+	}
+	s.large[string(key)] = struct{}{}
+	s.small = nil
+	return true
 }
 
 // split cuts the document into lines without comments and trailing space, skipping blank ones.
@@ -148,8 +207,11 @@ func (c *yconv) node(indent int) bool {
 }
 
 func (c *yconv) mapping(indent int) bool {
+	if !c.open() {
+		return false
+	}
 	c.out = append(c.out, '{')
-	var keys [][]byte
+	var keys keySet
 	for n := 0; c.i < len(c.lines) && c.lines[c.i].indent == indent; n++ {
 		t := c.lines[c.i].text
 		if isSeqItem(t) {
@@ -159,12 +221,9 @@ func (c *yconv) mapping(indent int) bool {
 		if !ok {
 			return false
 		}
-		for _, k := range keys {
-			if bytes.Equal(k, key) {
-				return false // go-yaml refuses duplicate keys; let it say so
-			}
+		if !c.fresh(&keys, key) {
+			return false // go-yaml refuses duplicate keys; let it say so
 		}
-		keys = append(keys, key)
 		if n > 0 {
 			c.out = append(c.out, ',')
 		}
@@ -179,10 +238,14 @@ func (c *yconv) mapping(indent int) bool {
 		return false
 	}
 	c.out = append(c.out, '}')
+	c.depth--
 	return true
 }
 
 func (c *yconv) seq(indent int) bool {
+	if !c.open() {
+		return false
+	}
 	c.out = append(c.out, '[')
 	for n := 0; c.i < len(c.lines) && c.lines[c.i].indent == indent && isSeqItem(c.lines[c.i].text); n++ {
 		if n > 0 {
@@ -200,7 +263,7 @@ func (c *yconv) seq(indent int) bool {
 		// "- key: value" or "- - item" starts a block node inside the item, at the column of its
 		// first character: read it as if it were on a line of its own.
 		col := indent + len(t) - len(after)
-		if _, _, isKey := splitKey(after); isKey || isSeqItem(after) {
+		if isSeqItem(after) || isKeyLine(after) {
 			c.lines[c.i] = yline{indent: col, text: after}
 			if !c.node(col) {
 				return false
@@ -216,7 +279,13 @@ func (c *yconv) seq(indent int) bool {
 		return false
 	}
 	c.out = append(c.out, ']')
+	c.depth--
 	return true
+}
+
+func isKeyLine(t []byte) bool {
+	_, _, ok := splitKey(t)
+	return ok
 }
 
 // value converts what follows "key:" (rest) or "-": an inline scalar or flow collection, or the
@@ -265,6 +334,9 @@ func (c *yconv) flow(s []byte, mapValue bool) ([]byte, bool) {
 	}
 	switch s[0] {
 	case '{', '[':
+		if !c.open() {
+			return nil, false
+		}
 		open, closing := s[0], byte('}')
 		if open == '[' {
 			closing = ']'
@@ -273,9 +345,10 @@ func (c *yconv) flow(s []byte, mapValue bool) ([]byte, bool) {
 		s = bytes.TrimLeft(s[1:], " ")
 		if len(s) > 0 && s[0] == closing {
 			c.out = append(c.out, closing)
+			c.depth--
 			return s[1:], true
 		}
-		var keys [][]byte
+		var keys keySet
 		for n := 0; ; n++ {
 			if n > 0 {
 				c.out = append(c.out, ',')
@@ -286,12 +359,9 @@ func (c *yconv) flow(s []byte, mapValue bool) ([]byte, bool) {
 				if key, s, ok = flowKey(s); !ok {
 					return nil, false
 				}
-				for _, k := range keys {
-					if bytes.Equal(k, key) {
-						return nil, false
-					}
+				if !c.fresh(&keys, key) {
+					return nil, false
 				}
-				keys = append(keys, key)
 				c.out = appendJSONString(c.out, key)
 				c.out = append(c.out, ':')
 			}
@@ -305,6 +375,7 @@ func (c *yconv) flow(s []byte, mapValue bool) ([]byte, bool) {
 			}
 			if s[0] == closing {
 				c.out = append(c.out, closing)
+				c.depth--
 				return s[1:], true
 			}
 			if s[0] != ',' {

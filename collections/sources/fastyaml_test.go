@@ -3,6 +3,7 @@ package sources
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -105,6 +106,23 @@ func FuzzFastYAML(f *testing.F) {
 		f.Add(d)
 	}
 	f.Add([]byte("a: {b: [1, 'two', \"three\"], c: ~}\nd:\n- e: f\n  g: -h\n"))
+	// Deep: at the fast reader's bound and past it, and past the general parser's.
+	for _, depth := range []int{maxFastDepth, maxFastDepth + 1, 20000} {
+		f.Add([]byte("a: " + strings.Repeat("[", depth-1) + "1" + strings.Repeat("]", depth-1) + "\n"))
+		f.Add([]byte("a: " + strings.Repeat("{b: ", depth-1) + "1" + strings.Repeat("}", depth-1) + "\n"))
+		f.Add([]byte(strings.Repeat("- ", depth) + "x\n"))
+	}
+	var block bytes.Buffer
+	for i := range maxFastDepth + 1 {
+		block.WriteString(strings.Repeat(" ", i) + "k:\n")
+	}
+	f.Add(block.Bytes())
+	// Wide: past the size at which the duplicate check takes a map, with and without a duplicate.
+	for _, flow := range []bool{false, true} {
+		wide := wideMapping(4*smallMapping, flow)
+		f.Add(wide)
+		f.Add(bytes.Replace(wide, fmt.Appendf(nil, "k%d: v%d", 3*smallMapping, 3*smallMapping), []byte("k1: v1"), 1))
+	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		sameAsGeneral(t, doc)
 	})
@@ -134,4 +152,115 @@ func BenchmarkDecodePod(b *testing.B) {
 			}
 		}
 	})
+}
+
+// wideMapping is a document whose mapping has n keys, in block or flow style.
+func wideMapping(n int, flow bool) []byte {
+	var b bytes.Buffer
+	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: wide}\ndata:")
+	if flow {
+		b.WriteString(" {")
+		for i := range n {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "k%d: v%d", i, i)
+		}
+		b.WriteString("}\n")
+		return b.Bytes()
+	}
+	b.WriteString("\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  k%d: v%d\n", i, i)
+	}
+	return b.Bytes()
+}
+
+// TestFastYAMLDuplicateCheckIsLinear: the duplicate-key check of a mapping costs a bounded
+// number of comparisons per key, however wide the mapping, and still finds a duplicate.
+func TestFastYAMLDuplicateCheckIsLinear(t *testing.T) {
+	for _, flow := range []bool{false, true} {
+		for _, n := range []int{10, 1000, 20000} {
+			doc := wideMapping(n, flow)
+			var c yconv
+			if !c.convert(doc) {
+				t.Fatalf("flow %v, %d keys: the fast reader refused a plain mapping", flow, n)
+			}
+			// A linear scan of the first keys, one look-up per key after.
+			if limit := 2*n + smallMapping*smallMapping; c.compared > limit {
+				t.Errorf("flow %v, %d keys: %d key comparisons, want at most %d", flow, n, c.compared, limit)
+			}
+			if n <= 1000 {
+				sameAsGeneral(t, doc)
+			}
+			// The first key again, last: a duplicate, which the fast reader leaves to go-yaml.
+			dup := bytes.Replace(doc, fmt.Appendf(nil, "k%d: v%d", n-1, n-1), []byte("k0: again"), 1)
+			if _, ok := fastYAMLToJSON(dup); ok {
+				t.Errorf("flow %v, %d keys: a duplicate key was not seen", flow, n)
+			}
+		}
+	}
+}
+
+// BenchmarkFastYAMLWide converts mappings of more and more keys: the time per key stays flat.
+func BenchmarkFastYAMLWide(b *testing.B) {
+	for _, flow := range []bool{false, true} {
+		for _, n := range []int{1000, 10000, 40000, 100000} {
+			doc := wideMapping(n, flow)
+			b.Run(fmt.Sprintf("flow=%v/keys=%d", flow, n), func(b *testing.B) {
+				b.SetBytes(int64(len(doc)))
+				for b.Loop() {
+					if _, ok := fastYAMLToJSON(doc); !ok {
+						b.Fatal("refused")
+					}
+				}
+			})
+		}
+	}
+}
+
+// deepDocs are documents nested far deeper than any manifest: the fast reader must not follow
+// them (a stack overflow is fatal in Go) and the general parser rejects them.
+func deepDocs() map[string][]byte {
+	var block bytes.Buffer
+	for i := range 11000 { // about 60 MB: the indents add up
+		block.WriteString(strings.Repeat(" ", i) + "a:\n")
+	}
+	var seqBlock bytes.Buffer
+	for i := range 11000 {
+		seqBlock.WriteString(strings.Repeat(" ", i) + "-\n")
+	}
+	return map[string][]byte{
+		"flow sequences":             []byte("a: " + strings.Repeat("[", 4<<20)),
+		"flow mapping braces":        []byte("a: " + strings.Repeat("{", 4<<20)),
+		"flow mappings with keys":    []byte("a: " + strings.Repeat("{a: ", 1<<20)),
+		"closed flow sequences":      []byte("a: " + strings.Repeat("[", 1<<20) + strings.Repeat("]", 1<<20) + "\n"),
+		"block sequences on a line":  []byte(strings.Repeat("- ", 2<<20) + "x\n"),
+		"block mappings":             block.Bytes(),
+		"block sequences":            seqBlock.Bytes(),
+		"JSON objects":               []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":` + strings.Repeat(`{"a":`, 1<<20) + "1" + strings.Repeat("}", 1<<20) + "}"),
+		"JSON arrays":                []byte(strings.Repeat("[", 4<<20)),
+		"JSON arrays under a kind":   []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","x":` + strings.Repeat("[", 4<<20)),
+		"flow in block sequence":     []byte("- " + strings.Repeat("[", 4<<20)),
+		"mixed block and flow depth": []byte("a:\n  b:\n    - c: " + strings.Repeat("[{d: ", 1<<20)),
+	}
+}
+
+// TestFastYAMLDeepNestingFallsBack: past a bound the fast reader gives up on nesting, however
+// deep, in block and flow collections alike; up to the bound it answers as the parser does.
+func TestFastYAMLDeepNestingFallsBack(t *testing.T) {
+	for name, doc := range deepDocs() {
+		if _, ok := fastYAMLToJSON(doc); ok {
+			t.Errorf("%s: the fast reader accepted a document nested millions deep", name)
+		}
+	}
+	nested := func(depth int) []byte {
+		return []byte("a: " + strings.Repeat("[", depth-1) + "1" + strings.Repeat("]", depth-1) + "\n")
+	}
+	if !sameAsGeneral(t, nested(maxFastDepth)) {
+		t.Errorf("a document nested %d deep takes the slow path", maxFastDepth)
+	}
+	if _, ok := fastYAMLToJSON(nested(maxFastDepth + 1)); ok {
+		t.Errorf("a document nested %d deep took the fast path", maxFastDepth+1)
+	}
 }
