@@ -16,6 +16,7 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/xds"
 )
 
 // DebugOptions configures the debug HTTP surface.
@@ -31,8 +32,9 @@ type DebugOptions struct {
 	// ReadyNotes (optional) adds lines to /ready's body, such as input files not applied.
 	ReadyNotes func() []string
 	// Authenticate, when set, lets a non-loopback client in with the same authentication as the
-	// secure xDS port (a service-account bearer token).
-	Authenticate func(*http.Request) error
+	// secure xDS port (a service-account bearer token); Scope says what its identity may read.
+	Authenticate func(*http.Request) (xds.Identity, error)
+	Scope        func(xds.Identity) xds.Scope
 	// Extra adds more pages (path → page) under the same loopback rule.
 	Extra map[string]DebugPage
 }
@@ -116,28 +118,53 @@ func NewDebugMux(o DebugOptions) (*http.ServeMux, http.Handler) {
 	})
 	mux.HandleFunc("/debug", index)
 	mux.HandleFunc("/debug/{$}", index)
-	return mux, loopbackOnly(mux, o.AllowRemote, o.Authenticate)
+	return mux, guard(mux, o)
 }
 
-// loopbackOnly refuses /debug requests that did not come over loopback unless allowed, or
-// authenticated. A request came over loopback when both ends of its connection are loopback
-// addresses: a sidecar forwarding mesh traffic from 127.0.0.6 to the pod's address does not
-// qualify (only a proxy forwarding to 127.0.0.1 would; --debug-addr 127.0.0.1:15014 keeps the
-// debug port off the pod's address altogether).
-func loopbackOnly(next http.Handler, allowRemote bool, authenticate func(*http.Request) error) http.Handler {
+// guard decides what a request of /debug may read. A request over loopback (both ends of its
+// connection loopback addresses: a sidecar forwarding mesh traffic from 127.0.0.6 to the pod's
+// address does not qualify; --debug-addr 127.0.0.1:15014 keeps the debug port off the pod's
+// address altogether), or any with AllowRemote, reads everything. Another needs a valid
+// service-account token, and reads what its identity's scope allows, as over xDS: the system
+// namespace everything; another namespace only the per-proxy pages of NamespacePages for its
+// own proxies (not pprof, not other namespaces' dumps).
+func guard(next http.Handler, o DebugOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !allowRemote && strings.HasPrefix(r.URL.Path, "/debug") && !overLoopback(r) {
-			if authenticate == nil {
+		if !strings.HasPrefix(r.URL.Path, "/debug") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		scope := xds.Everything
+		if !o.AllowRemote && !overLoopback(r) {
+			if o.Authenticate == nil {
 				http.Error(w, "debug endpoints answer only on loopback", http.StatusForbidden)
 				return
 			}
-			if err := authenticate(r); err != nil {
+			id, err := o.Authenticate(r)
+			if err != nil {
 				http.Error(w, "debug endpoints answer non-loopback clients only with a valid service-account token: "+err.Error(), http.StatusUnauthorized)
 				return
 			}
+			scope = xds.Scope{Namespace: id.Namespace}
+			if o.Scope != nil {
+				scope = o.Scope(id)
+			}
+			if page := strings.TrimPrefix(r.URL.Path, "/debug/"); !scope.All && !xds.NamespacePages[page] {
+				http.Error(w, fmt.Sprintf("identity %s may read only %s, for the proxies of its namespace", id, namespacePageList()), http.StatusForbidden)
+				return
+			}
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(xds.WithCaller(r.Context(), xds.Caller{Scope: scope})))
 	})
+}
+
+// namespacePageList names the pages an identity outside the system namespace may read.
+func namespacePageList() string {
+	var out []string
+	for _, p := range collections.SortedKeys(xds.NamespacePages) {
+		out = append(out, "/debug/"+p)
+	}
+	return strings.Join(out, " and ")
 }
 
 // overLoopback reports whether the request's connection has loopback addresses at both ends.

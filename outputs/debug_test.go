@@ -2,19 +2,22 @@ package outputs
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/krteds/krteds/outputs/xds"
 )
 
 // TestDebugNeedsLoopbackAtBothEnds: a sidecar forwards mesh traffic to the pod's address from
 // 127.0.0.6; such a request is not a local one, though its peer is a loopback address.
 func TestDebugNeedsLoopbackAtBothEnds(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})
-	h := loopbackOnly(ok, false, nil)
+	h := guard(ok, DebugOptions{})
 	for _, tc := range []struct {
 		remote, local string
 		want          int
@@ -35,6 +38,71 @@ func TestDebugNeedsLoopbackAtBothEnds(t *testing.T) {
 		h.ServeHTTP(w, r)
 		if w.Code != tc.want {
 			t.Errorf("%s → %s: %d, want %d", tc.remote, tc.local, w.Code, tc.want)
+		}
+	}
+}
+
+// TestDebugScopeByIdentity: a remote caller with a token reads what its identity's scope
+// allows, as over xDS: the system namespace everything (pprof too); another namespace only the
+// per-proxy pages, the request carrying its scope to the page (which finds only that
+// namespace's proxies); a bad token nothing.
+func TestDebugScopeByIdentity(t *testing.T) {
+	var got xds.Caller
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, ok := xds.CallerFrom(r.Context())
+		if !ok && strings.HasPrefix(r.URL.Path, "/debug") {
+			http.Error(w, "no caller", http.StatusInternalServerError)
+			return
+		}
+		got = c
+	})
+	h := guard(next, DebugOptions{
+		Authenticate: func(r *http.Request) (xds.Identity, error) {
+			ns, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ns:")
+			if !ok {
+				return xds.Identity{}, errors.New("no valid token")
+			}
+			return xds.Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: "sa"}, nil
+		},
+		Scope: func(id xds.Identity) xds.Scope {
+			if id.Namespace == "istio-system" {
+				return xds.Everything
+			}
+			return xds.Scope{Namespace: id.Namespace}
+		},
+	})
+	for _, tc := range []struct {
+		token, path string
+		want        int
+		scope       xds.Scope
+	}{
+		{"ns:istio-system", "/debug/pprof/", 200, xds.Everything},
+		{"ns:istio-system", "/debug/krtz", 200, xds.Everything},
+		{"ns:istio-system", "/debug/edsz?proxyID=x", 200, xds.Everything},
+		{"ns:ns1", "/debug/pprof/", 403, xds.Scope{}},
+		{"ns:ns1", "/debug/pprof/heap", 403, xds.Scope{}},
+		{"ns:ns1", "/debug/krtz", 403, xds.Scope{}},
+		{"ns:ns1", "/debug/syncz", 403, xds.Scope{}},
+		{"ns:ns1", "/debug/adsz", 403, xds.Scope{}},
+		{"ns:ns1", "/debug/explain?proxyID=x&cluster=y", 403, xds.Scope{}},
+		{"ns:ns1", "/debug/edsz?proxyID=x", 200, xds.Scope{Namespace: "ns1"}},
+		{"ns:ns1", "/debug/config_dump?proxyID=x", 200, xds.Scope{Namespace: "ns1"}},
+		{"bogus", "/debug/edsz?proxyID=x", 401, xds.Scope{}},
+		{"", "/ready", 200, xds.Scope{}},
+	} {
+		got = xds.Caller{}
+		r := httptest.NewRequest("GET", tc.path, nil)
+		r.RemoteAddr = "10.9.9.9:40000"
+		if tc.token != "" {
+			r.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s as %q: %d (%s), want %d", tc.path, tc.token, w.Code, strings.TrimSpace(w.Body.String()), tc.want)
+		}
+		if w.Code == 200 && got.Scope != tc.scope {
+			t.Errorf("%s as %q: the page was handed scope %v, want %v", tc.path, tc.token, got.Scope, tc.scope)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -22,7 +21,7 @@ import (
 // /debug/config_dump?proxyID=, /debug/connections, /debug/push_status.
 func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 	return map[string]DebugPage{
-		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<node id or connection id>",
+		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<connection id, node id or pod.namespace>",
 			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
 				writeResources(w, srv, c, transforms.TypeCLA, func() proto.Message { return &endpoint.ClusterLoadAssignment{} })
 			})},
@@ -105,21 +104,30 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 	}
 }
 
-// proxyHandler finds the connection ?proxyID= names (a node id or a connection id).
+// proxyHandler finds the connection ?proxyID= names (a connection id, a node id, or istiod's
+// <pod>.<namespace>) among those the caller may read; a request that came over xDS names the
+// connection it was resolved to already.
 func proxyHandler(srv *xds.Server, f func(http.ResponseWriter, *http.Request, xds.ConnStatus)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.URL.Query().Get("proxyID")
-		if id == "" {
-			http.Error(w, "?proxyID= (a node id or a connection id) is required", http.StatusBadRequest)
+		caller, ok := xds.CallerFrom(r.Context())
+		if !ok {
+			http.Error(w, "no caller: the page is served only through the debug port or xDS", http.StatusForbidden)
 			return
 		}
-		all := srv.Status()
-		i := slices.IndexFunc(all, func(c xds.ConnStatus) bool { return c.Proxy != nil && (c.ConnID == id || c.Proxy.ID == id) })
-		if i < 0 {
+		id := r.URL.Query().Get("proxyID")
+		if caller.ConnID != "" {
+			id = caller.ConnID
+		}
+		if id == "" {
+			http.Error(w, "?proxyID= (a connection id, a node id, or <pod>.<namespace>) is required", http.StatusBadRequest)
+			return
+		}
+		c, found := srv.FindProxy(id, caller.Scope)
+		if !found {
 			http.Error(w, fmt.Sprintf("no connected proxy %q", id), http.StatusNotFound)
 			return
 		}
-		f(w, r, all[i])
+		f(w, r, c)
 	})
 }
 

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -65,46 +66,42 @@ func (c *conn) acksDebugAnswer(nonce string) bool {
 // maxDebugName bounds the resource name of a debug request krteds keeps.
 const maxDebugName = 1024
 
-// activeNamespaceDebuggers are the debug pages a caller outside the system namespace may read,
-// for the proxies of its own namespace (istiod's list, less ndsz which krteds does not serve).
-var activeNamespaceDebuggers = map[string]bool{"config_dump": true, "edsz": true}
-
-// callerScope is who may see what on stream c, as istiod's StatusGen decides: a loopback
-// connection or an identity of the system namespace sees every proxy; another authenticated
-// identity the proxies of its namespace; an unauthenticated remote client nothing (ok false).
-func (s *Server) callerScope(c *conn) (namespace string, ok bool) {
+// callerScope is who may see what on stream c, as istiod's StatusGen decides: an authenticated
+// identity of the system namespace sees every proxy, another the proxies of its namespace
+// (wherever it connects from: the identity decides); an unauthenticated loopback client (a
+// port-forwarded istioctl on the plaintext port) every proxy; an unauthenticated remote client
+// nothing (ok false).
+func (s *Server) callerScope(c *conn) (Scope, bool) {
 	switch {
-	case c.loopback:
-		return "", true
-	case c.identity != nil && c.identity.Namespace == s.systemNamespace:
-		return "", true
 	case c.identity != nil:
-		return c.identity.Namespace, true
+		return s.ScopeOf(*c.identity), true
+	case c.loopback:
+		return Everything, true
 	}
-	return "", false
+	return Scope{}, false
 }
 
 // debugResources answers a debug request on stream c.
 func (s *Server) debugResources(c *conn, req debugRequest) []*discovery.Resource {
-	namespace, ok := s.callerScope(c)
+	scope, ok := s.callerScope(c)
 	if !ok {
 		return nil
 	}
 	switch req.typeURL {
 	case TypeDebugSyncz:
-		return s.syncz(c, namespace)
+		return s.syncz(c, scope)
 	case TypeDebugConfigDump:
-		return s.configDump(req.name, namespace)
+		return s.configDump(req.name, scope)
 	case TypeDebug:
-		return s.debugPage(req.name, namespace)
+		return s.debugPage(req.name, scope)
 	}
 	return nil
 }
 
-func (s *Server) syncz(c *conn, namespace string) []*discovery.Resource {
+func (s *Server) syncz(c *conn, scope Scope) []*discovery.Resource {
 	var out []*discovery.Resource
 	for _, st := range s.Status() {
-		if st.Proxy == nil || st.ConnID == c.id || (namespace != "" && st.Proxy.Namespace != namespace) {
+		if st.Proxy == nil || st.ConnID == c.id || !scope.Sees(st.Proxy.Namespace) {
 			continue
 		}
 		meta := map[string]*structpb.Value{
@@ -146,21 +143,10 @@ func istioProxyID(nodeID string) string {
 	return nodeID
 }
 
-// proxyStatus finds the connected proxy a node id, istiod's proxy ID (<pod>.<namespace>) or a
-// connection id names, within namespace (all when empty).
-func (s *Server) proxyStatus(id, namespace string) (ConnStatus, bool) {
-	for _, st := range s.Status() {
-		if st.Proxy != nil && (st.Proxy.ID == id || istioProxyID(st.Proxy.ID) == id || st.ConnID == id) && (namespace == "" || st.Proxy.Namespace == namespace) {
-			return st, true
-		}
-	}
-	return ConnStatus{}, false
-}
-
 // configDump is istiod's connectionConfigDump without EDS: the clusters, listeners and routes a
 // proxy watches, as the graph resolves them for its view now, each with the version last sent.
-func (s *Server) configDump(proxyID, namespace string) []*discovery.Resource {
-	st, ok := s.proxyStatus(proxyID, namespace)
+func (s *Server) configDump(proxyID string, scope Scope) []*discovery.Resource {
+	st, ok := s.FindProxy(proxyID, scope)
 	if !ok {
 		return nil
 	}
@@ -226,9 +212,10 @@ func (s *Server) Watched(st ConnStatus, typeURL string) []*collections.Resource 
 }
 
 // debugPage answers istio.io/debug: the body of the debug page /debug/<name>, as istiod's
-// DebugGen does. Outside the system namespace only the pages of activeNamespaceDebuggers, for a
-// proxy of the caller's namespace.
-func (s *Server) debugPage(name, namespace string) []*discovery.Resource {
+// DebugGen does. Outside the system namespace only the pages of NamespacePages, for a proxy of
+// the caller's namespace: the proxy is resolved here, under the caller's scope, and the page is
+// handed that one connection.
+func (s *Server) debugPage(name string, scope Scope) []*discovery.Resource {
 	if s.debugPages == nil || name == "" {
 		return nil
 	}
@@ -236,16 +223,19 @@ func (s *Server) debugPage(name, namespace string) []*discovery.Resource {
 	if err != nil || strings.Contains(u.Path, "..") {
 		return nil
 	}
-	if namespace != "" {
-		if !activeNamespaceDebuggers[u.Path] {
+	caller := Caller{Scope: scope}
+	if !scope.All {
+		if !NamespacePages[u.Path] {
 			return nil
 		}
-		if _, ok := s.proxyStatus(u.Query().Get("proxyID"), namespace); !ok {
+		st, ok := s.FindProxy(u.Query().Get("proxyID"), scope)
+		if !ok {
 			return nil
 		}
+		caller.ConnID = st.ConnID
 	}
 	// http.NewRequest, not httptest's, which panics on a name it cannot parse.
-	req, err := http.NewRequest(http.MethodGet, "/debug/"+strings.TrimPrefix(name, "/"), nil)
+	req, err := http.NewRequestWithContext(WithCaller(context.Background(), caller), http.MethodGet, "/debug/"+strings.TrimPrefix(name, "/"), nil)
 	if err != nil {
 		return nil
 	}

@@ -14,19 +14,20 @@ func TestDebugCallerScope(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		c          *conn
-		ns         string
+		scope      Scope
 		ok         bool
 		page, want string // an istio.io/debug request and the body expected ("" for none)
 	}{
-		{"loopback", &conn{loopback: true}, "", true, "connections", "page /debug/connections"},
-		{"system namespace", &conn{identity: &Identity{Namespace: "istio-system"}}, "", true, "push_status", "page /debug/push_status"},
-		{"other namespace", &conn{identity: &Identity{Namespace: "ns1"}}, "ns1", true, "connections", ""},
-		{"other namespace, a proxy not its own", &conn{identity: &Identity{Namespace: "ns1"}}, "ns1", true, "edsz?proxyID=sidecar~1.2.3.4~a.ns2~ns2.svc.cluster.local", ""},
-		{"unauthenticated remote", &conn{}, "", false, "connections", ""},
+		{"loopback", &conn{loopback: true}, Everything, true, "connections", "page /debug/connections"},
+		{"system namespace", &conn{identity: &Identity{Namespace: "istio-system"}}, Everything, true, "push_status", "page /debug/push_status"},
+		{"other namespace", &conn{identity: &Identity{Namespace: "ns1"}}, Scope{Namespace: "ns1"}, true, "connections", ""},
+		{"other namespace, a proxy not its own", &conn{identity: &Identity{Namespace: "ns1"}}, Scope{Namespace: "ns1"}, true, "edsz?proxyID=sidecar~1.2.3.4~a.ns2~ns2.svc.cluster.local", ""},
+		{"unauthenticated remote", &conn{}, Scope{}, false, "connections", ""},
+		{"an identity over loopback: the identity decides", &conn{loopback: true, identity: &Identity{Namespace: "ns1"}}, Scope{Namespace: "ns1"}, true, "connections", ""},
 	} {
-		ns, ok := s.callerScope(tc.c)
-		if ns != tc.ns || ok != tc.ok {
-			t.Errorf("%s: scope %q %t, want %q %t", tc.name, ns, ok, tc.ns, tc.ok)
+		scope, ok := s.callerScope(tc.c)
+		if scope != tc.scope || ok != tc.ok {
+			t.Errorf("%s: scope %v %t, want %v %t", tc.name, scope, ok, tc.scope, tc.ok)
 		}
 		got := ""
 		if res := s.debugResources(tc.c, debugRequest{typeURL: TypeDebug, name: tc.page}); len(res) == 1 {

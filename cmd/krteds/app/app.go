@@ -198,17 +198,16 @@ func Start(o Options) (*App, error) {
 		a.LoadReports = xds.NewLoadReports(interval, a.servesCLA, reg, log.Named("lrs"))
 		a.XDS.SetLoadReports(a.LoadReports)
 	}
-	var debugAuth func(*http.Request) error
+	var debugAuth func(*http.Request) (xds.Identity, error)
 	if len(o.TokenAudiences) > 0 && o.Cluster != nil {
 		tr := xds.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain}
 		a.XDS.SetTokenAuthenticator(tr)
-		debugAuth = func(r *http.Request) error {
+		debugAuth = func(r *http.Request) (xds.Identity, error) {
 			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok {
-				return errors.New("no bearer token")
+				return xds.Identity{}, errors.New("no bearer token")
 			}
-			_, err := tr.Authenticate(r.Context(), strings.TrimSpace(tok))
-			return err
+			return tr.Authenticate(r.Context(), strings.TrimSpace(tok))
 		}
 	}
 	a.XDS.Start(a.stop)
@@ -247,7 +246,7 @@ func Start(o Options) (*App, error) {
 	return a, nil
 }
 
-func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Registry, auth func(*http.Request) error) (*http.ServeMux, http.Handler) {
+func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Registry, auth func(*http.Request) (xds.Identity, error)) (*http.ServeMux, http.Handler) {
 	extra := map[string]outputs.DebugPage{
 		"/debug/syncz": {Help: "per proxy: sent and acknowledged nonces per type, last NACK; ?namespace=", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			outputs.WriteJSON(w, r, a.XDS.Syncz(r.URL.Query().Get("namespace")))
@@ -284,7 +283,7 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 	}
 	return outputs.NewDebugMux(outputs.DebugOptions{
 		Graph: a.Graph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
-		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced, ReadyNotes: notes, Authenticate: auth, Extra: extra,
+		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced, ReadyNotes: notes, Authenticate: auth, Scope: a.XDS.ScopeOf, Extra: extra,
 	})
 }
 
