@@ -86,7 +86,13 @@ type decodeCache map[uint64][]Object
 func Decode(data []byte, cache decodeCache) (Decoded, error) {
 	var out Decoded
 	seen := map[string]int{}
-	r := utilyaml.NewYAMLReader(bufio.NewReaderSize(bytes.NewReader(data), 64<<10))
+	var in io.Reader = bytes.NewReader(data)
+	if !bytes.HasSuffix(data, []byte{'\n'}) {
+		// The YAML reader drops a last line that has no newline when its length is a multiple
+		// of its buffer's: a one-line JSON file of 64 KiB would decode to nothing.
+		in = io.MultiReader(in, bytes.NewReader([]byte{'\n'}))
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReaderSize(in, 64<<10))
 	for i := 0; ; i++ {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {

@@ -1,6 +1,8 @@
 package sources
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -180,6 +182,23 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("---\n---\n# only a comment\n"))
 	f.Add([]byte("{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"}}"))
 	f.Add([]byte("apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: List, items: [{apiVersion: v1, kind: Pod, metadata: {name: p}}]}]\n"))
+	// Deep, past the fast reader's bound and the general parser's, in YAML and JSON.
+	for _, depth := range []int{maxFastDepth + 1, 20000} {
+		f.Add([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a, x: " + strings.Repeat("[", depth) + strings.Repeat("]", depth) + "}\n"))
+		f.Add([]byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a","x":` + strings.Repeat(`{"a":`, depth) + "1" + strings.Repeat("}", depth) + "}}"))
+	}
+	// Wide: many labels (one of them twice), many documents, a long List.
+	var labels, docs, list strings.Builder
+	for i := range 4 * smallMapping {
+		fmt.Fprintf(&labels, "    l%d: v\n", i)
+		fmt.Fprintf(&docs, "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: n%d}\n", i)
+		fmt.Fprintf(&list, "- {apiVersion: v1, kind: Namespace, metadata: {name: n%d}}\n", i)
+	}
+	wide := "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  labels:\n" + labels.String()
+	f.Add([]byte(wide))
+	f.Add([]byte(wide + "    l1: again\n"))
+	f.Add([]byte(docs.String()))
+	f.Add([]byte("apiVersion: v1\nkind: List\nitems:\n" + list.String()))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := Decode(data, nil)
 		if err != nil {
@@ -201,4 +220,80 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoding through the cache: %v, %v vs %v", err, keys(again), keys(d))
 		}
 	})
+}
+
+// TestDecodeDeepNestingIsAnError: a document nested millions deep, in YAML or JSON, block or
+// flow, is an error of the general parser's (it bounds depth at 10000), not a crash.
+func TestDecodeDeepNestingIsAnError(t *testing.T) {
+	for name, doc := range deepDocs() {
+		_, err := Decode(doc, nil)
+		if err == nil || !strings.Contains(err.Error(), "document 0") || !strings.Contains(err.Error(), "max depth") {
+			t.Errorf("%s: %.300v", name, err)
+		}
+	}
+}
+
+// TestDecodeLastLineOfWholeBuffers: a file whose last line has no newline is read whole, whatever
+// its length (the YAML reader dropped one whose length is a multiple of its 64 KiB buffer).
+func TestDecodeLastLineOfWholeBuffers(t *testing.T) {
+	head := `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a","labels":{"x":"`
+	for _, n := range []int{65535, 65536, 65537, 4 << 16} {
+		doc := head + strings.Repeat("y", n-len(head)-4) + `"}}}`
+		for _, data := range []string{doc, doc + "\n", "apiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n---\n" + doc} {
+			d, err := Decode([]byte(data), nil)
+			if err != nil {
+				t.Fatalf("%d bytes: %v", len(data), err)
+			}
+			if got := keys(d); !slices.Contains(got, "Namespace/a") {
+				t.Errorf("%d bytes, last line of %d: objects %v, want Namespace/a", len(data), len(doc), got)
+			}
+		}
+	}
+}
+
+// BenchmarkDecodeWide decodes files growing in one direction: many documents, a List of many
+// items, a mapping of many keys the fast reader leaves to the general parser (a block scalar
+// among them), and one very long line. The time per byte stays flat.
+func BenchmarkDecodeWide(b *testing.B) {
+	shapes := map[string]func(n int) string{
+		"documents": func(n int) string {
+			var s strings.Builder
+			for i := range n {
+				fmt.Fprintf(&s, "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: n%d}\n", i)
+			}
+			return s.String()
+		},
+		"list": func(n int) string {
+			var s strings.Builder
+			s.WriteString("apiVersion: v1\nkind: List\nitems:\n")
+			for i := range n {
+				fmt.Fprintf(&s, "- {apiVersion: v1, kind: Namespace, metadata: {name: n%d}}\n", i)
+			}
+			return s.String()
+		},
+		"general-keys": func(n int) string {
+			var s strings.Builder
+			s.WriteString("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: a\n  annotations:\n    f: |\n      text\n")
+			for i := range n {
+				fmt.Fprintf(&s, "    k%d: v\n", i)
+			}
+			return s.String()
+		},
+		"line": func(n int) string {
+			return `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a","annotations":{"a":"` + strings.Repeat("x", 64*n) + `"}}}`
+		},
+	}
+	for _, name := range slices.Sorted(maps.Keys(shapes)) {
+		for _, n := range []int{1000, 10000, 100000} {
+			data := []byte(shapes[name](n))
+			b.Run(fmt.Sprintf("%s/n=%d", name, n), func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				for b.Loop() {
+					if _, err := Decode(data, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
