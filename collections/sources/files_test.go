@@ -526,3 +526,31 @@ func TestFilesFolderRemadeAtOnce(t *testing.T) {
 		h.waitFor("the edit in the remade folder", func() bool { return h.f.static.Namespaces.GetKey(fmt.Sprint("w", i)) != nil })
 	}
 }
+
+// TestFilesDeeplyNestedFileIsAProblem: a file nested millions deep (which overflowed the stack
+// of the fast reader, fatally, at startup and again at every restart) is reported as an invalid
+// manifest, at startup and live, and the rest of the folder is served.
+func TestFilesDeeplyNestedFileIsAProblem(t *testing.T) {
+	dir := t.TempDir()
+	deep := deepDocs()
+	writeFile(t, filepath.Join(dir, "ok.yaml"), nsYAML("ok"))
+	writeFile(t, filepath.Join(dir, "deep.yaml"), string(deep["flow sequences"]))
+	h := newHarness(t, dir)
+	isDepthProblem := func(rel string) bool {
+		p := h.problem(rel)
+		return p != nil && p.Problems[0].Reason == ReasonInvalidManifest && strings.Contains(p.Problems[0].Detail, "exceeded max depth")
+	}
+	if !isDepthProblem("deep.yaml") {
+		t.Fatalf("deep.yaml: %+v", h.problem("deep.yaml"))
+	}
+	if h.f.static.Namespaces.GetKey("ok") == nil {
+		t.Fatal("the rest of the folder is not served")
+	}
+	for i, name := range []string{"flow mappings with keys", "block sequences on a line", "JSON objects"} {
+		rel := fmt.Sprintf("deep%d.json", i)
+		writeRename(t, filepath.Join(dir, rel), string(deep[name]))
+		h.waitFor(rel+"'s problem", func() bool { return isDepthProblem(rel) })
+	}
+	writeFile(t, filepath.Join(dir, "more.yaml"), nsYAML("more"))
+	h.waitFor("a file written after them", func() bool { return h.f.static.Namespaces.GetKey("more") != nil })
+}
