@@ -16,12 +16,29 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/krteds/krteds/collections"
 )
 
 // LabelMultiCluster marks the Secrets that hold remote clusters' kubeconfigs (istiod's).
 const LabelMultiCluster = "istio/multiCluster"
+
+// KindClusterSecret is the problem kind of the Secrets that hold remote clusters' kubeconfigs.
+const KindClusterSecret = "ClusterSecret"
+
+// Reasons a cluster Secret's key does not start its cluster.
+const (
+	// ReasonInvalidKubeconfig: the kubeconfig cannot be read, or asks for what a Secret may not
+	// (an exec plugin, an auth provider, a file).
+	ReasonInvalidKubeconfig = "invalid_kubeconfig"
+	// ReasonClusterNotStarted: the kubeconfig is good but the cluster cannot be started (its ID
+	// is the local cluster's).
+	ReasonClusterNotStarted = "cluster_not_started"
+)
+
+// NameSecretProblems names the collection of cluster Secret problems.
+const NameSecretProblems = "clusters/SecretProblems"
 
 // RemoteClusters runs the mesh's remote clusters, each with its own inputs, and holds the
 // collection of those whose inputs have synced: a cluster that is unreachable or slow to sync
@@ -34,8 +51,13 @@ type RemoteClusters struct {
 	log      *zap.Logger
 	stop     <-chan struct{}
 
-	// OnFileProblems (optional) is given the file problems of each cluster read from a folder.
+	// OnFileProblems (optional) is given each collection of problems the remote clusters have:
+	// the file problems of each cluster read from a folder, and the problems of the cluster
+	// Secrets WatchSecrets follows.
 	OnFileProblems func(krt.Collection[collections.ObjectProblems])
+
+	// secretProblems holds, per cluster Secret, why some of its clusters were not started.
+	secretProblems krt.StaticCollection[collections.ObjectProblems]
 
 	mu sync.Mutex
 	// running is how to stop each cluster started, by ID, and what started it.
@@ -60,14 +82,21 @@ func NewRemoteClusters(opts krt.OptionsBuilder, localID string, log *zap.Logger)
 		log = zap.NewNop()
 	}
 	return &RemoteClusters{
-		col:      krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...),
-		debugger: opts.Debugger(), localID: localID, log: log, stop: opts.Stop(),
+		col:            krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...),
+		secretProblems: krt.NewStaticCollection[collections.ObjectProblems](nil, nil, opts.WithName(NameSecretProblems)...),
+		debugger:       opts.Debugger(), localID: localID, log: log, stop: opts.Stop(),
 		running: map[string]runningCluster{},
 	}
 }
 
 // Collection is the remote clusters that have synced.
 func (r *RemoteClusters) Collection() krt.Collection[*collections.Cluster] { return r.col }
+
+// SecretProblems holds, per cluster Secret, the keys whose cluster was not started and why; an
+// entry goes when the Secret is fixed or removed.
+func (r *RemoteClusters) SecretProblems() krt.Collection[collections.ObjectProblems] {
+	return r.secretProblems
+}
 
 // AddClient runs a remote cluster read through a client (replacing one of the same ID). It
 // joins once its informers have synced.
@@ -171,11 +200,17 @@ func (r *RemoteClusters) Remove(id string) {
 // WatchSecrets follows, in the local cluster, the Secrets of namespace labelled
 // istio/multiCluster=true, as istiod does: each data key is a remote cluster's ID, its value a
 // kubeconfig. A key that appears starts its cluster, a changed kubeconfig restarts it, a key or
-// Secret that goes removes it. newClient makes a client of a kubeconfig (kube.NewClient over it
-// when nil).
+// Secret that goes removes it. newClient makes a client of a kubeconfig
+// (ClientOfUntrustedKubeconfig when nil: whoever may write such a Secret must not be able to make
+// krteds run a command or send a file it can read). A key whose cluster cannot be started is
+// logged, with the Secret and the key, and listed in SecretProblems (given to OnFileProblems,
+// which counts it in krteds_skipped_objects_total{kind="ClusterSecret"}).
 func (r *RemoteClusters) WatchSecrets(local kube.Client, namespace string, newClient func(id string, kubeconfig []byte) (kube.Client, error)) {
 	if newClient == nil {
-		newClient = ClientOfKubeconfig
+		newClient = ClientOfUntrustedKubeconfig
+	}
+	if r.OnFileProblems != nil {
+		r.OnFileProblems(r.secretProblems)
 	}
 	secrets := kclient.NewFiltered[*corev1.Secret](local, kclient.Filter{Namespace: namespace, LabelSelector: LabelMultiCluster + "=true"})
 	// The informer calls the handlers one at a time.
@@ -197,6 +232,7 @@ func (r *RemoteClusters) WatchSecrets(local kube.Client, namespace string, newCl
 		for _, id := range gone {
 			r.Remove(id)
 		}
+		var problems []collections.Problem
 		for _, id := range slices.Sorted(maps.Keys(want)) {
 			kc := want[id]
 			h := xxhash.Sum64(kc)
@@ -206,15 +242,24 @@ func (r *RemoteClusters) WatchSecrets(local kube.Client, namespace string, newCl
 			if ok && cur.origin == origin && cur.hash == h {
 				continue
 			}
+			reason := ReasonInvalidKubeconfig
 			c, err := newClient(id, kc)
 			if err == nil {
+				reason = ReasonClusterNotStarted
 				err = r.add(id, "secret "+origin, origin, h, func(stop chan struct{}, opts krt.OptionsBuilder) (collections.Inputs, func(), error) {
 					return Informers(c, opts), func() { c.RunAndWait(stop) }, nil
 				})
 			}
 			if err != nil {
-				r.log.Error("remote cluster not started", zap.String("cluster", id), zap.String("secret", origin), zap.Error(err))
+				r.log.Error("remote cluster not started", zap.String("cluster", id), zap.String("secret", origin), zap.String("key", id), zap.Error(err))
+				problems = append(problems, collections.Problem{Kind: KindClusterSecret, Object: origin, Reason: reason,
+					Detail: fmt.Sprintf("key %q: %v", id, err)})
 			}
+		}
+		if len(problems) == 0 {
+			r.secretProblems.DeleteObject(KindClusterSecret + "/" + origin)
+		} else {
+			r.secretProblems.ConditionalUpdateObject(collections.ObjectProblems{Kind: KindClusterSecret, Object: origin, Problems: problems})
 		}
 	}
 	secrets.AddEventHandler(controllers.EventHandler[*corev1.Secret]{
@@ -224,8 +269,10 @@ func (r *RemoteClusters) WatchSecrets(local kube.Client, namespace string, newCl
 	})
 }
 
-// ClientOfKubeconfig makes a client of a remote cluster from its kubeconfig.
-func ClientOfKubeconfig(id string, kubeconfig []byte) (kube.Client, error) {
+// ClientOfTrustedKubeconfig makes a client of a remote cluster from a kubeconfig as it is: exec
+// plugins, auth providers and file references included. Only for a kubeconfig the operator
+// gave krteds; a cluster Secret's goes through ClientOfUntrustedKubeconfig.
+func ClientOfTrustedKubeconfig(id string, kubeconfig []byte) (kube.Client, error) {
 	cc, err := clientcmd.NewClientConfigFromBytes(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig of %s: %w", id, err)
@@ -235,4 +282,60 @@ func ClientOfKubeconfig(id string, kubeconfig []byte) (kube.Client, error) {
 		return nil, fmt.Errorf("kubeconfig of %s: %w", id, err)
 	}
 	return kube.NewClient(kube.NewClientConfigForRestConfig(rc), cluster.ID(id))
+}
+
+// ClientOfUntrustedKubeconfig makes a client of a remote cluster from a kubeconfig anyone able
+// to write a cluster Secret may have written. It refuses what would make krteds run a command
+// (exec plugins), use an auth provider, or read a file of its own and send it, or trust it, on
+// that kubeconfig's behalf (a token file, a client certificate or key file, a certificate
+// authority file): a remote cluster's credentials and CA must be inline. What remains is
+// sanitised as istiod does (kube.NewUntrustedRestConfig: validated, users rebuilt from the fields
+// reviewed).
+func ClientOfUntrustedKubeconfig(id string, kubeconfig []byte) (kube.Client, error) {
+	if len(kubeconfig) == 0 {
+		return nil, fmt.Errorf("kubeconfig of %s is empty", id)
+	}
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig of %s: %w", id, err)
+	}
+	if err := untrustedKubeconfigAllowed(raw); err != nil {
+		return nil, fmt.Errorf("kubeconfig of %s is not allowed: %w", id, err)
+	}
+	rc, err := kube.NewUntrustedRestConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig of %s: %w", id, err)
+	}
+	return kube.NewClient(kube.NewClientConfigForRestConfig(rc), cluster.ID(id))
+}
+
+// untrustedKubeconfigAllowed refuses, in every user and cluster of a kubeconfig (not only those
+// of its current context), exec plugins, auth providers and file references. It is stricter than
+// istiod, which takes an oidc auth provider and a certificate-authority file, and which an
+// environment variable may loosen.
+func untrustedKubeconfigAllowed(c *clientcmdapi.Config) error {
+	for _, name := range slices.Sorted(maps.Keys(c.AuthInfos)) {
+		u := c.AuthInfos[name]
+		if u == nil {
+			continue
+		}
+		switch {
+		case u.Exec != nil:
+			return fmt.Errorf("user %q: an exec plugin (%q) is not allowed", name, u.Exec.Command)
+		case u.AuthProvider != nil:
+			return fmt.Errorf("user %q: an auth provider (%q) is not allowed", name, u.AuthProvider.Name)
+		case u.TokenFile != "":
+			return fmt.Errorf("user %q: a token file (tokenFile) is not allowed; give the token inline", name)
+		case u.ClientCertificate != "":
+			return fmt.Errorf("user %q: a client certificate file (client-certificate) is not allowed; give client-certificate-data", name)
+		case u.ClientKey != "":
+			return fmt.Errorf("user %q: a client key file (client-key) is not allowed; give client-key-data", name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Clusters)) {
+		if cl := c.Clusters[name]; cl != nil && cl.CertificateAuthority != "" {
+			return fmt.Errorf("cluster %q: a certificate authority file (certificate-authority) is not allowed; give certificate-authority-data", name)
+		}
+	}
+	return nil
 }
