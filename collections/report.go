@@ -38,6 +38,18 @@ type Problem struct {
 	Reason string
 	// Detail says what exactly was wrong.
 	Detail string
+	// Subject, when set, is what the problem is about within the object where Detail holds
+	// figures that change with it (a resource's size): problems of equal kind, object, reason
+	// and subject are one problem, reported once however the figures move.
+	Subject string `json:"subject,omitempty"`
+}
+
+// Same reports whether two problems are one: equal, or of one subject whose figures moved.
+func (p Problem) Same(o Problem) bool {
+	if p.Subject != "" || o.Subject != "" {
+		return p.Kind == o.Kind && p.Object == o.Object && p.Reason == o.Reason && p.Subject == o.Subject
+	}
+	return p == o
 }
 
 func (p Problem) String() string {

@@ -1,6 +1,7 @@
 package outputs
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,13 +61,10 @@ func (l *ProblemLog) handle(e krt.Event[collections.ObjectProblems]) {
 	}
 }
 
+// containsProblem reports whether ps holds p, or the same problem with other figures in its
+// detail (collections.Problem.Same): such a change is not logged or counted again.
 func containsProblem(ps []collections.Problem, p collections.Problem) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(ps, p.Same)
 }
 
 // Truncate shortens s to at most n bytes (on a rune boundary), saying how much was cut.

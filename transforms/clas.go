@@ -154,7 +154,7 @@ func buildCLA(name, key string, svc *collections.ServiceInfo, port collections.S
 		r.LEDS = form
 	}
 	if len(r.Body) > MaxResourceBytes {
-		return r, &collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge,
+		return r, &collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonResourceTooLarge, Subject: name,
 			Detail: fmt.Sprintf("ClusterLoadAssignment %s is %d bytes, over the 4 MiB default gRPC message limit of xDS clients", name, len(r.Body))}
 	}
 	return r, nil
