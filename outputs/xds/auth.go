@@ -2,13 +2,17 @@ package xds
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -157,17 +161,140 @@ func (k KubeTokenReview) Authenticate(ctx context.Context, token string) (Identi
 		return Identity{}, fmt.Errorf("TokenReview: %w", err)
 	}
 	if !tr.Status.Authenticated {
-		return Identity{}, fmt.Errorf("token not authenticated: %s", tr.Status.Error)
+		return Identity{}, RejectedToken{"token not authenticated: " + tr.Status.Error}
 	}
 	// An authenticator that ignores audiences answers with none: the token is then not shown to
 	// be meant for krteds.
 	if len(k.Audiences) > 0 && !slices.ContainsFunc(tr.Status.Audiences, func(a string) bool { return slices.Contains(k.Audiences, a) }) {
-		return Identity{}, fmt.Errorf("token not valid for audiences %v (the TokenReview answers %v)", k.Audiences, tr.Status.Audiences)
+		return Identity{}, RejectedToken{fmt.Sprintf("token not valid for audiences %v (the TokenReview answers %v)", k.Audiences, tr.Status.Audiences)}
 	}
 	// system:serviceaccount:<namespace>:<name>
 	parts := strings.Split(tr.Status.User.Username, ":")
 	if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" {
-		return Identity{}, fmt.Errorf("%q is not a service account", tr.Status.User.Username)
+		return Identity{}, RejectedToken{fmt.Sprintf("%q is not a service account", tr.Status.User.Username)}
 	}
 	return Identity{TrustDomain: k.TrustDomain, Namespace: parts[2], ServiceAccount: parts[3]}, nil
+}
+
+// Bounds of the token cache.
+const (
+	// maxCachedTokens bounds the answers kept; past it the expired ones go, then all.
+	maxCachedTokens = 16384
+	// maxTokenTTL bounds how long an accepted token is trusted without asking again: a token
+	// whose Pod is deleted stops working within it.
+	maxTokenTTL = 5 * time.Minute
+	// rejectedTokenTTL is how long a refused token is refused without asking again.
+	rejectedTokenTTL = 30 * time.Second
+	// maxConcurrentReviews bounds the TokenReviews in flight, whatever clients send.
+	maxConcurrentReviews = 16
+)
+
+// RejectedToken is an authenticator's definite answer that a token proves nothing (as opposed
+// to a failure to ask): the cache remembers it for a while.
+type RejectedToken struct{ Reason string }
+
+func (e RejectedToken) Error() string { return e.Reason }
+
+// tokenCache remembers an authenticator's answers: an accepted token until it expires (its
+// "exp" claim, read once the authenticator has accepted it) or maxTokenTTL, a refused one for
+// rejectedTokenTTL. A token that is not even shaped as a live JWT is refused without asking.
+// TokenReviews in flight are bounded.
+type tokenCache struct {
+	next TokenAuthenticator
+	now  func() time.Time
+	sem  chan struct{}
+
+	mu      sync.Mutex
+	answers map[[32]byte]tokenAnswer
+	reviews int // answers asked of next (tests)
+}
+
+type tokenAnswer struct {
+	id    Identity
+	err   error
+	until time.Time
+}
+
+// NewTokenCache wraps an authenticator with a bounded cache of its answers.
+func NewTokenCache(next TokenAuthenticator) TokenAuthenticator {
+	return &tokenCache{next: next, now: time.Now, sem: make(chan struct{}, maxConcurrentReviews), answers: map[[32]byte]tokenAnswer{}}
+}
+
+// Authenticate implements TokenAuthenticator.
+func (c *tokenCache) Authenticate(ctx context.Context, token string) (Identity, error) {
+	now := c.now()
+	exp, shapeErr := jwtExpiry(token, now)
+	if shapeErr != nil {
+		return Identity{}, shapeErr
+	}
+	key := sha256.Sum256([]byte(token))
+	c.mu.Lock()
+	a, ok := c.answers[key]
+	c.mu.Unlock()
+	if ok && now.Before(a.until) {
+		return a.id, a.err
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return Identity{}, fmt.Errorf("waiting to review the token: %w", ctx.Err())
+	}
+	id, err := c.next.Authenticate(ctx, token)
+	<-c.sem
+	var rejected RejectedToken
+	switch {
+	case err == nil:
+		a = tokenAnswer{id: id, until: now.Add(maxTokenTTL)}
+		if !exp.IsZero() && exp.Before(a.until) {
+			a.until = exp
+		}
+	case errors.As(err, &rejected):
+		a = tokenAnswer{err: err, until: now.Add(rejectedTokenTTL)}
+	default:
+		return Identity{}, err // asking failed: ask again next time
+	}
+	c.mu.Lock()
+	c.reviews++
+	if len(c.answers) >= maxCachedTokens {
+		for k, old := range c.answers {
+			if !now.Before(old.until) {
+				delete(c.answers, k)
+			}
+		}
+		if len(c.answers) >= maxCachedTokens {
+			clear(c.answers)
+		}
+	}
+	c.answers[key] = a
+	c.mu.Unlock()
+	return a.id, a.err
+}
+
+// jwtExpiry reads the expiry of a token shaped as a JWT (three base64url parts, the second a
+// JSON object), without checking its signature: only an authenticator that accepted it makes
+// the expiry mean anything. A token of another shape, or expired, is refused (a zero time: the
+// token has no expiry).
+func jwtExpiry(token string, now time.Time) (time.Time, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(token) > 16<<10 {
+		return time.Time{}, RejectedToken{"the bearer token is not a JWT"}
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}, RejectedToken{"the bearer token is not a JWT: its claims are not base64url"}
+	}
+	var claims struct {
+		Exp *float64 `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return time.Time{}, RejectedToken{"the bearer token is not a JWT: its claims are not a JSON object"}
+	}
+	if claims.Exp == nil {
+		return time.Time{}, nil
+	}
+	exp := time.Unix(int64(*claims.Exp), 0)
+	if !now.Before(exp) {
+		return time.Time{}, RejectedToken{"the bearer token has expired"}
+	}
+	return exp, nil
 }

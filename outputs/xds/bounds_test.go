@@ -315,3 +315,47 @@ func TestClosedStreamsLeaveNoIndexBehind(t *testing.T) {
 		}
 	}
 }
+
+// TestManyClientsGetBoundedLogs: five hundred streams refused, and five hundred connecting and
+// leaving, write a few dozen lines, not one each: the lines are limited across streams, each
+// saying how many it stands for.
+func TestManyClientsGetBoundedLogs(t *testing.T) {
+	var mu sync.Mutex
+	var logBytes, logLines int
+	core := countingCore{LevelEnabler: zapcore.DebugLevel, mu: &mu, bytes: &logBytes, lines: &logLines,
+		enc: zapcore.NewConsoleEncoder(zap.NewProductionEncoderConfig())}
+	fs := startFake(t, func(s *Server) { s.log = zap.New(core) })
+	fs.src.set(tEndpoint.url(), "e0")
+	start := time.Now()
+	for i := 0; i < 500; i++ {
+		bad, err := adsclient.Open(context.Background(), fs.cc, adsclient.Node{ID: fmt.Sprintf("not-a-node-id-%d", i), Namespace: "ns1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = bad.Request(tEndpoint.url(), "e0")
+		if _, err := bad.Recv(10 * time.Second); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("a malformed node id: %v", err)
+		}
+		bad.Close()
+		good, err := adsclient.Open(context.Background(), fs.cc, sidecarNode(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = good.Request(tEndpoint.url(), "e0")
+		if _, err := good.Recv(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		good.Close()
+	}
+	waitStreams(t, fs, 0)
+	elapsed := time.Since(start)
+	mu.Lock()
+	lines := logLines
+	mu.Unlock()
+	// Three kinds of line (refused, connected, disconnected), each 20 at once then one a second.
+	limit := 3 * (20 + int(elapsed.Seconds()) + 1)
+	t.Logf("1 500 stream events in %v: %d log lines (limit %d)", elapsed.Round(time.Millisecond), lines, limit)
+	if lines > limit {
+		t.Fatalf("1 500 stream events wrote %d log lines in %v, want at most %d", lines, elapsed, limit)
+	}
+}

@@ -10,12 +10,17 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
+// MaxStreamsPerConnection bounds the streams of one client connection open at once (an Envoy
+// or a gRPC client opens one ADS stream, and one LRS stream with load reporting); a client
+// opening more waits for one to close.
+const MaxStreamsPerConnection = 128
+
 // NewGRPCServer returns a gRPC server that serves ADS (state of the world and delta) from s. Its
 // codec is krteds' own, whatever opts say: responses are sent as krteds encodes them (wire.go),
 // which no other codec can marshal.
 func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
-		grpc.MaxConcurrentStreams(100000),
+		grpc.MaxConcurrentStreams(MaxStreamsPerConnection),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time:    30 * time.Second,
 			Timeout: 10 * time.Second,

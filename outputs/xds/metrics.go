@@ -97,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"type"}),
 		RejectedNodes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "krteds_xds_rejected_nodes_total", Help: "Streams refused because the node id or metadata was malformed or not authorized.",
+			Name: "krteds_xds_rejected_nodes_total", Help: "Streams refused: unauthenticated, over a bound, or with a node id or metadata malformed or not authorized.",
 		}),
 		UnknownTypes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "krteds_xds_unknown_type_requests_total", Help: "Requests for resource types krteds does not serve.",

@@ -70,8 +70,12 @@ func ProxyFromNode(connID string, node *core.Node) (collections.ConnectedProxy, 
 	return collections.ParseProxy(connID, node.GetId(), md, loc)
 }
 
-// limiter lets a stream log a few lines, then one per interval, counting what it held back.
+// limiter lets a few lines be logged, then one per interval, counting what it held back. The
+// zero value allows logBurst lines, then one per logInterval.
 type limiter struct {
+	// burst and every, when set, replace logBurst and logInterval.
+	burst      float64
+	every      time.Duration
 	mu         sync.Mutex
 	tokens     float64
 	last       time.Time
@@ -87,10 +91,14 @@ const (
 func (l *limiter) allow(now time.Time) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	burst, every := l.burst, l.every
+	if burst == 0 {
+		burst, every = logBurst, logInterval
+	}
 	if l.last.IsZero() {
-		l.tokens = logBurst
+		l.tokens = burst
 	} else {
-		l.tokens = min(logBurst, l.tokens+now.Sub(l.last).Seconds()/logInterval.Seconds())
+		l.tokens = min(burst, l.tokens+now.Sub(l.last).Seconds()/every.Seconds())
 	}
 	l.last = now
 	if l.tokens < 1 {
@@ -101,4 +109,19 @@ func (l *limiter) allow(now time.Time) (bool, int) {
 	n := l.suppressed
 	l.suppressed = 0
 	return true, n
+}
+
+// serverLogs limit, across streams, the lines any client can make the server write: a thousand
+// clients refused, connecting or rejecting responses at once write a few dozen lines, each
+// saying how many it stands for.
+type serverLogs struct {
+	refused, connects, disconnects, nacks limiter
+}
+
+func newServerLogs() *serverLogs {
+	l := &serverLogs{}
+	for _, lim := range []*limiter{&l.refused, &l.connects, &l.disconnects, &l.nacks} {
+		lim.burst, lim.every = 20, time.Second
+	}
+	return l
 }

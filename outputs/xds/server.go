@@ -14,6 +14,8 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/krteds/krteds/collections"
 )
@@ -31,15 +33,20 @@ type Server struct {
 	loadReports *LoadReports
 	tokens      TokenAuthenticator
 	log         *zap.Logger
+	logs        *serverLogs
 	metrics     *Metrics
 	names       *nameTable
 	versions    *versionTable
+	// maxPerIdentity bounds the streams of one authenticated identity (SetLimits).
+	maxPerIdentity int
 
 	synced atomic.Bool
 	nextID atomic.Int64
 
 	mu    sync.RWMutex
 	conns map[string]*conn
+	// identities counts the open streams of each authenticated identity.
+	identities map[Identity]int
 	// slots numbers the streams: a stream's slot is its bit in the subscriber sets; free lists
 	// the slots of closed streams, reused first so that the sets stay short.
 	slots []*conn
@@ -61,7 +68,8 @@ func NewServer(src Source, clusterID string, log *zap.Logger, m *Metrics) *Serve
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	s := &Server{src: src, clusterID: clusterID, log: log, metrics: m, names: newNameTable(), versions: newVersionTable(), conns: map[string]*conn{}}
+	s := &Server{src: src, clusterID: clusterID, log: log, logs: newServerLogs(), metrics: m, names: newNameTable(), versions: newVersionTable(),
+		conns: map[string]*conn{}, identities: map[Identity]int{}, maxPerIdentity: DefaultMaxStreamsPerIdentity}
 	for t := range numTypes {
 		s.wildcard[t] = map[*conn]struct{}{}
 		s.followers[t] = map[string][]nameID{}
@@ -88,6 +96,18 @@ func (s *Server) Start(stop <-chan struct{}) {
 
 // Synced reports whether the server answers requests.
 func (s *Server) Synced() bool { return s.synced.Load() }
+
+// DefaultMaxStreamsPerIdentity bounds the open streams of one authenticated identity (a
+// namespace's service account): a Deployment of thousands of replicas shares one.
+const DefaultMaxStreamsPerIdentity = 20000
+
+// SetLimits sets the most streams one authenticated identity may hold open (0: the default).
+func (s *Server) SetLimits(maxPerIdentity int) {
+	if maxPerIdentity <= 0 {
+		maxPerIdentity = DefaultMaxStreamsPerIdentity
+	}
+	s.maxPerIdentity = maxPerIdentity
+}
 
 // SetTrustDomain sets the trust domain authenticated identities must belong to.
 func (s *Server) SetTrustDomain(td string) { s.trustDomain = td }
@@ -173,9 +193,16 @@ func (s *Server) onChange(ch collections.Change) {
 	}
 }
 
-// register adds a stream.
-func (s *Server) register(c *conn) {
+// register adds a stream; an identity that already holds as many streams as it may is refused.
+func (s *Server) register(c *conn) error {
 	s.mu.Lock()
+	if c.identity != nil {
+		if s.identities[*c.identity] >= s.maxPerIdentity {
+			s.mu.Unlock()
+			return status.Errorf(codes.ResourceExhausted, "identity %s holds %d streams, the most one identity may", c.identity, s.maxPerIdentity)
+		}
+		s.identities[*c.identity]++
+	}
 	s.conns[c.id] = c
 	if n := len(s.free); n > 0 {
 		c.slot = s.free[n-1]
@@ -186,6 +213,7 @@ func (s *Server) register(c *conn) {
 		s.slots = append(s.slots, c)
 	}
 	s.mu.Unlock()
+	return nil
 }
 
 // unregister removes a stream, its index entries and its references to names, and tells the
@@ -210,6 +238,11 @@ func (s *Server) unregister(c *conn) {
 	c.mu.Unlock()
 	s.mu.Lock()
 	delete(s.conns, c.id)
+	if c.identity != nil {
+		if s.identities[*c.identity]--; s.identities[*c.identity] <= 0 {
+			delete(s.identities, *c.identity)
+		}
+	}
 	for t := range numTypes {
 		delete(s.wildcard[t], c)
 		for _, id := range held[t] {
@@ -228,7 +261,9 @@ func (s *Server) unregister(c *conn) {
 	s.mu.Unlock()
 	if registered {
 		s.metrics.clients(proxyType, istioVersion, -1)
-		s.log.Info("xDS client disconnected", zap.String("conn", c.id))
+		if ok, held := s.logs.disconnects.allow(time.Now()); ok {
+			s.log.Info("xDS client disconnected", zap.String("conn", c.id), zap.Int("suppressedLogLines", held))
+		}
 	}
 }
 

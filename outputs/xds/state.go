@@ -18,10 +18,8 @@ type conn struct {
 	delta       bool
 	peer        string
 	connectedAt time.Time
-	// identity is the authenticated client (TLS port), nil on the plaintext port; authErr says
-	// why a TLS client has no usable identity.
+	// identity is the authenticated client (TLS port), nil on the plaintext port.
 	identity *Identity
-	authErr  error
 	logs     limiter
 	// istioVersion is the client's pilot_xds version label.
 	istioVersion string

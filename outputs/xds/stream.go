@@ -122,10 +122,18 @@ func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, er
 	}
 	c := newConn(s.newConnID(delta), delta, addr)
 	c.loopback = loopback
-	if idn, tlsConn, err := s.authenticate(ctx); tlsConn {
-		c.identity, c.authErr = idn, err
+	// A stream is authenticated before it holds anything: one that cannot prove an identity on
+	// the TLS port is refused at once, as istiod refuses it.
+	idn, tlsConn, err := s.authenticate(ctx)
+	if tlsConn && err != nil {
+		s.refused(c, "", err)
+		return status.Error(codes.Unauthenticated, clip(err.Error()))
 	}
-	s.register(c)
+	c.identity = idn
+	if err := s.register(c); err != nil {
+		s.refused(c, "", err)
+		return err
+	}
 	defer s.unregister(c)
 
 	errs := make(chan error, 1)
@@ -286,7 +294,11 @@ func (s *Server) nack(c *conn, t typ, st *typeState, e *rpcstatus.Status) {
 	st.st.NACKs++
 	st.st.LastError = clip(e.GetMessage())
 	s.metrics.rejected(t)
-	if ok, held := c.logs.allow(time.Now()); ok {
+	now := time.Now()
+	if ok, _ := c.logs.allow(now); !ok {
+		return
+	}
+	if ok, held := s.logs.nacks.allow(now); ok {
 		s.log.Warn("xDS client rejected a response", zap.String("conn", c.id), zap.String("node", clip(c.proxyID())),
 			zap.String("type", t.short()), zap.String("nonce", st.st.SentNonce), zap.String("error", st.st.LastError),
 			zap.Int("suppressedLogLines", held))
@@ -480,17 +492,12 @@ func (s *Server) identify(c *conn, node *core.Node) error {
 		err = s.authorize(c, cp)
 	}
 	if err != nil {
-		s.metrics.RejectedNodes.Inc()
-		msg := clip(status.Convert(err).Message())
-		if ok, held := c.logs.allow(time.Now()); ok {
-			s.log.Warn("refused xDS client", zap.String("conn", c.id), zap.String("node", clip(node.GetId())),
-				zap.String("error", msg), zap.Int("suppressedLogLines", held))
-		}
+		s.refused(c, node.GetId(), err)
 		code := status.Code(err)
 		if code == codes.Unknown {
 			code = codes.InvalidArgument
 		}
-		return status.Error(code, msg)
+		return status.Error(code, clip(status.Convert(err).Message()))
 	}
 	// Connect under the stream's lock, so that a stream closing meanwhile disconnects after it.
 	c.mu.Lock()
@@ -504,17 +511,26 @@ func (s *Server) identify(c *conn, node *core.Node) error {
 	c.mu.Unlock()
 	c.viewChanged(s.src.View(c.id))
 	s.metrics.clients(cp.Type, c.istioVersion, 1)
-	s.log.Info("xDS client connected", zap.String("conn", c.id), zap.String("node", cp.ID), zap.String("peer", c.peer),
-		zap.String("namespace", cp.Namespace), zap.String("generator", cp.Generator))
+	if ok, held := s.logs.connects.allow(time.Now()); ok {
+		s.log.Info("xDS client connected", zap.String("conn", c.id), zap.String("node", cp.ID), zap.String("peer", c.peer),
+			zap.String("namespace", cp.Namespace), zap.String("generator", cp.Generator), zap.Int("suppressedLogLines", held))
+	}
 	return nil
+}
+
+// refused counts and logs (rate-limited across streams) a stream refused: its authentication,
+// its node, or a bound.
+func (s *Server) refused(c *conn, node string, err error) {
+	s.metrics.RejectedNodes.Inc()
+	if ok, held := s.logs.refused.allow(time.Now()); ok {
+		s.log.Warn("refused xDS client", zap.String("conn", c.id), zap.String("peer", c.peer), zap.String("node", clip(node)),
+			zap.String("error", clip(status.Convert(err).Message())), zap.Int("suppressedLogLines", held))
+	}
 }
 
 // authorize checks, on an authenticated (TLS) stream, that the identity is from this trust
 // domain and that the namespace the proxy claims is its identity's.
 func (s *Server) authorize(c *conn, cp collections.ConnectedProxy) error {
-	if c.authErr != nil {
-		return status.Error(codes.Unauthenticated, c.authErr.Error())
-	}
 	if c.identity == nil {
 		return nil // the plaintext port, trusted by where it listens
 	}

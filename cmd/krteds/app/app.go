@@ -200,7 +200,7 @@ func Start(o Options) (*App, error) {
 	}
 	var debugAuth func(*http.Request) (xds.Identity, error)
 	if len(o.TokenAudiences) > 0 && o.Cluster != nil {
-		tr := xds.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain}
+		tr := xds.NewTokenCache(xds.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain})
 		a.XDS.SetTokenAuthenticator(tr)
 		debugAuth = func(r *http.Request) (xds.Identity, error) {
 			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
