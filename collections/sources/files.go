@@ -77,6 +77,8 @@ type Files struct {
 	// links maps the real path of a file to the symlinks in the folder that resolve to it: they
 	// are read again when it changes.
 	links map[string]map[string]bool
+	// linkTargets maps each symlink of links to its target.
+	linkTargets map[string]string
 	// dirty lists files whose problems must be recomputed at the end of a batch.
 	dirty map[string]bool
 }
@@ -135,7 +137,7 @@ func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, err
 	s := &Files{
 		root: abs, folder: st.IsDir(), o: o, log: log,
 		files: map[string]*fileState{}, objects: map[string]*objectState{}, dirs: map[string]bool{}, dirty: map[string]bool{},
-		links: map[string]map[string]bool{},
+		links: map[string]map[string]bool{}, linkTargets: map[string]string{},
 	}
 	base := abs
 	if !s.folder {
@@ -156,7 +158,7 @@ func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, err
 	var c changes
 	s.examine(abs, &c)
 	s.waitForWriters(&c)
-	objs := s.load(c.read, true)
+	objs := s.load(&c, true)
 	s.mu.Lock()
 	probs := s.takeProblems()
 	s.mu.Unlock()
@@ -229,14 +231,16 @@ func (s *Files) readOnCreate(path string) bool {
 	return hardLinked(fi)
 }
 
-// apply examines the paths, reads what changed and applies the difference.
+// apply examines the paths, reads what changed and applies the difference, as one change: a
+// file renamed, or removed and another written with the same objects, moves them from one file
+// to the other without removing them.
 func (s *Files) apply(paths map[string]bool) {
 	var c changes
 	for _, p := range collections.SortedKeys(paths) {
 		s.examine(p, &c)
 		c.read = append(c.read, s.linksTo(p)...)
 	}
-	s.load(c.read, false)
+	s.load(&c, false)
 }
 
 // linksTo lists the symlinks that resolve to p, or to a file under p.
@@ -259,13 +263,17 @@ func (s *Files) linksTo(p string) []string {
 func (s *Files) recordLink(link, target string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for t, links := range s.links {
-		if links[link] && t != target {
-			delete(links, link)
-			if len(links) == 0 {
-				delete(s.links, t)
-			}
+	s.setLink(link, target)
+}
+
+// setLink is recordLink with s.mu held.
+func (s *Files) setLink(link, target string) {
+	if old, ok := s.linkTargets[link]; ok && old != target {
+		delete(s.links[old], link)
+		if len(s.links[old]) == 0 {
+			delete(s.links, old)
 		}
+		delete(s.linkTargets, link)
 	}
 	if target == "" {
 		return
@@ -274,11 +282,23 @@ func (s *Files) recordLink(link, target string) {
 		s.links[target] = map[string]bool{}
 	}
 	s.links[target][link] = true
+	s.linkTargets[link] = target
 }
 
-// changes gathers, while examining paths, the files to read.
+// changes gathers, while examining paths, the files to read and those that are gone. They are
+// committed together: the objects of a file that is gone are removed only if no file read in
+// the same batch defines them.
 type changes struct {
 	read []string
+	gone map[string]bool
+}
+
+// drop notes that a file is gone.
+func (c *changes) drop(p string) {
+	if c.gone == nil {
+		c.gone = map[string]bool{}
+	}
+	c.gone[p] = true
 }
 
 // inScope reports whether an event path concerns the source.
@@ -313,7 +333,7 @@ func (s *Files) examine(p string, c *changes) {
 	}
 	fi, err := os.Lstat(p)
 	if err != nil {
-		s.forget(p)
+		s.forget(p, c)
 		return
 	}
 	switch {
@@ -323,7 +343,7 @@ func (s *Files) examine(p string, c *changes) {
 			return
 		}
 		if s.known(p) {
-			s.forget(p) // a file replaced by a folder
+			s.forget(p, c) // a file replaced by a folder
 		}
 		s.watchDir(p)
 		entries, err := os.ReadDir(p)
@@ -347,15 +367,15 @@ func (s *Files) examine(p string, c *changes) {
 		}
 		s.mu.Unlock()
 		for _, f := range gone {
-			s.forget(f)
+			s.forget(f, c)
 		}
 	case hidden(p) && p != s.root:
 		s.recheckSymlinks(filepath.Dir(p), c)
 	case !manifestName(p) && p != s.root:
-		s.forget(p)
+		s.forget(p, c)
 	default:
 		if s.isDir(p) {
-			s.forget(p) // a folder replaced by a file
+			s.forget(p, c) // a folder replaced by a file
 		}
 		c.read = append(c.read, p)
 	}
@@ -399,8 +419,9 @@ func (s *Files) watchDir(dir string) {
 	}
 }
 
-// forget removes a path, and everything under it, from the source.
-func (s *Files) forget(p string) {
+// forget removes a path, and everything under it, from the source: its folders are no longer
+// watched, and its files are gone (committed with the rest of the batch).
+func (s *Files) forget(p string, c *changes) {
 	s.mu.Lock()
 	var gone []string
 	for f := range s.files {
@@ -419,11 +440,9 @@ func (s *Files) forget(p string) {
 	for _, d := range dirs {
 		s.w.remove(d)
 	}
-	if len(gone) == 0 {
-		return
+	for _, f := range gone {
+		c.drop(f)
 	}
-	slices.Sort(gone)
-	s.commit(gone, map[string]*Decoded{}, false)
 }
 
 // readResult is one file as read from disk.
@@ -537,11 +556,11 @@ func (s *Files) waitForWriters(c *changes) {
 	}
 }
 
-// load reads and decodes the files (in parallel when there are many), then commits them. At
-// startup it returns the objects and problems to build the collections from instead of writing
-// them.
-func (s *Files) load(paths []string, startup bool) []any {
-	paths = slices.Compact(slices.Sorted(slices.Values(paths)))
+// load reads and decodes the files to read (in parallel when there are many), then commits them
+// with the files that are gone, as one change. At startup it returns the objects and problems to
+// build the collections from instead of writing them.
+func (s *Files) load(c *changes, startup bool) []any {
+	paths := slices.Compact(slices.Sorted(slices.Values(c.read)))
 	results := make([]readResult, len(paths))
 	decoded := make([]*Decoded, len(paths))
 	errs := make([]error, len(paths))
@@ -578,6 +597,12 @@ func (s *Files) load(paths []string, startup bool) []any {
 
 	var commitPaths []string
 	next := map[string]*Decoded{}
+	for _, p := range paths {
+		delete(c.gone, p) // there after all: what reading it found decides
+	}
+	for p := range c.gone {
+		commitPaths = append(commitPaths, p) // absent from next: gone
+	}
 	for i, r := range results {
 		switch {
 		case r.waiting:
@@ -609,6 +634,7 @@ func (s *Files) load(paths []string, startup bool) []any {
 			s.mu.Unlock()
 		}
 	}
+	slices.Sort(commitPaths)
 	return s.commit(commitPaths, next, startup)
 }
 
@@ -678,6 +704,7 @@ func (s *Files) setProblem(p string, prob *collections.Problem, hash uint64) {
 func (s *Files) commit(paths []string, next map[string]*Decoded, startup bool) []any {
 	s.mu.Lock()
 	touched := map[string]bool{}
+	var gone []string
 	for _, p := range paths {
 		fs := s.files[p]
 		d := next[p]
@@ -717,12 +744,16 @@ func (s *Files) commit(paths []string, next map[string]*Decoded, startup bool) [
 			}
 			delete(s.files, p)
 			s.dirty[p] = true
+			gone = append(gone, p)
 			continue
 		}
 		fs = s.file(p)
 		fs.objects, fs.ignored, fs.cache, fs.dups = d.Objects, d.Ignored, d.cache(), d.Duplicates
 		fs.problem, fs.failHash, fs.waiting = nil, 0, false
 		s.dirty[p] = true
+	}
+	for _, p := range gone {
+		s.setLink(p, "") // a symlink that is gone no longer follows its target
 	}
 	var ups, dels []Object
 	for k := range touched {

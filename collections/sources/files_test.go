@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,8 +35,13 @@ type harness struct {
 
 func newHarness(t *testing.T, dir string) *harness {
 	t.Helper()
+	return newHarnessWith(t, dir, FilesOptions{})
+}
+
+func newHarnessWith(t *testing.T, dir string, o FilesOptions) *harness {
+	t.Helper()
 	stop := test.NewStop(t)
-	f, err := NewFiles(dir, krt.NewOptionsBuilder(stop, "", nil), FilesOptions{})
+	f, err := NewFiles(dir, krt.NewOptionsBuilder(stop, "", nil), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,4 +559,159 @@ func TestFilesDeeplyNestedFileIsAProblem(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(dir, "more.yaml"), nsYAML("more"))
 	h.waitFor("a file written after them", func() bool { return h.f.static.Namespaces.GetKey("more") != nil })
+}
+
+// recorder records the events of collections, in the order each delivers them.
+type recorder struct {
+	mu      sync.Mutex
+	events  []string // "<event> <Kind>/<key>"
+	changed chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{changed: make(chan struct{}, 1)} }
+
+func record[T any](r *recorder, kind string, c krt.Collection[T]) {
+	c.RegisterBatch(func(evs []krt.Event[T]) {
+		r.mu.Lock()
+		for _, e := range evs {
+			r.events = append(r.events, e.Event.String()+" "+kind+"/"+krtKey(any(e.Latest())))
+		}
+		r.mu.Unlock()
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
+	}, false)
+}
+
+// since returns the events recorded from index i on.
+func (r *recorder) since(i int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events[min(i, len(r.events)):])
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
+}
+
+// await waits, on the recorded events, until every one of want has been recorded after index i.
+func (r *recorder) await(t *testing.T, i int, want ...string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		got := r.since(i)
+		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return slices.Contains(got, w) })
+		if len(missing) == 0 {
+			return
+		}
+		select {
+		case <-r.changed:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %v; recorded %v", missing, got)
+		}
+	}
+}
+
+// TestFilesRenameIsOneChange: a file renamed, or removed and another written with the same
+// objects within the coalescing window, moves its objects to the other file as one change: a
+// client never sees them go (a service of the file lost its endpoints for a while).
+func TestFilesRenameIsOneChange(t *testing.T) {
+	dir := t.TempDir()
+	pod := func(ip string) string {
+		return "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: x}\nstatus: {phase: Running, podIP: " + ip + "}\n"
+	}
+	writeFile(t, filepath.Join(dir, "a.yaml"), svcYAML("x", "s", 80)+"---\n"+pod("10.0.0.1"))
+	// A window long enough that a removal and the write after it are one batch.
+	h := newHarnessWith(t, dir, FilesOptions{Coalesce: 300 * time.Millisecond})
+	r := newRecorder()
+	record(r, "Service", h.f.static.Services)
+	record(r, "Pod", h.f.static.Pods)
+	marker := 0
+	// barrier writes a file of a Service and a Pod, waits for them, removes it and waits for them
+	// to go: each collection delivers its events in order, and the removal is a change of its
+	// own, after every earlier one, so every event before it has been recorded.
+	barrier := func() []string {
+		t.Helper()
+		marker++
+		i := r.len()
+		name := fmt.Sprintf("marker%d", marker)
+		p := filepath.Join(dir, "zzz-"+name+".yaml")
+		writeFile(t, p, svcYAML("x", name, 80)+"---\n"+strings.ReplaceAll(pod("10.9.0.1"), "name: p,", "name: "+name+","))
+		r.await(t, i, "add Service/x/"+name, "add Pod/x/"+name)
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		r.await(t, i, "delete Service/x/"+name, "delete Pod/x/"+name)
+		return r.since(i)
+	}
+	noDeletes := func(what string, evs []string) {
+		t.Helper()
+		for _, e := range evs {
+			if strings.HasPrefix(e, "delete ") && !strings.Contains(e, "marker") {
+				t.Errorf("%s: %s (events %v)", what, e, evs)
+			}
+		}
+	}
+	files := func() []string {
+		var out []string
+		for _, st := range h.f.Status() {
+			out = append(out, fmt.Sprintf("%s:%d", st.Path, st.Objects))
+		}
+		return out
+	}
+
+	// mv a.yaml b.yaml
+	i := r.len()
+	if err := os.Rename(filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	evs := barrier()
+	noDeletes("a rename", evs)
+	if got := files(); !slices.Equal(got, []string{"b.yaml:2"}) {
+		t.Errorf("after the rename, files %v", got)
+	}
+	if slices.ContainsFunc(r.since(i), func(e string) bool { return strings.HasSuffix(e, "/x/s") || strings.HasSuffix(e, "/x/p") }) {
+		t.Errorf("a rename changed the objects: %v", r.since(i))
+	}
+
+	// rm b.yaml; write c.yaml defining the same objects, the Service changed.
+	i = r.len()
+	if err := os.Remove(filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "c.yaml"), svcYAML("x", "s", 81)+"---\n"+pod("10.0.0.1"))
+	evs = barrier()
+	noDeletes("a removal and a write", evs)
+	if !slices.Contains(r.since(i), "update Service/x/s") {
+		t.Errorf("the changed Service was not updated: %v", r.since(i))
+	}
+	if got := files(); !slices.Equal(got, []string{"c.yaml:2"}) {
+		t.Errorf("after the removal and the write, files %v", got)
+	}
+
+	// A move into a sub-folder, and a file renamed over another that defines the same objects.
+	writeFile(t, filepath.Join(dir, "sub", "keep.yaml"), nsYAML("x"))
+	writeFile(t, filepath.Join(dir, "d.yaml"), svcYAML("x", "s", 81)+"---\n"+pod("10.0.0.1"))
+	barrier()
+	i = r.len()
+	if err := os.Rename(filepath.Join(dir, "c.yaml"), filepath.Join(dir, "sub", "c.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "d.yaml"), filepath.Join(dir, "sub", "keep.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	evs = barrier()
+	noDeletes("moves into a sub-folder", evs)
+	if got := files(); !slices.Equal(got, []string{"sub/c.yaml:2", "sub/keep.yaml:2"}) {
+		t.Errorf("after the moves, files %v", got)
+	}
+	// Deletions are written after the updates: wait for the Namespace of the file renamed over.
+	h.waitFor("the Namespace of the file renamed over to go", func() bool { return h.f.static.Namespaces.GetKey("x") == nil })
+	if s := h.service("x", "s"); s == nil || s.Spec.Ports[0].Port != 81 {
+		t.Errorf("service %v", s)
+	}
+	h.matchesFreshLoad()
 }
