@@ -256,3 +256,26 @@ func TestStreamsPerIdentityAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadReportsAreAuthenticated: on the authenticated port an LRS stream is authenticated as
+// it opens and may report only as a proxy of its identity's namespace.
+func TestLoadReportsAreAuthenticated(t *testing.T) {
+	l := NewLoadReports(time.Second, nil, nil)
+	ts := startTokenServer(t, func(s *Server) { s.SetLoadReports(l) })
+	tok := jwtWith(`{"sub":"ns1"}`)
+	ts.tokens.accept[tok] = "ns1"
+	cc := ts.dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := openLRS(ctx, t, cc, sidecarNode(1).Proto()); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("no token: %v, want Unauthenticated", err)
+	}
+	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+	other := adsclient.Node{ID: "sidecar~10.1.0.2~x.ns2~ns2.svc.cluster.local", Namespace: "ns2"}
+	if _, err := openLRS(authed, t, cc, other.Proto()); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a proxy of another namespace: %v, want PermissionDenied", err)
+	}
+	if _, err := openLRS(authed, t, cc, sidecarNode(1).Proto()); err != nil {
+		t.Errorf("its own namespace's proxy: %v", err)
+	}
+}

@@ -17,30 +17,41 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Bounds on what clients' load reports can make krteds keep: reports count only for clusters
-// krteds serves, each with at most maxLoadLocalities localities and maxDropCategories drop
-// categories (the rest are counted under "other").
+// Bounds on what clients' load reports can make krteds keep: a report counts only for the
+// clusters krteds sent the reporting proxy, each with at most maxLoadLocalities localities and
+// maxDropCategories drop categories (the rest are counted under "other"), and one stream adds
+// at most maxStreamSeries series; a series lives as long as a connected stream reports it.
 const (
 	maxLoadLocalities = 64
 	maxDropCategories = 16
+	maxStreamSeries   = 4096
 	otherLabel        = "other"
+)
+
+// Reasons a report's cluster stats are not counted (krteds_lrs_rejected_stats_total).
+const (
+	rejectNotSent     = "not_sent"
+	rejectStreamBound = "stream_bound"
 )
 
 // LoadReports serves envoy.service.load_stats.v3.LoadReportingService: it asks each client for
 // the load of every cluster it holds at a fixed interval, and adds the reports up per cluster,
-// locality and drop category, as Prometheus metrics and for /debug/loadz.
+// locality and drop category, as Prometheus metrics and for /debug/loadz. Its streams are
+// authenticated and authorised as the ADS server's are (Server.SetLoadReports ties them).
 type LoadReports struct {
 	lrs.UnimplementedLoadReportingServiceServer
 
 	interval time.Duration
-	known    func(cluster string) bool
+	srv      *Server
 	log      *zap.Logger
 
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced after each report and each stream's end
 	clusters  map[string]*clusterLoad
 	reporters map[int64]*reporter
-	nextID    int64
+	// series counts, per series key, the connected streams that reported it.
+	series map[seriesKey]int
+	nextID int64
 
 	requests   *prometheus.CounterVec
 	issued     *prometheus.CounterVec
@@ -48,6 +59,13 @@ type LoadReports struct {
 	dropped    *prometheus.CounterVec
 	rejected   *prometheus.CounterVec
 	streams    prometheus.Gauge
+}
+
+// seriesKey is a (cluster, locality) of the request series or, with drop set, a (cluster,
+// category) of the dropped series.
+type seriesKey struct {
+	cluster, label string
+	drop           bool
 }
 
 // clusterLoad is the sum of the reports of one cluster.
@@ -68,20 +86,25 @@ type LocalityLoad struct {
 // reporter is one LRS stream.
 type reporter struct {
 	node       string
+	identity   *Identity
 	connected  time.Time
 	lastReport time.Time
 	reports    int
 	// inProgress is what it last reported in progress, by (cluster, locality label).
 	inProgress map[[2]string]uint64
+	// series are the series it reported.
+	series map[seriesKey]struct{}
 }
 
-// NewLoadReports makes the LRS server: clients report every interval; known says which cluster
-// names krteds serves (reports of others are dropped and counted).
-func NewLoadReports(interval time.Duration, known func(string) bool, reg prometheus.Registerer, log *zap.Logger) *LoadReports {
+// NewLoadReports makes the LRS server: clients report every interval. It serves once a Server
+// holds it (SetLoadReports): the server authenticates its streams and says what each proxy was
+// sent.
+func NewLoadReports(interval time.Duration, reg prometheus.Registerer, log *zap.Logger) *LoadReports {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	l := &LoadReports{interval: interval, known: known, log: log, changed: make(chan struct{}), clusters: map[string]*clusterLoad{}, reporters: map[int64]*reporter{},
+	l := &LoadReports{interval: interval, log: log, changed: make(chan struct{}), clusters: map[string]*clusterLoad{}, reporters: map[int64]*reporter{},
+		series: map[seriesKey]int{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "krteds_lrs_requests_total",
 			Help: "Requests clients reported finished (LRS), by cluster, locality and result (success, error)."}, []string{"cluster", "locality", "result"}),
 		issued: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "krteds_lrs_requests_issued_total",
@@ -91,44 +114,53 @@ func NewLoadReports(interval time.Duration, known func(string) bool, reg prometh
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "krteds_lrs_dropped_requests_total",
 			Help: "Requests clients reported dropped (LRS), by cluster and category (\"\" for drops without one)."}, []string{"cluster", "category"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "krteds_lrs_rejected_stats_total",
-			Help: "Cluster stats of load reports not counted, by reason."}, []string{"reason"}),
+			Help: "Cluster stats of load reports not counted, by reason: not_sent (a cluster krteds did not send the reporting proxy), stream_bound (the stream reports too many series)."}, []string{"reason"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "krteds_lrs_streams", Help: "Connected LRS streams."}),
 	}
-	l.rejected.WithLabelValues("unknown_cluster")
+	l.rejected.WithLabelValues(rejectNotSent)
+	l.rejected.WithLabelValues(rejectStreamBound)
 	if reg != nil {
 		reg.MustRegister(l.requests, l.issued, l.inProgress, l.dropped, l.rejected, l.streams)
 	}
 	return l
 }
 
-// StreamLoadStats runs one LRS stream.
+// StreamLoadStats runs one LRS stream. On the authenticated port it is authenticated as it
+// opens, and its node must be one its identity may act as, as for ADS.
 func (l *LoadReports) StreamLoadStats(stream lrs.LoadReportingService_StreamLoadStatsServer) error {
+	if l.srv == nil {
+		return status.Error(codes.Unavailable, "load reporting is not served")
+	}
+	idn, tlsConn, err := l.srv.authenticate(stream.Context())
+	if tlsConn && err != nil {
+		return status.Error(codes.Unauthenticated, clip(err.Error()))
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return err
 	}
-	node := clip(first.GetNode().GetId())
-	if node == "" {
+	if first.GetNode().GetId() == "" {
 		return status.Error(codes.InvalidArgument, "the first load stats request must carry a node")
+	}
+	cp, err := ProxyFromNode("lrs", first.GetNode())
+	if err == nil {
+		err = l.srv.authorizeIdentity(idn, cp)
+	}
+	if err != nil {
+		code := status.Code(err)
+		if code == codes.Unknown {
+			code = codes.InvalidArgument
+		}
+		return status.Error(code, clip(status.Convert(err).Message()))
 	}
 	l.mu.Lock()
 	l.nextID++
 	id := l.nextID
-	r := &reporter{node: node, connected: time.Now(), inProgress: map[[2]string]uint64{}}
+	r := &reporter{node: cp.ID, identity: idn, connected: time.Now(), inProgress: map[[2]string]uint64{}, series: map[seriesKey]struct{}{}}
 	l.reporters[id] = r
 	l.mu.Unlock()
 	l.streams.Inc()
-	defer func() {
-		l.mu.Lock()
-		for k, v := range r.inProgress {
-			l.setInProgress(k, -int64(v))
-		}
-		delete(l.reporters, id)
-		close(l.changed)
-		l.changed = make(chan struct{})
-		l.mu.Unlock()
-		l.streams.Dec()
-	}()
+	defer l.leave(id, r)
 	if err := stream.Send(&lrs.LoadStatsResponse{SendAllClusters: true, LoadReportingInterval: durationpb.New(l.interval)}); err != nil {
 		return err
 	}
@@ -145,11 +177,68 @@ func (l *LoadReports) StreamLoadStats(stream lrs.LoadReportingService_StreamLoad
 	}
 }
 
-// add counts one report.
+// leave forgets a stream: what it had in progress, and the series no other stream reports.
+func (l *LoadReports) leave(id int64, r *reporter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, v := range r.inProgress {
+		l.setInProgress(k, -int64(v))
+	}
+	for k := range r.series {
+		if l.series[k]--; l.series[k] > 0 {
+			continue
+		}
+		delete(l.series, k)
+		l.deleteSeries(k)
+	}
+	delete(l.reporters, id)
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.streams.Dec()
+}
+
+// deleteSeries drops a series no connected stream reports, from the metrics and the totals
+// (l.mu held).
+func (l *LoadReports) deleteSeries(k seriesKey) {
+	c := l.clusters[k.cluster]
+	if k.drop {
+		l.dropped.DeleteLabelValues(k.cluster, k.label)
+		if c != nil {
+			delete(c.drops, k.label)
+		}
+	} else {
+		l.requests.DeleteLabelValues(k.cluster, k.label, "success")
+		l.requests.DeleteLabelValues(k.cluster, k.label, "error")
+		l.issued.DeleteLabelValues(k.cluster, k.label)
+		l.inProgress.DeleteLabelValues(k.cluster, k.label)
+		if c != nil {
+			delete(c.localities, k.label)
+		}
+	}
+	if c != nil && len(c.localities) == 0 && len(c.drops) == 0 {
+		delete(l.clusters, k.cluster)
+	}
+}
+
+// hold makes r a reporter of series k, within its bound (l.mu held).
+func (l *LoadReports) hold(r *reporter, k seriesKey) bool {
+	if _, ok := r.series[k]; ok {
+		return true
+	}
+	if len(r.series) >= maxStreamSeries {
+		return false
+	}
+	r.series[k] = struct{}{}
+	l.series[k]++
+	return true
+}
+
+// add counts one report: the stats of clusters krteds sent the reporting proxy.
 func (l *LoadReports) add(r *reporter, req *lrs.LoadStatsRequest) {
 	if len(req.GetClusterStats()) == 0 {
 		return
 	}
+	sent := l.srv.sentTo(r.node, r.identity)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	defer func() {
@@ -164,8 +253,8 @@ func (l *LoadReports) add(r *reporter, req *lrs.LoadStatsRequest) {
 		if name == "" {
 			name = cs.GetClusterName()
 		}
-		if !l.known(name) {
-			l.rejected.WithLabelValues("unknown_cluster").Inc()
+		if !sent(name) {
+			l.rejected.WithLabelValues(rejectNotSent).Inc()
 			continue
 		}
 		c := l.clusters[name]
@@ -177,6 +266,10 @@ func (l *LoadReports) add(r *reporter, req *lrs.LoadStatsRequest) {
 			loc := localityLabel(ls.GetLocality())
 			if _, ok := c.localities[loc]; !ok && len(c.localities) >= maxLoadLocalities {
 				loc = otherLabel
+			}
+			if !l.hold(r, seriesKey{cluster: name, label: loc}) {
+				l.rejected.WithLabelValues(rejectStreamBound).Inc()
+				continue
 			}
 			ll := c.localities[loc]
 			if ll == nil {
@@ -196,18 +289,25 @@ func (l *LoadReports) add(r *reporter, req *lrs.LoadStatsRequest) {
 		}
 		categorized := uint64(0)
 		for _, d := range cs.GetDroppedRequests() {
-			l.drop(name, c, clip(d.GetCategory()), d.GetDroppedCount())
+			l.drop(r, name, c, clip(d.GetCategory()), d.GetDroppedCount())
 			categorized += d.GetDroppedCount()
 		}
 		if total := cs.GetTotalDroppedRequests(); total > categorized {
-			l.drop(name, c, "", total-categorized)
+			l.drop(r, name, c, "", total-categorized)
+		}
+		if len(c.localities) == 0 && len(c.drops) == 0 {
+			delete(l.clusters, name)
 		}
 	}
 }
 
-func (l *LoadReports) drop(cluster string, c *clusterLoad, category string, n uint64) {
+func (l *LoadReports) drop(r *reporter, cluster string, c *clusterLoad, category string, n uint64) {
 	if _, ok := c.drops[category]; !ok && len(c.drops) >= maxDropCategories {
 		category = otherLabel
+	}
+	if !l.hold(r, seriesKey{cluster: cluster, label: category, drop: true}) {
+		l.rejected.WithLabelValues(rejectStreamBound).Inc()
+		return
 	}
 	c.drops[category] += n
 	l.dropped.WithLabelValues(cluster, category).Add(float64(n))

@@ -47,6 +47,8 @@ type Server struct {
 	conns map[string]*conn
 	// identities counts the open streams of each authenticated identity.
 	identities map[Identity]int
+	// byNode lists the identified streams by node id.
+	byNode map[string][]*conn
 	// slots numbers the streams: a stream's slot is its bit in the subscriber sets; free lists
 	// the slots of closed streams, reused first so that the sets stay short.
 	slots []*conn
@@ -69,7 +71,7 @@ func NewServer(src Source, clusterID string, log *zap.Logger, m *Metrics) *Serve
 		m = NewMetrics(nil)
 	}
 	s := &Server{src: src, clusterID: clusterID, log: log, logs: newServerLogs(), metrics: m, names: newNameTable(), versions: newVersionTable(),
-		conns: map[string]*conn{}, identities: map[Identity]int{}, maxPerIdentity: DefaultMaxStreamsPerIdentity}
+		conns: map[string]*conn{}, identities: map[Identity]int{}, byNode: map[string][]*conn{}, maxPerIdentity: DefaultMaxStreamsPerIdentity}
 	for t := range numTypes {
 		s.wildcard[t] = map[*conn]struct{}{}
 		s.followers[t] = map[string][]nameID{}
@@ -112,8 +114,38 @@ func (s *Server) SetLimits(maxPerIdentity int) {
 // SetTrustDomain sets the trust domain authenticated identities must belong to.
 func (s *Server) SetTrustDomain(td string) { s.trustDomain = td }
 
-// SetLoadReports serves LRS with l on the gRPC servers made after (NewGRPCServer).
-func (s *Server) SetLoadReports(l *LoadReports) { s.loadReports = l }
+// SetLoadReports serves LRS with l on the gRPC servers made after (NewGRPCServer): its streams
+// are authenticated as ADS streams are, and count only what the server sent their proxy.
+func (s *Server) SetLoadReports(l *LoadReports) {
+	s.loadReports = l
+	l.srv = s
+}
+
+// sentTo is what the server sent the proxy of a node id (on a stream of the same identity): a
+// function reporting whether a cluster or CLA of a name is one of them. It reads the streams
+// once; the function reads only those streams.
+func (s *Server) sentTo(nodeID string, idn *Identity) func(name string) bool {
+	s.mu.RLock()
+	var cs []*conn
+	for _, c := range s.byNode[nodeID] {
+		if (c.identity == nil) == (idn == nil) && (idn == nil || *c.identity == *idn) {
+			cs = append(cs, c)
+		}
+	}
+	s.mu.RUnlock()
+	return func(name string) bool {
+		id, known := s.names.lookup(name)
+		if !known {
+			return false
+		}
+		for _, c := range cs {
+			if c.sent(id) {
+				return true
+			}
+		}
+		return false
+	}
+}
 
 // SetDebug sets what the xDS debug types need: the system namespace (its identities see every
 // proxy), the control plane identifier sent with istio.io/debug/syncz (istiod's JSON of
@@ -238,6 +270,9 @@ func (s *Server) unregister(c *conn) {
 	c.mu.Unlock()
 	s.mu.Lock()
 	delete(s.conns, c.id)
+	if registered {
+		s.unindexNodeLocked(c)
+	}
 	if c.identity != nil {
 		if s.identities[*c.identity]--; s.identities[*c.identity] <= 0 {
 			delete(s.identities, *c.identity)
@@ -264,6 +299,22 @@ func (s *Server) unregister(c *conn) {
 		if ok, held := s.logs.disconnects.allow(time.Now()); ok {
 			s.log.Info("xDS client disconnected", zap.String("conn", c.id), zap.Int("suppressedLogLines", held))
 		}
+	}
+}
+
+// indexNode lists an identified stream under its node id (c.mu held, then s.mu).
+func (s *Server) indexNode(c *conn) {
+	s.mu.Lock()
+	s.byNode[c.proxy.ID] = append(s.byNode[c.proxy.ID], c)
+	s.mu.Unlock()
+}
+
+func (s *Server) unindexNodeLocked(c *conn) {
+	cs := slices.DeleteFunc(s.byNode[c.proxy.ID], func(o *conn) bool { return o == c })
+	if len(cs) == 0 {
+		delete(s.byNode, c.proxy.ID)
+	} else {
+		s.byNode[c.proxy.ID] = cs
 	}
 }
 

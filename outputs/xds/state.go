@@ -79,6 +79,20 @@ func newConn(id string, delta bool, peer string) *conn {
 	return &conn{id: id, delta: delta, peer: peer, connectedAt: time.Now(), wake: make(chan struct{}, 1)}
 }
 
+// sent reports whether the stream sent its client the cluster or the CLA of a name.
+func (c *conn) sent(id nameID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range []typ{tEndpoint, tCluster} {
+		if st := c.types[t]; st != nil {
+			if sb, ok := st.subs.get(id); ok && sb.version != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (c *conn) kick() {
 	select {
 	case c.wake <- struct{}{}:

@@ -507,6 +507,7 @@ func (s *Server) identify(c *conn, node *core.Node) error {
 	}
 	c.proxy = &cp
 	c.istioVersion = s.metrics.Istio.versionLabel(node.GetMetadata().GetFields()["ISTIO_VERSION"].GetStringValue())
+	s.indexNode(c)
 	s.src.Connect(cp)
 	c.mu.Unlock()
 	c.viewChanged(s.src.View(c.id))
@@ -531,14 +532,20 @@ func (s *Server) refused(c *conn, node string, err error) {
 // authorize checks, on an authenticated (TLS) stream, that the identity is from this trust
 // domain and that the namespace the proxy claims is its identity's.
 func (s *Server) authorize(c *conn, cp collections.ConnectedProxy) error {
-	if c.identity == nil {
-		return nil // the plaintext port, trusted by where it listens
+	return s.authorizeIdentity(c.identity, cp)
+}
+
+// authorizeIdentity checks that an identity (nil on the plaintext port, trusted by where it
+// listens) may act as a proxy.
+func (s *Server) authorizeIdentity(idn *Identity, cp collections.ConnectedProxy) error {
+	if idn == nil {
+		return nil
 	}
-	if s.trustDomain != "" && c.identity.TrustDomain != s.trustDomain {
-		return status.Errorf(codes.PermissionDenied, "identity %s is not in trust domain %s", c.identity, s.trustDomain)
+	if s.trustDomain != "" && idn.TrustDomain != s.trustDomain {
+		return status.Errorf(codes.PermissionDenied, "identity %s is not in trust domain %s", idn, s.trustDomain)
 	}
-	if c.identity.Namespace != cp.Namespace {
-		return status.Errorf(codes.PermissionDenied, "identity %s may not act as a proxy in namespace %s", c.identity, clip(cp.Namespace))
+	if idn.Namespace != cp.Namespace {
+		return status.Errorf(codes.PermissionDenied, "identity %s may not act as a proxy in namespace %s", idn, clip(cp.Namespace))
 	}
 	return nil
 }

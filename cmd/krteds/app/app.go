@@ -28,7 +28,6 @@ import (
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds"
-	"github.com/krteds/krteds/transforms"
 )
 
 // Options configures a running krteds. Exactly one source is set: Cluster, Manifests or Objects.
@@ -195,7 +194,7 @@ func Start(o Options) (*App, error) {
 		if interval <= 0 {
 			interval = 10 * time.Second
 		}
-		a.LoadReports = xds.NewLoadReports(interval, a.servesCLA, reg, log.Named("lrs"))
+		a.LoadReports = xds.NewLoadReports(interval, reg, log.Named("lrs"))
 		a.XDS.SetLoadReports(a.LoadReports)
 	}
 	var debugAuth func(*http.Request) (xds.Identity, error)
@@ -293,15 +292,6 @@ func (a *App) grpcServers() []any {
 		out = append(out, a.secure)
 	}
 	return out
-}
-
-// servesCLA reports whether krteds serves the EDS cluster of a name (LRS counts only those).
-func (a *App) servesCLA(name string) bool {
-	if a.Graph.CLAs.GetKey(name) != nil {
-		return true
-	}
-	key := transforms.UnknownSubsetKey(name)
-	return key != "" && a.Graph.CLAs.GetKey(key) != nil
 }
 
 // Cluster is the Kubernetes client the graph reads, nil unless the source is a cluster.
