@@ -58,12 +58,22 @@ type FilesOptions struct {
 // difference is written to the collections. When two files define the same object, the file
 // whose path sorts last wins.
 type Files struct {
+	// given is the path the source was given, made absolute. When it is a symlink (link), the
+	// source serves its target and follows it when the link is re-pointed.
+	given string
+	link  bool
+	// root is what is served: given, or the target of the link (a folder or a file); rootReal
+	// is the folder it resolves to (a file's folder). They change, under mu, only in Run.
 	root     string
 	rootReal string
 	folder   bool
-	o        FilesOptions
-	log      *zap.Logger
-	w        watcher
+	// fileDir is the folder watched for a file root.
+	fileDir string
+	// linkProblem says why the link resolves to nothing now (the last target is kept).
+	linkProblem *collections.Problem
+	o           FilesOptions
+	log         *zap.Logger
+	w           watcher
 
 	static   Static
 	problems krt.StaticCollection[collections.ObjectProblems]
@@ -110,8 +120,9 @@ type objectState struct {
 }
 
 // NewFiles reads every manifest under path (a folder, walked recursively without hidden entries,
-// or one file) and returns a source whose collections hold them. Files another process is
-// writing are waited for (bounded). Run keeps the collections in step with the files.
+// or one file, or a symlink to either) and returns a source whose collections hold them. Files
+// another process is writing are waited for (bounded). Run keeps the collections in step with
+// the files, and with the link's target when path is a symlink re-pointed later.
 func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, error) {
 	if o.MaxFileBytes <= 0 {
 		o.MaxFileBytes = 64 << 20
@@ -130,33 +141,35 @@ func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, err
 	if err != nil {
 		return nil, fmt.Errorf("manifests %s: %w", path, err)
 	}
-	st, err := os.Stat(abs)
+	lst, err := os.Lstat(abs)
 	if err != nil {
 		return nil, fmt.Errorf("manifests: %w", err)
 	}
 	s := &Files{
-		root: abs, folder: st.IsDir(), o: o, log: log,
+		given: abs, link: lst.Mode()&fs.ModeSymlink != 0, o: o, log: log,
 		files: map[string]*fileState{}, objects: map[string]*objectState{}, dirs: map[string]bool{}, dirty: map[string]bool{},
 		links: map[string]map[string]bool{}, linkTargets: map[string]string{},
 	}
-	base := abs
-	if !s.folder {
-		base = filepath.Dir(abs)
-	}
-	if s.rootReal, err = filepath.EvalSymlinks(base); err != nil {
+	root, folder, err := s.locate()
+	if err != nil {
 		return nil, fmt.Errorf("manifests %s: %w", path, err)
 	}
 	if s.w, err = newWatcher(); err != nil {
 		return nil, fmt.Errorf("manifests %s: %w", path, err)
 	}
-	if !s.folder {
-		if err := s.w.add(base); err != nil {
+	if s.link {
+		// The link's folder: a re-pointed link is a change there.
+		if err := s.w.add(filepath.Dir(abs)); err != nil {
 			_ = s.w.close()
 			return nil, fmt.Errorf("manifests %s: %w", path, err)
 		}
 	}
+	if err := s.setRoot(root, folder); err != nil {
+		_ = s.w.close()
+		return nil, fmt.Errorf("manifests %s: %w", path, err)
+	}
 	var c changes
-	s.examine(abs, &c)
+	s.examine(s.root, &c)
 	s.waitForWriters(&c)
 	objs := s.load(&c, true)
 	s.mu.Lock()
@@ -166,6 +179,119 @@ func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, err
 	s.problems = krt.NewStaticCollection(nil, probs, opts.WithName(NameManifestProblems)...)
 	s.started = true
 	return s, nil
+}
+
+// locate says what the given path is now: itself, or the target of the link, and whether that
+// is a folder.
+func (s *Files) locate() (root string, folder bool, err error) {
+	root = s.given
+	if s.link {
+		if root, err = filepath.EvalSymlinks(s.given); err != nil {
+			return "", false, err
+		}
+	}
+	st, err := os.Stat(root)
+	if err != nil {
+		return "", false, err
+	}
+	return root, st.IsDir(), nil
+}
+
+// setRoot makes root (a folder or a file) what the source serves; a file's folder is watched.
+func (s *Files) setRoot(root string, folder bool) error {
+	base := root
+	if !folder {
+		base = filepath.Dir(root)
+	}
+	real, err := filepath.EvalSymlinks(base)
+	if err != nil {
+		return err
+	}
+	fileDir := ""
+	if !folder {
+		if err := s.w.add(base); err != nil {
+			return err
+		}
+		fileDir = base
+	}
+	s.mu.Lock()
+	s.root, s.folder, s.rootReal, s.fileDir = root, folder, real, fileDir
+	s.mu.Unlock()
+	return nil
+}
+
+// follow checks, in a batch, where the link leads: re-pointed, the old target is gone and the
+// new one examined, in the same batch, so that the objects both define are never removed. It
+// reports whether the target changed. A link that leads nowhere now keeps the old target served,
+// and is reported until it leads somewhere again.
+func (s *Files) follow(c *changes) bool {
+	root, folder, err := s.locate()
+	if err == nil && root == s.root && folder == s.folder {
+		s.setLinkProblem(nil)
+		return false
+	}
+	if err == nil {
+		old := s.root
+		if err = s.retarget(root, folder, c); err == nil {
+			s.setLinkProblem(nil)
+			s.log.Info("manifests link re-pointed", zap.String("link", s.given), zap.String("from", old), zap.String("to", root))
+			return true
+		}
+	}
+	s.setLinkProblem(&collections.Problem{Reason: ReasonSymlinkBroken, Detail: err.Error() + "; still serving " + s.root})
+	return false
+}
+
+// retarget drops everything of the old target (files, watches) into c and examines the new one.
+func (s *Files) retarget(root string, folder bool, c *changes) error {
+	oldRoot, oldFolder, oldFileDir := s.root, s.folder, s.fileDir
+	if err := s.setRoot(root, folder); err != nil {
+		return err
+	}
+	linkDir := filepath.Dir(s.given)
+	s.mu.Lock()
+	var gone []string
+	for f := range s.files {
+		if f == oldRoot || strings.HasPrefix(f, oldRoot+string(filepath.Separator)) {
+			gone = append(gone, f)
+		}
+	}
+	dirs := collections.SortedKeys(s.dirs)
+	clear(s.dirs)
+	s.mu.Unlock()
+	for _, f := range gone {
+		c.drop(f)
+	}
+	for _, d := range dirs {
+		if d != linkDir && d != s.fileDir {
+			s.w.remove(d)
+		}
+	}
+	if !oldFolder && oldFileDir != linkDir && oldFileDir != s.fileDir {
+		s.w.remove(oldFileDir)
+	}
+	c.retargeted = true
+	s.examine(s.root, c)
+	return nil
+}
+
+// setLinkProblem records (nil: clears) why the link leads nowhere.
+func (s *Files) setLinkProblem(p *collections.Problem) {
+	s.mu.Lock()
+	same := (p == nil && s.linkProblem == nil) || (p != nil && s.linkProblem != nil && *p == *s.linkProblem)
+	s.linkProblem = p
+	s.mu.Unlock()
+	if same || !s.started {
+		return
+	}
+	key := KindManifestFile + "/" + filepath.Base(s.given)
+	if p == nil {
+		s.problems.DeleteObject(key)
+		return
+	}
+	pr := *p
+	pr.Kind, pr.Object = KindManifestFile, filepath.Base(s.given)
+	s.problems.ConditionalUpdateObject(collections.ObjectProblems{Kind: KindManifestFile, Object: pr.Object, Problems: []collections.Problem{pr}})
 }
 
 // Inputs are the collections the manifests are served through.
@@ -236,11 +362,45 @@ func (s *Files) readOnCreate(path string) bool {
 // to the other without removing them.
 func (s *Files) apply(paths map[string]bool) {
 	var c changes
+	if s.link {
+		s.follow(&c)
+	}
 	for _, p := range collections.SortedKeys(paths) {
 		s.examine(p, &c)
 		c.read = append(c.read, s.linksTo(p)...)
 	}
 	s.load(&c, false)
+	if c.retargeted {
+		// Problems are named from the root: those of the old target go.
+		s.reconcileProblems()
+	}
+}
+
+// reconcileProblems makes the Problems collection hold exactly the problems of the files known.
+func (s *Files) reconcileProblems() {
+	s.mu.Lock()
+	want := map[string]collections.ObjectProblems{}
+	for p := range s.files {
+		if op := s.problemsOf(p); op != nil {
+			want[op.ResourceName()] = *op
+		}
+	}
+	if s.linkProblem != nil {
+		pr := *s.linkProblem
+		pr.Kind, pr.Object = KindManifestFile, filepath.Base(s.given)
+		op := collections.ObjectProblems{Kind: KindManifestFile, Object: pr.Object, Problems: []collections.Problem{pr}}
+		want[op.ResourceName()] = op
+	}
+	clear(s.dirty)
+	s.mu.Unlock()
+	for _, op := range s.problems.List() {
+		if _, ok := want[op.ResourceName()]; !ok {
+			s.problems.DeleteObject(op.ResourceName())
+		}
+	}
+	for _, op := range want {
+		s.problems.ConditionalUpdateObject(op)
+	}
 }
 
 // linksTo lists the symlinks that resolve to p, or to a file under p.
@@ -291,6 +451,8 @@ func (s *Files) setLink(link, target string) {
 type changes struct {
 	read []string
 	gone map[string]bool
+	// retargeted: the link was re-pointed in this batch.
+	retargeted bool
 }
 
 // drop notes that a file is gone.
@@ -914,10 +1076,14 @@ func summarize(ups, dels []Object) string {
 	return strings.Join(names, ", ")
 }
 
-// rel is a file's path relative to the source's root, as problems name it.
+// rel is a file's path relative to the source's root, as problems name it (a file root, by the
+// name it was given).
 func (s *Files) rel(p string) string {
 	base := s.root
 	if !s.folder {
+		if p == s.root {
+			return filepath.Base(s.given)
+		}
 		base = filepath.Dir(s.root)
 	}
 	if r, err := filepath.Rel(base, p); err == nil {
@@ -1010,11 +1176,16 @@ type FileStatus struct {
 	Problems []collections.Problem `json:"problems,omitempty"`
 }
 
-// Status lists every file the source knows, by path.
+// Status lists every file the source knows, by path (and the link, when it leads nowhere).
 func (s *Files) Status() []FileStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]FileStatus, 0, len(s.files))
+	out := make([]FileStatus, 0, len(s.files)+1)
+	if s.linkProblem != nil {
+		pr := *s.linkProblem
+		pr.Kind, pr.Object = KindManifestFile, filepath.Base(s.given)
+		out = append(out, FileStatus{Path: pr.Object, Problems: []collections.Problem{pr}})
+	}
 	for _, p := range collections.SortedKeys(s.files) {
 		fs := s.files[p]
 		st := FileStatus{Path: s.rel(p), Objects: len(fs.objects), Ignored: fs.ignored, Applied: fs.problem == nil && !fs.waiting, Waiting: fs.waiting}

@@ -715,3 +715,151 @@ func TestFilesRenameIsOneChange(t *testing.T) {
 	}
 	h.matchesFreshLoad()
 }
+
+// repoint points link at target atomically, as ln -sfn does: a new link renamed over it.
+func repoint(t *testing.T, target, link string) {
+	t.Helper()
+	tmp := link + ".tmp"
+	mustSymlink(t, target, tmp)
+	if err := os.Rename(tmp, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replay applies recorded events to the keys held before them, failing if the set is ever
+// empty, and returns the keys held after.
+func replay(t *testing.T, before []string, events []string) []string {
+	t.Helper()
+	held := map[string]bool{}
+	for _, k := range before {
+		held[k] = true
+	}
+	for i, e := range events {
+		ev, key, _ := strings.Cut(e, " ")
+		if ev == "delete" {
+			delete(held, key)
+		} else {
+			held[key] = true
+		}
+		if len(held) == 0 {
+			t.Errorf("no object held after event %d of %v", i, events)
+		}
+	}
+	return collections.SortedKeys(held)
+}
+
+// TestFilesRootSymlinkToAFolder: --manifests given as a symlink to a folder (current -> v1)
+// serves and follows the folder; re-pointed (ln -sfn v2 current), the new folder replaces the
+// old as one change, never without objects; a link that leads nowhere keeps what it led to.
+func TestFilesRootSymlinkToAFolder(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "v1", "ns.yaml"), nsYAML("a"))
+	writeFile(t, filepath.Join(dir, "v1", "svc.yaml"), svcYAML("x", "s", 80))
+	writeFile(t, filepath.Join(dir, "v1", "sub", "old.yaml"), svcYAML("x", "old", 80))
+	writeFile(t, filepath.Join(dir, "v1", "broken.yaml"), "kind: [\n")
+	writeFile(t, filepath.Join(dir, "v2", "svc.yaml"), svcYAML("x", "s", 81))
+	writeFile(t, filepath.Join(dir, "v2", "new.yaml"), svcYAML("x", "new", 80))
+	writeFile(t, filepath.Join(dir, "v2", "sub", "bad2.yaml"), "kind: [\n")
+	link := filepath.Join(dir, "current")
+	mustSymlink(t, "v1", link)
+	h := newHarness(t, link)
+	port := func() int32 {
+		if s := h.service("x", "s"); s != nil {
+			return s.Spec.Ports[0].Port
+		}
+		return 0
+	}
+	if port() != 80 || h.service("x", "old") == nil || h.f.static.Namespaces.GetKey("a") == nil {
+		t.Fatalf("the link's folder is not served: %v; status %+v", contents(h.f), h.f.Status())
+	}
+	if h.problem("broken.yaml") == nil || h.problem("current") != nil {
+		t.Fatalf("problems %v", h.f.problems.List())
+	}
+	writeFile(t, filepath.Join(dir, "v1", "sub", "edit.yaml"), nsYAML("edit"))
+	h.waitFor("an edit in the folder", func() bool { return h.f.static.Namespaces.GetKey("edit") != nil })
+
+	r := newRecorder()
+	record(r, "Service", h.f.static.Services)
+	before := []string{"Service/x/old", "Service/x/s"}
+	repoint(t, "v2", link)
+	h.waitFor("v2", func() bool {
+		return port() == 81 && h.service("x", "new") != nil && h.service("x", "old") == nil && h.f.static.Namespaces.GetKey("a") == nil &&
+			h.problem("broken.yaml") == nil && h.problem("sub/bad2.yaml") != nil
+	})
+	r.await(t, 0, "update Service/x/s", "add Service/x/new", "delete Service/x/old")
+	if got := replay(t, before, r.since(0)); !slices.Equal(got, []string{"Service/x/new", "Service/x/s"}) {
+		t.Errorf("after the switch: %v", got)
+	}
+	if slices.Contains(r.since(0), "delete Service/x/s") {
+		t.Errorf("an object of both folders was removed: %v", r.since(0))
+	}
+	h.matchesFreshLoad()
+
+	// The new folder is followed, the old one no longer.
+	writeFile(t, filepath.Join(dir, "v1", "ghost.yaml"), nsYAML("ghost"))
+	writeFile(t, filepath.Join(dir, "v2", "sub", "later.yaml"), nsYAML("later"))
+	h.waitFor("an edit in the new folder", func() bool { return h.f.static.Namespaces.GetKey("later") != nil })
+	h.barrier()
+	if h.f.static.Namespaces.GetKey("ghost") != nil {
+		t.Error("the old folder is still followed")
+	}
+
+	// A link that leads nowhere: what it led to is kept, and the link reported.
+	repoint(t, "missing", link)
+	h.waitFor("the link's problem", func() bool { p := h.problem("current"); return p != nil && p.Problems[0].Reason == ReasonSymlinkBroken })
+	if port() != 81 || h.f.static.Namespaces.GetKey("later") == nil {
+		t.Fatalf("a dangling link dropped the objects: %v", contents(h.f))
+	}
+	// Back to v1, by removing the link and making it again (not atomic): s is never removed.
+	i := r.len()
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	mustSymlink(t, "v1", link)
+	h.waitFor("v1 again", func() bool {
+		return port() == 80 && h.service("x", "old") != nil && h.service("x", "new") == nil && h.problem("current") == nil &&
+			h.problem("broken.yaml") != nil && h.problem("sub/bad2.yaml") == nil
+	})
+	r.await(t, i, "update Service/x/s", "add Service/x/old", "delete Service/x/new")
+	if slices.Contains(r.since(i), "delete Service/x/s") {
+		t.Errorf("an object of both folders was removed: %v", r.since(i))
+	}
+	h.barrier()
+	h.matchesFreshLoad()
+}
+
+// TestFilesRootSymlinkToAFile: --manifests given as a symlink to a file serves the file, named
+// after the link, follows its edits, and follows the link to a file in another folder.
+func TestFilesRootSymlinkToAFile(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "v1.yaml"), svcYAML("x", "s", 80)+"---\n"+nsYAML("a"))
+	writeFile(t, filepath.Join(dir, "other", "v2.yaml"), svcYAML("x", "s", 81))
+	link := filepath.Join(dir, "current.yaml")
+	mustSymlink(t, "v1.yaml", link)
+	h := newHarness(t, link)
+	port := func() int32 {
+		if s := h.service("x", "s"); s != nil {
+			return s.Spec.Ports[0].Port
+		}
+		return 0
+	}
+	if port() != 80 {
+		t.Fatalf("the link's file is not served: %v", contents(h.f))
+	}
+	writeFile(t, filepath.Join(dir, "v1.yaml"), "kind: [\n")
+	h.waitFor("the broken edit's problem, named after the link", func() bool { return h.problem("current.yaml") != nil })
+	writeFile(t, filepath.Join(dir, "v1.yaml"), svcYAML("x", "s", 82)+"---\n"+nsYAML("a"))
+	h.waitFor("the fix", func() bool { return port() == 82 && h.problem("current.yaml") == nil })
+
+	r := newRecorder()
+	record(r, "Service", h.f.static.Services)
+	repoint(t, filepath.Join("other", "v2.yaml"), link)
+	h.waitFor("v2", func() bool { return port() == 81 && h.f.static.Namespaces.GetKey("a") == nil })
+	r.await(t, 0, "update Service/x/s")
+	if slices.Contains(r.since(0), "delete Service/x/s") {
+		t.Errorf("the Service of both files was removed: %v", r.since(0))
+	}
+	writeFile(t, filepath.Join(dir, "other", "v2.yaml"), svcYAML("x", "s", 83))
+	h.waitFor("an edit of the new target, in another folder", func() bool { return port() == 83 })
+	h.matchesFreshLoad()
+}
