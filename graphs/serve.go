@@ -185,22 +185,28 @@ func (g *Graph) listClusters(v *collections.View) []*collections.Resource {
 // ResolveCollection lists the members of a LEDS collection for proxies of view v: the endpoints
 // of one locality group of the CLA the view is sent, when that CLA names the collection; nothing
 // otherwise (a collection of an older CLA, of another class, or of a service the view cannot
-// see).
-func (g *Graph) ResolveCollection(v *collections.View, typeURL, glob string) *collections.LEDSCollection {
+// see). pending says the view's CLA of a service naming the collection is being computed (the
+// proxy's class changed): its answer follows with a Change naming the collection.
+func (g *Graph) ResolveCollection(v *collections.View, typeURL, glob string) (c *collections.LEDSCollection, pending bool) {
 	if typeURL != transforms.TypeLbEndpoint || g.ledsCollections == nil || !transforms.IsLEDSCollection(glob) {
-		return nil
+		return nil, false
 	}
 	for _, set := range g.ledsCollections.Lookup(glob) {
 		if !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
 			continue
 		}
-		if r := set.For(v.ClassKey); r != nil && r.LEDS != nil {
+		r := set.For(v.ClassKey)
+		if r == nil {
+			pending = true
+			continue
+		}
+		if r.LEDS != nil {
 			if c := r.LEDS.Collection(glob); c != nil {
-				return c
+				return c, false
 			}
 		}
 	}
-	return nil
+	return nil, pending
 }
 
 // Subscribe calls f with the names whose resources changed, and with the connections whose view

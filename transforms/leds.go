@@ -130,39 +130,51 @@ func collectionVersion(members []*collections.Resource) uint64 {
 }
 
 // ChangedLEDSCollections lists the collections whose members differ between two versions of a
-// CLA set (either may be nil): those of one and not the other, and those whose version changed.
+// CLA set (either may be nil): those of one and not the other, and those whose version changed;
+// and every collection of a class new to the set, even one another class had already: a proxy
+// whose class changed waits for its class's CLA, and is told its collections this way.
 func ChangedLEDSCollections(old, cur *collections.ResourceSet, add func(name string)) {
 	versions := map[string]uint64{}
-	each := func(s *collections.ResourceSet, f func(c *collections.LEDSCollection)) {
+	each := func(s *collections.ResourceSet, f func(class string, c *collections.LEDSCollection)) {
 		if s == nil {
 			return
 		}
-		visit := func(r *collections.Resource) {
+		visit := func(class string, r *collections.Resource) {
 			if r == nil || r.LEDS == nil {
 				return
 			}
 			for i := range r.LEDS.Collections {
-				f(&r.LEDS.Collections[i])
+				f(class, &r.LEDS.Collections[i])
 			}
 		}
-		visit(s.Shared)
-		for _, r := range s.ByClass {
-			visit(r)
+		visit("", s.Shared)
+		for k, r := range s.ByClass {
+			visit(k, r)
 		}
 	}
-	each(old, func(c *collections.LEDSCollection) { versions[c.Name] = c.Version })
-	seen := map[string]bool{}
-	each(cur, func(c *collections.LEDSCollection) {
-		if seen[c.Name] {
+	each(old, func(_ string, c *collections.LEDSCollection) { versions[c.Name] = c.Version })
+	isNew := func(class string) bool {
+		switch {
+		case old == nil:
+			return true
+		case class == "":
+			return old.Shared == nil
+		}
+		return old.ByClass[class] == nil
+	}
+	present, added := map[string]bool{}, map[string]bool{}
+	each(cur, func(class string, c *collections.LEDSCollection) {
+		present[c.Name] = true
+		if added[c.Name] {
 			return // a CLA several classes share
 		}
-		seen[c.Name] = true
-		if v, ok := versions[c.Name]; !ok || v != c.Version {
+		if v, ok := versions[c.Name]; !ok || v != c.Version || isNew(class) {
+			added[c.Name] = true
 			add(c.Name)
 		}
 	})
 	for name := range versions {
-		if !seen[name] {
+		if !present[name] {
 			add(name)
 		}
 	}

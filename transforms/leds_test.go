@@ -1,6 +1,8 @@
 package transforms
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,5 +186,46 @@ func TestLEDSOnlyAboveTheThreshold(t *testing.T) {
 	}
 	if r, _ := buildCLA(fooName, fooName, svc, port, se, cp, collections.ProxyClass{}, 1); r.LEDS != nil {
 		t.Error("a CLA whose localities the policy rewrites got a LEDS form")
+	}
+}
+
+// TestChangedLEDSCollections: the collections whose members differ between two versions of a
+// CLA set, and every collection of a class new to the set, even one another class had with the
+// same members (a proxy that moved to that class waits for it).
+func TestChangedLEDSCollections(t *testing.T) {
+	form := func(cols ...string) *collections.Resource {
+		f := &collections.LEDSForm{}
+		for _, c := range cols {
+			name, v, _ := strings.Cut(c, "@")
+			var ver uint64
+			_, _ = fmt.Sscan(v, &ver)
+			f.Collections = append(f.Collections, collections.LEDSCollection{Name: name, Version: ver})
+		}
+		return &collections.Resource{LEDS: f}
+	}
+	set := func(byClass map[string]*collections.Resource) *collections.ResourceSet {
+		return &collections.ResourceSet{Key: "k", ByClass: byClass}
+	}
+	a := form("g1@1", "g2@1")
+	for _, tc := range []struct {
+		name     string
+		old, cur *collections.ResourceSet
+		want     []string
+	}{
+		{"nothing changed", set(map[string]*collections.Resource{"A": a}), set(map[string]*collections.Resource{"A": a}), nil},
+		{"a member changed", set(map[string]*collections.Resource{"A": a}), set(map[string]*collections.Resource{"A": form("g1@2", "g2@1")}), []string{"g1"}},
+		{"a collection gone", set(map[string]*collections.Resource{"A": a}), set(map[string]*collections.Resource{"A": form("g1@1")}), []string{"g2"}},
+		{"a new set", nil, set(map[string]*collections.Resource{"A": a}), []string{"g1", "g2"}},
+		{"a set removed", set(map[string]*collections.Resource{"A": a}), nil, []string{"g1", "g2"}},
+		{"a class joins with the same collections", set(map[string]*collections.Resource{"A": a}), set(map[string]*collections.Resource{"A": a, "B": a}), []string{"g1", "g2"}},
+		{"a class replaces another with the same collections", set(map[string]*collections.Resource{"A": a}), set(map[string]*collections.Resource{"B": a}), []string{"g1", "g2"}},
+		{"a class leaves", set(map[string]*collections.Resource{"A": a, "B": a}), set(map[string]*collections.Resource{"A": a}), nil},
+	} {
+		var got []string
+		ChangedLEDSCollections(tc.old, tc.cur, func(n string) { got = append(got, n) })
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -27,6 +27,11 @@ type fakeSource struct {
 	version uint64
 	// follows maps a name to the name it follows (Follows); set before the server starts.
 	follows map[string]string
+	// views replace fakeView for the connections they name; cols are the LEDS collections, and
+	// colPending those being computed.
+	views      map[string]*collections.View
+	cols       map[string]*collections.LEDSCollection
+	colPending map[string]bool
 }
 
 func newFakeSource() *fakeSource {
@@ -71,7 +76,60 @@ func (f *fakeSource) View(id string) *collections.View {
 	if !f.conns[id] {
 		return nil
 	}
+	if v := f.views[id]; v != nil {
+		return v
+	}
 	return fakeView
+}
+
+// setView gives a connection a view of its own and says so.
+func (f *fakeSource) setView(connID string, v *collections.View) {
+	f.mu.Lock()
+	if f.views == nil {
+		f.views = map[string]*collections.View{}
+	}
+	f.views[connID] = v
+	f.mu.Unlock()
+	f.notify(collections.Change{Conns: []string{connID}})
+}
+
+func (f *fakeSource) ResolveCollection(_ *collections.View, typeURL, glob string) (*collections.LEDSCollection, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.colPending[glob] {
+		return nil, true
+	}
+	return f.cols[glob], false
+}
+
+// setCollection makes a LEDS collection of members ("name@version") and says so.
+func (f *fakeSource) setCollection(glob string, members ...string) {
+	c := &collections.LEDSCollection{Name: glob}
+	for _, m := range members {
+		name, v, _ := strings.Cut(m, "@")
+		ver := xxhash.Sum64String(v) | 1
+		c.Members = append(c.Members, &collections.Resource{Name: name, TypeURL: typeLbEndpoint, Version: ver, Body: []byte(name + "#" + v)})
+	}
+	f.mu.Lock()
+	if f.cols == nil {
+		f.cols = map[string]*collections.LEDSCollection{}
+	}
+	f.cols[glob] = c
+	f.mu.Unlock()
+	f.notify(collections.Change{TypeURL: typeLbEndpoint, Names: []string{glob}})
+}
+
+// setCollectionPending makes a collection pending (nothing is announced) or computed (announced).
+func (f *fakeSource) setCollectionPending(glob string, on bool) {
+	f.mu.Lock()
+	if f.colPending == nil {
+		f.colPending = map[string]bool{}
+	}
+	f.colPending[glob] = on
+	f.mu.Unlock()
+	if !on {
+		f.notify(collections.Change{TypeURL: typeLbEndpoint, Names: []string{glob}})
+	}
 }
 
 func (f *fakeSource) Resolve(_ *collections.View, typeURL, name string) (*collections.Resource, bool) {

@@ -7,10 +7,11 @@ import (
 )
 
 // CollectionSource is a Source that also serves glob collections (LEDS): the members of a
-// collection a proxy of view v sees. A Change of the collection's type naming the collection
-// says its members changed.
+// collection a proxy of view v sees. With a nil collection, pending says whether the view's CLA
+// naming it is being computed (a Change naming the collection follows) rather than naming it
+// not. A Change of the collection's type naming the collection says its members changed.
 type CollectionSource interface {
-	ResolveCollection(v *collections.View, typeURL, glob string) *collections.LEDSCollection
+	ResolveCollection(v *collections.View, typeURL, glob string) (c *collections.LEDSCollection, pending bool)
 }
 
 // heldCollection is what a stream's client holds of a collection: the members of the version
@@ -51,7 +52,8 @@ func (s *Server) rejectedLEDS(c *conn, st *typeState) {
 // nextCollections decides the response of LEDS resources (c.mu held). Each collection the stream
 // subscribes to and that must be looked at is resolved for the stream's view and compared with
 // the version the client holds: the members that changed or joined are sent, those gone are
-// removed. A collection the view does not have lists nothing.
+// removed. A collection the view does not have lists nothing; one whose CLA is being computed
+// for the view (after a change of the proxy's class) waits, as a pending CLA does.
 func (s *Server) nextCollections(c *conn, st *typeState) *response {
 	cs, ok := s.src.(CollectionSource)
 	if !ok {
@@ -76,7 +78,14 @@ func (s *Server) nextCollections(c *conn, st *typeState) *response {
 	st.dirty, st.dirtyAll = nil, false
 	resp := &response{t: tLbEndpoint}
 	for _, glob := range globs {
-		col := cs.ResolveCollection(c.view, typeLbEndpoint, s.names.name(glob))
+		col, pending := cs.ResolveCollection(c.view, typeLbEndpoint, s.names.name(glob))
+		if pending {
+			if st.dirty == nil {
+				st.dirty = map[nameID]int64{}
+			}
+			st.dirty[glob] = times[glob]
+			continue
+		}
 		held := st.members[glob].col
 		if col == held {
 			continue
