@@ -174,6 +174,7 @@ func TestEqualsComparesEveryField(t *testing.T) {
 		"TypeURL":   "a set's type is compared on the set",
 		"Body":      "the version is a hash of the body",
 		"Endpoints": "counted from the body",
+		"Absent":    "set only on the answers for unknown names, which are in no set",
 	})
 	checkEquals(t, DestinationRule.Equals, nil)
 	checkEquals(t, Subset.Equals, nil)

@@ -208,6 +208,9 @@ type Resource struct {
 	// LEDS is a ClusterLoadAssignment's form for clients of LEDS (Config.LEDSThreshold); nil
 	// for other resources and for CLAs at or under the threshold.
 	LEDS *LEDSForm `json:"leds,omitempty"`
+	// Absent: the source has nothing of the name, and this is what it answers for it (an empty
+	// ClusterLoadAssignment, as istiod sends for a cluster it does not know).
+	Absent bool `json:"absent,omitempty"`
 }
 
 // LEDSForm is a ClusterLoadAssignment whose localities name LEDS collections instead of listing

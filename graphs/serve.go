@@ -321,6 +321,7 @@ func (e *emptyCLAs) get(name string) *collections.Resource {
 		e.m = map[string]*collections.Resource{}
 	}
 	r := transforms.EmptyCLA(name)
+	r.Absent = true
 	e.m[name] = r
 	return r
 }

@@ -72,7 +72,10 @@ type typeState struct {
 	forceNext bool
 	// members are, for LEDS, what the client holds of each collection subscribed to.
 	members map[nameID]heldCollection
-	st      TypeStatus
+	// deferred are, for endpoints, the names whose cluster is being removed: their emptied CLA
+	// waits for the clusters response that removes the cluster, as istiod sends them.
+	deferred map[nameID]int64
+	st       TypeStatus
 }
 
 func newConn(id string, delta bool, peer string) *conn {
@@ -197,6 +200,11 @@ func (s *Server) next(c *conn, t typ) *response {
 			if held.version != 0 {
 				removed = append(removed, id)
 			}
+		case t == tEndpoint && r.Endpoints == 0 && s.clusterLeaving(c, id, r, held):
+			if st.deferred == nil {
+				st.deferred = map[nameID]int64{}
+			}
+			st.deferred[id] = times[id]
 		default:
 			current[id] = r
 			if held.version != r.Version {
@@ -250,6 +258,10 @@ func (s *Server) next(c *conn, t typ) *response {
 	}
 	st.dirty, st.dirtyAll = pending, false
 	if len(changed) == 0 && len(removed) == 0 && !st.force {
+		if t == tCluster {
+			// Nothing to remove after all: the endpoints held back need not wait.
+			releaseDeferred(c)
+		}
 		return nil
 	}
 	if st.st.Responses == 0 && len(current) == 0 && len(pending) > 0 {
@@ -308,15 +320,57 @@ func (s *Server) seal(c *conn, t typ, st *typeState, resp *response) *response {
 	st.inflight = true
 	st.st.SentNonce, st.st.SentVersion, st.st.SentTime = resp.nonce, resp.version, time.Now()
 	st.st.Responses++
-	if t == tCluster && !c.delta {
+	if t == tCluster {
 		if eds := c.types[tEndpoint]; eds != nil {
-			// Envoy asks again for the endpoints of the clusters it warms, and waits for an answer.
-			eds.forceNext = true
+			if !c.delta {
+				// Envoy asks again for the endpoints of the clusters it warms, and waits for an
+				// answer.
+				eds.forceNext = true
+			}
 		}
+		// The clusters being removed are gone now: their endpoints may follow.
+		releaseDeferred(c)
 	}
 	return resp
 }
 
+// releaseDeferred marks the endpoints held back for a clusters response to be looked at again
+// (c.mu held).
+func releaseDeferred(c *conn) {
+	eds := c.types[tEndpoint]
+	if eds == nil || len(eds.deferred) == 0 {
+		return
+	}
+	if eds.dirty == nil {
+		eds.dirty = map[nameID]int64{}
+	}
+	for id, at := range eds.deferred {
+		eds.dirty[id] = at
+	}
+	eds.deferred = nil
+	c.kick()
+}
+
+// clusterLeaving reports whether the emptied CLA r of a name must wait for the clusters response
+// that removes the name's cluster (c.mu held), as istiod orders them: the stream's client holds
+// the cluster, and either the source no longer has it (the clusters are looked at again now),
+// or the source has no CLA of the name any more where the client held one (the cluster's
+// removal is on its way: the clusters are looked at when it comes).
+func (s *Server) clusterLeaving(c *conn, id nameID, r *collections.Resource, held sub) bool {
+	cds := c.types[tCluster]
+	if cds == nil {
+		return false
+	}
+	if sb, ok := cds.subs.get(id); !ok || sb.version == 0 {
+		return false
+	}
+	if cr, pending := s.src.Resolve(c.view, tCluster.url(), s.names.name(id)); cr == nil && !pending {
+		cds.dirtyAll = true
+		c.kick()
+		return true
+	}
+	return r.Absent && held.version != 0 && held.version != r.Version
+}
 func (s *Server) held(st *typeState, id nameID) bool {
 	return st.subs.has(id)
 }
