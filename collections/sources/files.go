@@ -655,7 +655,7 @@ func (s *Files) read(p string) readResult {
 		return r
 	}
 	if fi.Size() > s.o.MaxFileBytes {
-		r.problem = &collections.Problem{Reason: ReasonTooLarge, Detail: fmt.Sprintf("%d bytes, over the limit of %d", fi.Size(), s.o.MaxFileBytes)}
+		r.problem = &collections.Problem{Reason: ReasonTooLarge, Subject: "size", Detail: fmt.Sprintf("%d bytes, over the limit of %d", fi.Size(), s.o.MaxFileBytes)}
 		return r
 	}
 	f, err := openForReading(target)
@@ -678,7 +678,7 @@ func (s *Files) read(p string) readResult {
 		return r
 	}
 	if int64(len(data)) > s.o.MaxFileBytes {
-		r.problem = &collections.Problem{Reason: ReasonTooLarge, Detail: fmt.Sprintf("over the limit of %d bytes", s.o.MaxFileBytes)}
+		r.problem = &collections.Problem{Reason: ReasonTooLarge, Subject: "size", Detail: fmt.Sprintf("over the limit of %d bytes", s.o.MaxFileBytes)}
 		return r
 	}
 	r.data, r.hash = data, xxhash.Sum64(data)
