@@ -12,10 +12,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"istio.io/istio/pkg/kube"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	krteds "github.com/krteds/krteds/cmd/krteds/app"
@@ -77,14 +79,22 @@ func TestServiceAccountTokens(t *testing.T) {
 	if _, err := c.Kube().CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "client"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	token := func(aud string) string {
-		tr, err := c.Kube().CoreV1().ServiceAccounts(ns).CreateToken(ctx, "client",
+	ensureNamespace(t, c, "istio-system")
+	if _, err := c.Kube().CoreV1().ServiceAccounts("istio-system").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "debugger"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := c.Kube().CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "other"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tokenOf := func(ns, sa, aud string) string {
+		tr, err := c.Kube().CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa,
 			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{aud}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tr.Status.Token
 	}
+	token := func(aud string) string { return tokenOf(ns, "client", aud) }
 
 	k := startSecureKrteds(t, client(t))
 	app, ca, secure := k.app, k.ca, k.secure
@@ -108,16 +118,42 @@ func TestServiceAccountTokens(t *testing.T) {
 		_, err = s.Recv(30 * time.Second)
 		return err
 	}
-	// Debug endpoints from a non-loopback address: only with a valid token.
+	// A proxy of the namespace, for its debug pages.
+	pcc, err := grpc.NewClient(k.plain, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcc.Close()
+	proxy, err := adsclient.Open(ctx, pcc, adsclient.Node{ID: "sidecar~10.30.0.9~web-x." + ns + "~" + ns + ".svc.cluster.local", Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	if err := proxy.Request(adsclient.TypeCLA, "outbound|80||web.scenario5.svc.cluster.local"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.Recv(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Debug endpoints from a non-loopback address: only with a valid token, and only what its
+	// identity may read: the system namespace everything, another namespace the per-proxy pages
+	// of its own proxies.
+	system := "Bearer " + tokenOf("istio-system", "debugger", "istio-ca")
+	own := "Bearer " + token("istio-ca")
 	for _, tc := range []struct {
-		name, auth string
-		want       int
+		name, path, auth string
+		want             int
 	}{
-		{"no token", "", http.StatusUnauthorized},
-		{"bad token", "Bearer garbage", http.StatusUnauthorized},
-		{"service-account token", "Bearer " + token("istio-ca"), http.StatusOK},
+		{"no token", "/debug/registryz", "", http.StatusUnauthorized},
+		{"bad token", "/debug/registryz", "Bearer garbage", http.StatusUnauthorized},
+		{"the system namespace's token", "/debug/registryz", system, http.StatusOK},
+		{"the system namespace's token, pprof", "/debug/pprof/", system, http.StatusOK},
+		{"a namespace's token, the registry", "/debug/registryz", own, http.StatusForbidden},
+		{"a namespace's token, pprof", "/debug/pprof/", own, http.StatusForbidden},
+		{"a namespace's token, its proxy's CLAs", "/debug/edsz?proxyID=web-x." + ns, own, http.StatusOK},
+		{"another namespace's token, this namespace's proxy", "/debug/edsz?proxyID=web-x." + ns, "Bearer " + tokenOf("default", "other", "istio-ca"), http.StatusNotFound},
 	} {
-		req := httptest.NewRequest(http.MethodGet, "/debug/registryz", nil)
+		req := httptest.NewRequest(http.MethodGet, tc.path, nil)
 		req.RemoteAddr = "192.0.2.10:5555"
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
@@ -125,7 +161,7 @@ func TestServiceAccountTokens(t *testing.T) {
 		rec := httptest.NewRecorder()
 		app.DebugHandler().ServeHTTP(rec, req)
 		if rec.Code != tc.want {
-			t.Errorf("debug from a remote peer, %s: %d, want %d", tc.name, rec.Code, tc.want)
+			t.Errorf("debug from a remote peer, %s (%s): %d %s, want %d", tc.name, tc.path, rec.Code, rec.Body.String(), tc.want)
 		}
 	}
 

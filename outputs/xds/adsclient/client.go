@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -73,16 +74,19 @@ func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 // receiver reads a stream's responses on its own goroutine, so callers can wait with a timeout.
 type receiver[T any] struct {
 	resps chan T
-	errs  chan error
+	// done is closed once the stream has ended, *err saying how.
+	done chan struct{}
+	err  *error
 }
 
 func receive[T any](recv func() (T, error)) receiver[T] {
-	r := receiver[T]{resps: make(chan T, 1024), errs: make(chan error, 1)}
+	r := receiver[T]{resps: make(chan T, 1024), done: make(chan struct{}), err: new(error)}
 	go func() {
 		for {
 			m, err := recv()
 			if err != nil {
-				r.errs <- err
+				*r.err = err
+				close(r.done)
 				close(r.resps)
 				return
 			}
@@ -98,11 +102,25 @@ func (r receiver[T]) Recv(timeout time.Duration) (T, error) {
 	select {
 	case m, ok := <-r.resps:
 		if !ok {
-			return zero, <-r.errs
+			return zero, *r.err
 		}
 		return m, nil
 	case <-time.After(timeout):
 		return zero, ErrTimeout
+	}
+}
+
+// sent is what a send's error says: a send fails with io.EOF when the server has ended the
+// stream, and the stream's status is then what ended it.
+func (r receiver[T]) sent(err error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	select {
+	case <-r.done:
+		return *r.err
+	case <-time.After(10 * time.Second):
+		return err
 	}
 }
 
@@ -135,7 +153,7 @@ func (s *Stream) Send(req *discovery.DiscoveryRequest) error {
 		req.Node = s.node
 		s.sentNode = true
 	}
-	return s.s.Send(req)
+	return s.sent(s.s.Send(req))
 }
 
 // Request subscribes to names of typeURL (an initial request, no nonce).

@@ -44,7 +44,7 @@ func (s *DeltaStream) Send(req *discovery.DeltaDiscoveryRequest) error {
 		req.Node = s.node
 		s.sentNode = true
 	}
-	return s.s.Send(req)
+	return s.sent(s.s.Send(req))
 }
 
 // Subscribe changes the subscription of typeURL.
