@@ -27,6 +27,16 @@ spec:
 
 func onlyCluster(t *testing.T, resp *discovery.DiscoveryResponse, name string) *cluster.Cluster {
 	t.Helper()
+	c := findCluster(t, resp, name)
+	if c == nil {
+		t.Fatalf("no cluster %s in %d clusters", name, len(resp.Resources))
+	}
+	return c
+}
+
+// findCluster is the cluster of a name in a response (checked valid), nil if it has none.
+func findCluster(t *testing.T, resp *discovery.DiscoveryResponse, name string) *cluster.Cluster {
+	t.Helper()
 	cls, err := adsclient.Decode(resp, func() *cluster.Cluster { return &cluster.Cluster{} })
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +49,6 @@ func onlyCluster(t *testing.T, resp *discovery.DiscoveryResponse, name string) *
 			return c
 		}
 	}
-	t.Fatalf("no cluster %s in %d clusters", name, len(cls))
 	return nil
 }
 

@@ -3,9 +3,6 @@ package serving
 import (
 	"testing"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
@@ -63,7 +60,7 @@ func TestServiceRemovalSendsClustersFirst(t *testing.T) {
 					types = append(types, resp.TypeUrl)
 					if resp.TypeUrl == adsclient.TypeCluster {
 						_ = s.Ack(resp)
-						if !listsCluster(t, resp, fooCluster) {
+						if findCluster(t, resp, fooCluster) == nil {
 							break
 						}
 						continue
@@ -76,18 +73,4 @@ func TestServiceRemovalSendsClustersFirst(t *testing.T) {
 			}
 		})
 	}
-}
-
-func listsCluster(t *testing.T, resp *discovery.DiscoveryResponse, name string) bool {
-	t.Helper()
-	cs, err := adsclient.Decode(resp, func() *cluster.Cluster { return &cluster.Cluster{} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cs {
-		if c.Name == name {
-			return true
-		}
-	}
-	return false
 }
