@@ -22,7 +22,9 @@ type Scope struct {
 var Everything = Scope{All: true}
 
 // Sees reports whether the scope covers the proxies of a namespace.
-func (s Scope) Sees(namespace string) bool { return s.All || (s.Namespace != "" && s.Namespace == namespace) }
+func (s Scope) Sees(namespace string) bool {
+	return s.All || (s.Namespace != "" && s.Namespace == namespace)
+}
 
 func (s Scope) String() string {
 	if s.All {
