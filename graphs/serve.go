@@ -105,6 +105,27 @@ func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collectio
 	return r, false
 }
 
+// Holds reports whether some view is sent this version of the resource of a type and name now:
+// the version of the name's set (any class's), or of the answer for an unknown cluster.
+func (g *Graph) Holds(typeURL, name string, version uint64) bool {
+	c := g.resourcesOf(typeURL)
+	if c == nil {
+		return false
+	}
+	if set := c.GetKey(name); set != nil {
+		if set.Shared != nil {
+			return set.Shared.Version == version
+		}
+		for _, r := range set.ByClass {
+			if r.Version == version {
+				return true
+			}
+		}
+		return false
+	}
+	return typeURL == transforms.TypeCLA && g.empty.get(name).Version == version
+}
+
 // Follows is the name whose changes may change the resource of a name: for the cluster of a
 // subset, the set of the subsets no DestinationRule defines, which serves it while none does.
 func (g *Graph) Follows(typeURL, name string) string {

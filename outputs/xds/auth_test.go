@@ -71,8 +71,8 @@ func startTokenServer(t *testing.T, opts ...func(*Server)) *tokenServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := NewGRPCServer(context.Background(), ts.srv, grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{cert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12})))
+	gs := NewGRPCServer(context.Background(), ts.srv, credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{cert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	ts.ca, ts.addr = ca, lis.Addr().String()
@@ -216,7 +216,7 @@ func TestTokenCacheExpiry(t *testing.T) {
 // TestStreamsPerIdentityAreBounded: one identity holds at most the streams its bound allows;
 // another identity is not affected, and a stream closing makes room.
 func TestStreamsPerIdentityAreBounded(t *testing.T) {
-	ts := startTokenServer(t, func(s *Server) { s.SetLimits(3) })
+	ts := startTokenServer(t, func(s *Server) { s.SetLimits(Limits{StreamsPerIdentity: 3}) })
 	ts.src.set(tEndpoint.url(), "e0")
 	a := jwtWith(`{"sub":"a"}`)
 	b := jwtWith(`{"sub":"b"}`)

@@ -153,6 +153,13 @@ func (f *fakeSource) List(_ *collections.View, typeURL string) []*collections.Re
 
 func (f *fakeSource) Follows(_, name string) string { return f.follows[name] }
 
+func (f *fakeSource) Holds(typeURL, name string, version uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.res[typeURL][name]
+	return r != nil && r.Version == version
+}
+
 func (f *fakeSource) Subscribe(fn func(collections.Change)) {
 	f.mu.Lock()
 	f.subs = append(f.subs, fn)
@@ -212,15 +219,17 @@ func (f *fakeSource) current(typeURL, name string) (*collections.Resource, bool)
 
 // fakeServer runs a server over a fake source on loopback.
 type fakeServer struct {
-	src *fakeSource
-	srv *Server
-	cc  *grpc.ClientConn
+	src  *fakeSource
+	srv  *Server
+	cc   *grpc.ClientConn
+	addr string
 }
 
 func startFake(t testing.TB, opts ...func(*Server)) *fakeServer {
 	t.Helper()
 	src := newFakeSource()
 	srv := NewServer(src, "Kubernetes", nil, nil)
+	srv.SetLimits(Limits{StreamRate: -1}) // tests open streams faster than any herd
 	for _, o := range opts {
 		o(srv)
 	}
@@ -230,7 +239,7 @@ func startFake(t testing.TB, opts ...func(*Server)) *fakeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := NewGRPCServer(context.Background(), srv)
+	gs := NewGRPCServer(context.Background(), srv, nil)
 	go func() { _ = gs.Serve(lis) }()
 	cc, err := adsclient.Dial(lis.Addr().String())
 	if err != nil {
@@ -241,7 +250,7 @@ func startFake(t testing.TB, opts ...func(*Server)) *fakeServer {
 		gs.Stop()
 		close(stop)
 	})
-	return &fakeServer{src: src, srv: srv, cc: cc}
+	return &fakeServer{src: src, srv: srv, cc: cc, addr: lis.Addr().String()}
 }
 
 // fakeName is the name of a resource of the fake source, read from its body.

@@ -7,6 +7,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -15,10 +16,11 @@ import (
 // opening more waits for one to close.
 const MaxStreamsPerConnection = 128
 
-// NewGRPCServer returns a gRPC server that serves ADS (state of the world and delta) from s. Its
-// codec is krteds' own, whatever opts say: responses are sent as krteds encodes them (wire.go),
-// which no other codec can marshal.
-func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grpc.Server {
+// NewGRPCServer returns a gRPC server that serves ADS (state of the world and delta) from s, over
+// creds (nil: plaintext). Its codec is krteds' own, whatever opts say: responses are sent as
+// krteds encodes them (wire.go), which no other codec can marshal; and it knows its connections,
+// to close the one of a client that stops reading (its credentials are creds, whatever opts say).
+func NewGRPCServer(_ context.Context, s *Server, creds credentials.TransportCredentials, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(MaxStreamsPerConnection),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -30,7 +32,7 @@ func NewGRPCServer(_ context.Context, s *Server, opts ...grpc.ServerOption) *grp
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
-	opts = append(opts, grpc.ForceServerCodecV2(newWireCodec())) // last: it wins
+	opts = append(opts, grpc.Creds(tracking(creds, s.clientConns)), grpc.ForceServerCodecV2(newWireCodec())) // last: they win
 	gs := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, s)
 	if s.loadReports != nil {

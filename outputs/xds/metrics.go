@@ -19,6 +19,14 @@ type Metrics struct {
 	Convergence   *prometheus.HistogramVec
 	RejectedNodes prometheus.Counter
 	UnknownTypes  prometheus.Counter
+	// The send budget (flight.go) and stream admission.
+	SendBudget     prometheus.Gauge
+	InFlight       prometheus.Gauge
+	WaitingStreams prometheus.Gauge
+	BudgetWait     prometheus.Histogram
+	Throttled      prometheus.Counter
+	Resumed        prometheus.Counter
+	Stalled        prometheus.Counter
 
 	// The same facts under istiod's names, labels and buckets (pilot/pkg/xds/monitoring.go,
 	// pkg/xds/monitoring.go), for the dashboards and alerts written for istiod.
@@ -102,6 +110,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		UnknownTypes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "krteds_xds_unknown_type_requests_total", Help: "Requests for resource types krteds does not serve.",
 		}),
+		SendBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "krteds_xds_send_budget_bytes", Help: "The bytes of responses the server may have handed to gRPC and not seen written, or be encoding.",
+		}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "krteds_xds_inflight_bytes", Help: "Bytes of responses handed to gRPC and not yet written, or being encoded.",
+		}),
+		WaitingStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "krteds_xds_budget_waiting_streams", Help: "Streams whose next response waits for the send budget.",
+		}),
+		BudgetWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "krteds_xds_budget_wait_seconds", Help: "Time a response waited for the send budget.",
+			Buckets: []float64{.001, .01, .1, .5, 1, 3, 10, 30},
+		}),
+		Throttled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "krteds_xds_throttled_streams_total", Help: "New streams told to retry (RESOURCE_EXHAUSTED) because more came than the stream rate allows.",
+		}),
+		Resumed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "krteds_xds_resumed_streams_total", Help: "New delta streams let in past the stream rate because the versions they hold are current.",
+		}),
+		Stalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "krteds_xds_stalled_streams_total", Help: "Streams closed because their client read nothing of a response for the send timeout.",
+		}),
 	}
 	m.Istio = IstioMetrics{
 		Clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -147,6 +177,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Clients, m.Pushes, m.PushErrors, m.NACKs, m.ExpiredNonces, m.ConfigSize, m.Convergence, m.RejectedNodes, m.UnknownTypes,
+			m.SendBudget, m.InFlight, m.WaitingStreams, m.BudgetWait, m.Throttled, m.Resumed, m.Stalled,
 			m.Istio.Clients, m.Istio.Pushes, m.Istio.PushTime, m.Istio.ConvergenceTime, m.Istio.Rejects, m.Istio.ExpiredNonces)
 	}
 	return m

@@ -5,6 +5,7 @@ package xds
 
 import (
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -37,8 +39,11 @@ type Server struct {
 	metrics     *Metrics
 	names       *nameTable
 	versions    *versionTable
-	// maxPerIdentity bounds the streams of one authenticated identity (SetLimits).
-	maxPerIdentity int
+	// limits are the server's bounds (SetLimits); budget the send budget, streamRate the
+	// admission of new streams (nil: unlimited).
+	limits     Limits
+	budget     *sendBudget
+	streamRate *rate.Limiter
 
 	synced atomic.Bool
 	nextID atomic.Int64
@@ -49,6 +54,8 @@ type Server struct {
 	identities map[Identity]int
 	// byNode lists the identified streams by node id.
 	byNode map[string][]*conn
+	// clientConns are the connections of the gRPC servers serving s, by remote address.
+	clientConns *connTracker
 	// slots numbers the streams: a stream's slot is its bit in the subscriber sets; free lists
 	// the slots of closed streams, reused first so that the sets stay short.
 	slots []*conn
@@ -71,7 +78,8 @@ func NewServer(src Source, clusterID string, log *zap.Logger, m *Metrics) *Serve
 		m = NewMetrics(nil)
 	}
 	s := &Server{src: src, clusterID: clusterID, log: log, logs: newServerLogs(), metrics: m, names: newNameTable(), versions: newVersionTable(),
-		conns: map[string]*conn{}, identities: map[Identity]int{}, byNode: map[string][]*conn{}, maxPerIdentity: DefaultMaxStreamsPerIdentity}
+		conns: map[string]*conn{}, identities: map[Identity]int{}, byNode: map[string][]*conn{}, clientConns: newConnTracker()}
+	s.SetLimits(Limits{})
 	for t := range numTypes {
 		s.wildcard[t] = map[*conn]struct{}{}
 		s.followers[t] = map[string][]nameID{}
@@ -99,16 +107,68 @@ func (s *Server) Start(stop <-chan struct{}) {
 // Synced reports whether the server answers requests.
 func (s *Server) Synced() bool { return s.synced.Load() }
 
-// DefaultMaxStreamsPerIdentity bounds the open streams of one authenticated identity (a
-// namespace's service account): a Deployment of thousands of replicas shares one.
-const DefaultMaxStreamsPerIdentity = 20000
+// Limits bound what the server holds and how fast it takes on new streams. Zero fields take the
+// defaults.
+type Limits struct {
+	// StreamsPerIdentity bounds the open streams of one authenticated identity (a namespace's
+	// service account: a Deployment of thousands of replicas shares one).
+	StreamsPerIdentity int
+	// SendBudget bounds the bytes of responses handed to gRPC and not yet written, or being
+	// encoded, all streams together (flight.go).
+	SendBudget int64
+	// ResponseBytes bounds one response: a larger answer of a type that may be split (any type
+	// on delta streams but LEDS, endpoints and routes on state of the world) goes out in parts,
+	// each acknowledged before the next; a single resource larger than it goes alone.
+	ResponseBytes int
+	// SendTimeout is how long a client may take to read a response before its stream is closed
+	// (its budget is held meanwhile); negative: no limit.
+	SendTimeout time.Duration
+	// StreamRate is the new streams per second let in; past it a new stream is told to retry
+	// (RESOURCE_EXHAUSTED), unless it is a delta stream coming back with versions that are
+	// current. Negative: no limit.
+	StreamRate float64
+}
 
-// SetLimits sets the most streams one authenticated identity may hold open (0: the default).
-func (s *Server) SetLimits(maxPerIdentity int) {
-	if maxPerIdentity <= 0 {
-		maxPerIdentity = DefaultMaxStreamsPerIdentity
+// Default limits.
+const (
+	DefaultMaxStreamsPerIdentity = 20000
+	DefaultResponseBytes         = 1 << 20
+	DefaultSendTimeout           = time.Minute
+)
+
+// DefaultStreamRate is the new streams per second let in by default: 500 per CPU (a herd of a
+// thousand proxies is let in within a second on two cores; the send budget paces what they
+// are sent).
+func DefaultStreamRate() float64 { return 500 * float64(runtime.GOMAXPROCS(0)) }
+
+// WithDefaults fills the zero fields of l.
+func (l Limits) WithDefaults() Limits {
+	if l.StreamsPerIdentity <= 0 {
+		l.StreamsPerIdentity = DefaultMaxStreamsPerIdentity
 	}
-	s.maxPerIdentity = maxPerIdentity
+	if l.SendBudget <= 0 {
+		l.SendBudget = DefaultSendBudget
+	}
+	if l.ResponseBytes <= 0 {
+		l.ResponseBytes = DefaultResponseBytes
+	}
+	if l.SendTimeout == 0 {
+		l.SendTimeout = DefaultSendTimeout
+	}
+	if l.StreamRate == 0 {
+		l.StreamRate = DefaultStreamRate()
+	}
+	return l
+}
+
+// SetLimits sets the server's bounds; call it before serving streams.
+func (s *Server) SetLimits(l Limits) {
+	s.limits = l.WithDefaults()
+	s.budget = newSendBudget(s.limits.SendBudget, s.metrics)
+	s.streamRate = nil
+	if r := s.limits.StreamRate; r > 0 {
+		s.streamRate = rate.NewLimiter(rate.Limit(r), max(1, int(r)))
+	}
 }
 
 // SetTrustDomain sets the trust domain authenticated identities must belong to.
@@ -229,9 +289,9 @@ func (s *Server) onChange(ch collections.Change) {
 func (s *Server) register(c *conn) error {
 	s.mu.Lock()
 	if c.identity != nil {
-		if s.identities[*c.identity] >= s.maxPerIdentity {
+		if s.identities[*c.identity] >= s.limits.StreamsPerIdentity {
 			s.mu.Unlock()
-			return status.Errorf(codes.ResourceExhausted, "identity %s holds %d streams, the most one identity may", c.identity, s.maxPerIdentity)
+			return status.Errorf(codes.ResourceExhausted, "identity %s holds %d streams, the most one identity may", c.identity, s.limits.StreamsPerIdentity)
 		}
 		s.identities[*c.identity]++
 	}
@@ -251,6 +311,11 @@ func (s *Server) register(c *conn) error {
 // unregister removes a stream, its index entries and its references to names, and tells the
 // source the proxy left.
 func (s *Server) unregister(c *conn) {
+	// A response gRPC holds for a stream that has ended no longer counts: its connection is gone
+	// (and the response with it), or gRPC drops it with the stream.
+	if p := c.unwritten; p != nil {
+		p.abandon()
+	}
 	c.mu.Lock()
 	c.closed = true
 	var held [numTypes][]nameID

@@ -25,4 +25,7 @@ type Source interface {
 	Follows(typeURL, name string) string
 	// Subscribe calls f with every change, in order for each type.
 	Subscribe(f func(collections.Change))
+	// Holds reports whether some view is sent this version of the resource of a type and name
+	// now (a delta client coming back with it holds what the server would send).
+	Holds(typeURL, name string, version uint64) bool
 }

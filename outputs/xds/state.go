@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,6 +31,11 @@ type conn struct {
 
 	// wake (capacity 1) tells the stream's sender to look for work.
 	wake chan struct{}
+	// unwritten is the response handed to gRPC and not yet written (the sender's own); stalled
+	// is closed when the client has read nothing of it for the send timeout.
+	unwritten   *releasingPool
+	stalled     chan struct{}
+	stalledOnce sync.Once
 
 	mu     sync.Mutex
 	closed bool
@@ -79,7 +85,36 @@ type typeState struct {
 }
 
 func newConn(id string, delta bool, peer string) *conn {
-	return &conn{id: id, delta: delta, peer: peer, connectedAt: time.Now(), wake: make(chan struct{}, 1)}
+	return &conn{id: id, delta: delta, peer: peer, connectedAt: time.Now(), wake: make(chan struct{}, 1), stalled: make(chan struct{})}
+}
+
+// handOver is the pool of the framing of a response of n bytes about to be handed to gRPC, taken
+// from lane: once gRPC has written it, the bytes go back to the lane and the stream may send its
+// next response. A response not written within timeout (not negative) stalls the stream.
+func (c *conn) handOver(lane *budgetLane, n int, timeout time.Duration) *releasingPool {
+	p := &releasingPool{lane: lane, n: int64(n), written: make(chan struct{})}
+	if timeout > 0 {
+		p.timer = time.AfterFunc(timeout, func() { c.stalledOnce.Do(func() { close(c.stalled) }) })
+	}
+	c.unwritten = p
+	return p
+}
+
+// waitWritten waits until the stream's last response has been written.
+func (c *conn) waitWritten(ctx context.Context) error {
+	p := c.unwritten
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.written:
+		c.unwritten = nil
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stalled:
+		return errStalled
+	}
 }
 
 // sent reports whether the stream sent its client the cluster or the CLA of a name.
@@ -281,7 +316,32 @@ func (s *Server) next(c *conn, t typ) *response {
 	if t == tEndpoint {
 		c.ledsSent = leds
 	}
-	return s.finish(c, t, st, items, removed)
+	return s.finish(c, t, st, s.part(c, t, st, items), removed)
+}
+
+// part bounds a response to Limits.ResponseBytes where its type may be split (c.mu held): the
+// items past the bound (in name order, at least one sent) stay marked, for the next response.
+func (s *Server) part(c *conn, t typ, st *typeState, items []item) []item {
+	limit := s.limits.ResponseBytes
+	if !t.splittable(c.delta) || len(items) < 2 {
+		return items
+	}
+	slices.SortFunc(items, func(a, b item) int { return int(a.id) - int(b.id) })
+	size := 0
+	for i, it := range items {
+		size += itemSize(it.res, c.delta)
+		if size <= limit || i == 0 {
+			continue
+		}
+		if st.dirty == nil {
+			st.dirty = make(map[nameID]int64, len(items)-i)
+		}
+		for _, rest := range items[i:] {
+			st.dirty[rest.id] = rest.at
+		}
+		return items[:i]
+	}
+	return items
 }
 
 // finish makes the response of type t that sends items and removes names (c.mu held): the

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -33,8 +34,8 @@ func (s *Server) StreamAggregatedResources(stream discovery.AggregatedDiscoveryS
 	return s.serve(stream.Context(), false, func() (request, error) {
 		r, err := stream.Recv()
 		return request{sotw: r}, err
-	}, func(r *response, c *conn) error {
-		return stream.SendMsg(encodeSotw(r))
+	}, func(r *response, pool mem.BufferPool) error {
+		return stream.SendMsg(encodeSotw(r, pool))
 	}, func(c *conn, req debugRequest) error {
 		out := &discovery.DiscoveryResponse{TypeUrl: req.typeURL}
 		if isDebugType(req.typeURL) {
@@ -56,8 +57,8 @@ func (s *Server) DeltaAggregatedResources(stream discovery.AggregatedDiscoverySe
 	return s.serve(stream.Context(), true, func() (request, error) {
 		r, err := stream.Recv()
 		return request{delta: r}, err
-	}, func(r *response, _ *conn) error {
-		return stream.SendMsg(encodeDelta(r))
+	}, func(r *response, pool mem.BufferPool) error {
+		return stream.SendMsg(encodeDelta(r, pool))
 	}, func(c *conn, req debugRequest) error {
 		out := &discovery.DeltaDiscoveryResponse{TypeUrl: req.typeURL, Resources: s.debugResources(c, req)}
 		if isDebugType(req.typeURL) {
@@ -114,8 +115,8 @@ func (r request) errorDetail() *rpcstatus.Status {
 }
 
 // serve runs one stream: requests are read and applied on their own goroutine, responses are
-// decided and sent on this one, so a slow client holds at most one response per type.
-func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, error), send func(*response, *conn) error, sendEmpty func(*conn, debugRequest) error) error {
+// decided and sent on this one, one at a time: a slow client holds at most one response.
+func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, error), send func(*response, mem.BufferPool) error, sendEmpty func(*conn, debugRequest) error) error {
 	addr, loopback := "", false
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr, loopback = p.Addr.String(), loopbackEnds(p.Addr, p.LocalAddr)
@@ -158,16 +159,34 @@ func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, er
 				return nil
 			}
 			return err
+		case <-c.stalled:
+			return s.stalled(c)
 		case <-c.wake:
 		}
-		if err := s.flush(c, send, sendEmpty); err != nil {
+		if err := s.flush(ctx, c, send, sendEmpty); err != nil {
+			if errors.Is(err, errStalled) {
+				return s.stalled(c)
+			}
 			return err
 		}
 	}
 }
 
-// flush sends every response that is due, in type order.
-func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty func(*conn, debugRequest) error) error {
+// errStalled: the stream's client read nothing of a response for the send timeout.
+var errStalled = errors.New("stalled")
+
+// stalled ends a stream whose client stopped reading, and closes its connection: gRPC then drops
+// the response flow control held back, and it goes back to the budget.
+func (s *Server) stalled(c *conn) error {
+	s.metrics.Stalled.Inc()
+	s.clientConns.close(c.peer)
+	return status.Errorf(codes.DeadlineExceeded, "the client read nothing of a response for %v", s.limits.SendTimeout)
+}
+
+// flush sends every response that is due, in type order. Each waits for the previous one of the
+// stream to be written, is decided (bounded to Limits.ResponseBytes where its type may be
+// split), then waits for its size of the send budget before it is encoded and handed to gRPC.
+func (s *Server) flush(ctx context.Context, c *conn, send func(*response, mem.BufferPool) error, sendEmpty func(*conn, debugRequest) error) error {
 	c.mu.Lock()
 	unknown := c.unknown
 	c.unknown = nil
@@ -182,14 +201,22 @@ func (s *Server) flush(c *conn, send func(*response, *conn) error, sendEmpty fun
 		}
 	}()
 	for t := range numTypes {
+		if err := c.waitWritten(ctx); err != nil {
+			return err
+		}
 		c.mu.Lock()
 		r := s.next(c, typ(t))
 		c.mu.Unlock()
 		if r == nil {
 			continue
 		}
+		n := encodedSize(r, c.delta)
+		lane := s.budget.lane(n)
+		if err := lane.acquire(ctx, int64(n)); err != nil {
+			return err
+		}
 		start := time.Now()
-		if err := send(r, c); err != nil {
+		if err := send(r, c.handOver(lane, n, s.limits.SendTimeout)); err != nil {
 			s.metrics.pushFailed(r.t)
 			return err
 		}
@@ -214,7 +241,7 @@ func (s *Server) pushed(r *response, at time.Time) {
 
 // handle applies one request to the stream's state.
 func (s *Server) handle(c *conn, req request) error {
-	if err := s.identify(c, req.node()); err != nil {
+	if err := s.identify(c, req); err != nil {
 		return err
 	}
 	t, known := typeOf(req.typeURL())
@@ -476,20 +503,24 @@ func parseVersion(v string) (uint64, bool) {
 }
 
 // identify registers the proxy on the stream's first request and tells the source; a malformed
-// node or one its identity may not act as ends the stream.
-func (s *Server) identify(c *conn, node *core.Node) error {
+// node, one its identity may not act as, or a stream past the stream rate ends the stream.
+func (s *Server) identify(c *conn, req request) error {
 	c.mu.Lock()
 	known := c.proxy != nil
 	c.mu.Unlock()
 	if known {
 		return nil
 	}
+	node := req.node()
 	if node == nil {
 		return status.Error(codes.InvalidArgument, "the first request of a stream must carry the node")
 	}
 	cp, err := ProxyFromNode(c.id, node)
 	if err == nil {
 		err = s.authorize(c, cp)
+	}
+	if err == nil {
+		err = s.admit(req)
 	}
 	if err != nil {
 		s.refused(c, node.GetId(), err)
@@ -517,6 +548,44 @@ func (s *Server) identify(c *conn, node *core.Node) error {
 			zap.String("namespace", cp.Namespace), zap.String("generator", cp.Generator), zap.Int("suppressedLogLines", held))
 	}
 	return nil
+}
+
+// resumeSample is how many of a delta stream's initial versions are checked; resumeShare the
+// share of them that must be current for the stream to be let in past the stream rate.
+const (
+	resumeSample = 256
+	resumeShare  = 0.95
+)
+
+// admit lets a new stream in at the stream rate: past it, the client is told to retry
+// (RESOURCE_EXHAUSTED, which Envoy and gRPC back off from). A delta stream coming back with
+// versions that are current (a proxy reconnecting to a restarted or another replica) costs
+// almost nothing to serve and is let in regardless; a sample of its versions decides.
+func (s *Server) admit(req request) error {
+	if s.streamRate == nil {
+		return nil
+	}
+	if d := req.delta; d != nil && len(d.GetInitialResourceVersions()) > 0 {
+		checked, current := 0, 0
+		for name, v := range d.GetInitialResourceVersions() {
+			if checked == resumeSample {
+				break
+			}
+			checked++
+			if ver, ok := parseVersion(v); ok && s.src.Holds(d.GetTypeUrl(), name, ver) {
+				current++
+			}
+		}
+		if float64(current) >= resumeShare*float64(checked) {
+			s.metrics.Resumed.Inc()
+			return nil
+		}
+	}
+	if s.streamRate.Allow() {
+		return nil
+	}
+	s.metrics.Throttled.Inc()
+	return status.Error(codes.ResourceExhausted, "more new xDS streams than krteds takes on at once: retry")
 }
 
 // refused counts and logs (rate-limited across streams) a stream refused: its authentication,

@@ -49,3 +49,8 @@ func (t typ) fullState() bool { return t == tCluster || t == tListener }
 
 // legacyWildcard reports whether a first request of the type without names asks for everything.
 func (t typ) legacyWildcard() bool { return t == tCluster || t == tListener }
+
+// splittable reports whether a response of the type may go out in parts: any type on a delta
+// stream but LEDS (a collection's members are held as a whole), and on state of the world the
+// types whose response may list some resources only (endpoints and routes).
+func (t typ) splittable(delta bool) bool { return t != tLbEndpoint && (delta || !t.fullState()) }

@@ -74,14 +74,15 @@ const (
 // comes from framingBuffers and goes back there once gRPC has written the response.
 type wireWriter struct {
 	buf    *[]byte
+	pool   mem.BufferPool // where buf goes back once written
 	hdr    []byte
 	cuts   []int    // where in the framing each referenced body goes
 	bodies [][]byte // the referenced bodies
 }
 
-func newWireWriter(framing, bodies int) *wireWriter {
-	buf := framingBuffers.Get(framing)
-	return &wireWriter{buf: buf, hdr: (*buf)[:0], cuts: make([]int, 0, bodies), bodies: make([][]byte, 0, bodies)}
+func newWireWriter(framing, bodies int, pool mem.BufferPool) *wireWriter {
+	buf := pool.Get(framing)
+	return &wireWriter{buf: buf, pool: pool, hdr: (*buf)[:0], cuts: make([]int, 0, bodies), bodies: make([][]byte, 0, bodies)}
 }
 
 // wireReferenceMin is the smallest body sent by reference; smaller ones are copied into the
@@ -106,7 +107,7 @@ func (w *wireWriter) body(b []byte) {
 // done lists the framing's pieces (references to one pooled buffer) and the bodies in order.
 func (w *wireWriter) done() *wireMessage {
 	*w.buf = w.hdr // the same array unless the sizes were wrong; then the pool drops it
-	rest := mem.NewBuffer(w.buf, framingBuffers)
+	rest := mem.NewBuffer(w.buf, w.pool)
 	out := make(mem.BufferSlice, 0, 2*len(w.bodies)+1)
 	at := 0
 	for i, cut := range w.cuts {
@@ -132,7 +133,10 @@ func (w *wireWriter) done() *wireMessage {
 var framingBuffers = &framingPool{}
 
 const (
-	framingMinShift = 10 // smaller buffers are not pooled by gRPC (mem.IsBelowBufferPoolingThreshold)
+	// framingMinShift: a buffer of 1 KiB or less is not pooled by gRPC
+	// (mem.IsBelowBufferPoolingThreshold), and so never given back: every framing buffer is
+	// larger, so that gRPC hands each back once written (the send budget counts on it).
+	framingMinShift = 11
 	framingMaxShift = 20
 )
 
@@ -213,13 +217,24 @@ func (w *wireWriter) any(r *collections.Resource) {
 	}
 }
 
-// encodeSotw is the DiscoveryResponse of r: the encoding of sotwResponse's message.
-func encodeSotw(r *response) *wireMessage {
-	framing := sizeString(fSotwVersion, r.version) + sizeString(fSotwTypeURL, r.t.url()) + sizeString(fSotwNonce, r.nonce)
+// sotwFraming is the size of the DiscoveryResponse of r without the bodies sent by reference,
+// and the size of those bodies.
+func sotwFraming(r *response) (framing, referencedBodies int) {
+	framing = sizeString(fSotwVersion, r.version) + sizeString(fSotwTypeURL, r.t.url()) + sizeString(fSotwNonce, r.nonce)
 	for _, it := range r.items {
 		framing += protowire.SizeTag(fSotwResources) + protowire.SizeVarint(uint64(anySize(it.res))) + anyFraming(it.res)
+		if referenced(it.res.Body) {
+			referencedBodies += len(it.res.Body)
+		}
 	}
-	w := newWireWriter(framing, len(r.items))
+	return framing, referencedBodies
+}
+
+// encodeSotw is the DiscoveryResponse of r: the encoding of sotwResponse's message. Its framing
+// goes back to pool once written.
+func encodeSotw(r *response, pool mem.BufferPool) *wireMessage {
+	framing, _ := sotwFraming(r)
+	w := newWireWriter(framing, len(r.items), pool)
 	w.string(fSotwVersion, r.version)
 	for _, it := range r.items {
 		w.hdr = protowire.AppendTag(w.hdr, fSotwResources, protowire.BytesType)
@@ -241,22 +256,51 @@ func deltaResourceSize(r *collections.Resource) int {
 // hexLen is the length of v in hexadecimal, as Resource.VersionString writes it ("0" for 0).
 func hexLen(v uint64) int { return max(1, (bits.Len64(v)+3)/4) }
 
-// encodeDelta is the DeltaDiscoveryResponse of r: the encoding of deltaResponse's message. A
-// resource's version is written in hexadecimal straight into the framing (VersionString's
-// spelling), not formatted into a string per stream.
-func encodeDelta(r *response) *wireMessage {
-	framing := sizeString(fDeltaVersion, r.version) + sizeString(fDeltaTypeURL, r.t.url()) + sizeString(fDeltaNonce, r.nonce)
+// deltaFraming is the size of the DeltaDiscoveryResponse of r without the bodies sent by
+// reference, and the size of those bodies.
+func deltaFraming(r *response) (framing, referencedBodies int) {
+	framing = sizeString(fDeltaVersion, r.version) + sizeString(fDeltaTypeURL, r.t.url()) + sizeString(fDeltaNonce, r.nonce)
 	for _, it := range r.items {
 		n := deltaResourceSize(it.res)
 		framing += protowire.SizeTag(fDeltaResources) + protowire.SizeVarint(uint64(n)) + n
 		if referenced(it.res.Body) {
 			framing -= len(it.res.Body)
+			referencedBodies += len(it.res.Body)
 		}
 	}
 	for _, name := range r.removed {
 		framing += protowire.SizeTag(fDeltaRemoved) + protowire.SizeBytes(len(name))
 	}
-	w := newWireWriter(framing, len(r.items))
+	return framing, referencedBodies
+}
+
+// encodedSize is the size of the message of r on a stream of either protocol.
+func encodedSize(r *response, delta bool) int {
+	var f, b int
+	if delta {
+		f, b = deltaFraming(r)
+	} else {
+		f, b = sotwFraming(r)
+	}
+	return f + b
+}
+
+// itemSize is what one resource adds to a response of either protocol.
+func itemSize(res *collections.Resource, delta bool) int {
+	if delta {
+		n := deltaResourceSize(res)
+		return protowire.SizeTag(fDeltaResources) + protowire.SizeVarint(uint64(n)) + n
+	}
+	n := anySize(res)
+	return protowire.SizeTag(fSotwResources) + protowire.SizeVarint(uint64(n)) + n
+}
+
+// encodeDelta is the DeltaDiscoveryResponse of r: the encoding of deltaResponse's message. A
+// resource's version is written in hexadecimal straight into the framing (VersionString's
+// spelling), not formatted into a string per stream. Its framing goes back to pool once written.
+func encodeDelta(r *response, pool mem.BufferPool) *wireMessage {
+	framing, _ := deltaFraming(r)
+	w := newWireWriter(framing, len(r.items), pool)
 	w.string(fDeltaVersion, r.version)
 	for _, it := range r.items {
 		w.hdr = protowire.AppendTag(w.hdr, fDeltaResources, protowire.BytesType)

@@ -76,11 +76,14 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 			var w *wireMessage
 			var want, got proto.Message
 			if delta {
-				w, want, got = encodeDelta(r), deltaMessage(r), &discovery.DeltaDiscoveryResponse{}
+				w, want, got = encodeDelta(r, framingBuffers), deltaMessage(r), &discovery.DeltaDiscoveryResponse{}
 			} else {
-				w, want, got = encodeSotw(r), sotwMessage(r), &discovery.DiscoveryResponse{}
+				w, want, got = encodeSotw(r, framingBuffers), sotwMessage(r), &discovery.DiscoveryResponse{}
 			}
 			wire := w.data.Materialize()
+			if n := encodedSize(r, delta); n != len(wire) {
+				t.Errorf("%s (delta %v): encodedSize says %d bytes, the encoding has %d", name, delta, n, len(wire))
+			}
 			if err := proto.Unmarshal(wire, got); err != nil || !proto.Equal(got, want) {
 				t.Fatalf("%s (delta %v): decodes to %v (%v), want %v", name, delta, got, err, want)
 			}
@@ -128,7 +131,7 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 
 // Framing buffers are pooled by power-of-two size; larger ones are not kept.
 func TestFramingPool(t *testing.T) {
-	for _, c := range []struct{ size, tier int }{{0, 0}, {1, 0}, {1024, 0}, {1025, 1}, {4096, 2}, {1 << 20, 10}, {1<<20 + 1, -1}} {
+	for _, c := range []struct{ size, tier int }{{0, 0}, {1, 0}, {1024, 0}, {2048, 0}, {2049, 1}, {4096, 1}, {1 << 20, 9}, {1<<20 + 1, -1}} {
 		if got := framingTier(c.size); got != c.tier {
 			t.Errorf("framingTier(%d) = %d, want %d", c.size, got, c.tier)
 		}
@@ -180,7 +183,7 @@ func TestCallerCodecDoesNotReplaceTheWireCodec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := NewGRPCServer(context.Background(), srv, grpc.ForceServerCodecV2(encoding.GetCodecV2("proto")))
+	gs := NewGRPCServer(context.Background(), srv, nil, grpc.ForceServerCodecV2(encoding.GetCodecV2("proto")))
 	defer gs.Stop()
 	go func() { _ = gs.Serve(lis) }()
 	cc, err := adsclient.Dial(lis.Addr().String())

@@ -70,7 +70,7 @@ func serveXDS(tb testing.TB, g *graphs.Graph, stop <-chan struct{}) (*xds.Server
 	if err != nil {
 		tb.Fatal(err)
 	}
-	gs := xds.NewGRPCServer(context.Background(), srv)
+	gs := xds.NewGRPCServer(context.Background(), srv, nil)
 	go func() { _ = gs.Serve(lis) }()
 	return srv, gs, lis.Addr().String()
 }
@@ -363,7 +363,7 @@ func BenchmarkMemory(b *testing.B) {
 		srv := xds.NewServer(g, "Kubernetes", nil, nil)
 		srv.Start(stop)
 		lis, _ := net.Listen("tcp", "127.0.0.1:0")
-		gs := xds.NewGRPCServer(context.Background(), srv)
+		gs := xds.NewGRPCServer(context.Background(), srv, nil)
 		go func() { _ = gs.Serve(lis) }()
 		beforeProxies := heap()
 		fleet, err := Connect(lis.Addr().String(), size)

@@ -62,13 +62,14 @@ func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Stat
 func startRigWithMetrics(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static, m *xds.Metrics) *rig {
 	t.Helper()
 	srv := xds.NewServer(g, "Kubernetes", nil, m)
+	srv.SetLimits(xds.Limits{StreamRate: -1}) // the tests open streams faster than any herd
 	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	gs := xds.NewGRPCServer(ctx, srv)
+	gs := xds.NewGRPCServer(ctx, srv, nil)
 	go func() { _ = gs.Serve(lis) }()
 	cc, err := adsclient.Dial(lis.Addr().String())
 	if err != nil {

@@ -214,9 +214,9 @@ func Start(o Options) (*App, error) {
 		if o.SecureTLS == nil {
 			return fail(errors.New("app: a secure listener needs a TLS configuration"))
 		}
-		a.secure = xds.NewGRPCServer(ctx, a.XDS, append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(o.SecureTLS))}, o.GRPCOptions...)...)
+		a.secure = xds.NewGRPCServer(ctx, a.XDS, credentials.NewTLS(o.SecureTLS), o.GRPCOptions...)
 	}
-	a.grpc = xds.NewGRPCServer(ctx, a.XDS, o.GRPCOptions...)
+	a.grpc = xds.NewGRPCServer(ctx, a.XDS, nil, o.GRPCOptions...)
 	// The debug pages exist without a debug port too: istioctl reads them over xDS.
 	pages, served := a.debugMux(cfg, o, reg, debugAuth)
 	a.XDS.SetDebug(cfg.SystemNamespace, outputs.ControlPlaneID(), pages)

@@ -1,0 +1,138 @@
+package xds
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// TestEveryResponseGivesItsBudgetBack: the framing of every response, the smallest included, is
+// a buffer gRPC gives back once written (or dropped); the bytes go back to the budget then, and
+// not before.
+func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
+	b := newSendBudget(1<<20, NewMetrics(prometheus.NewRegistry()))
+	big := make([]byte, 300<<10)
+	for name, r := range map[string]*response{
+		"empty": {t: tEndpoint, version: "v", nonce: "1"},
+		"tiny":  {t: tEndpoint, version: "v", nonce: "2", items: []item{{res: &collections.Resource{Name: "a", TypeURL: tEndpoint.url(), Body: []byte{1}}}}},
+		"large": {t: tEndpoint, version: "v", nonce: "3", items: []item{{res: &collections.Resource{Name: "b", TypeURL: tEndpoint.url(), Body: big}}}},
+	} {
+		for _, delta := range []bool{false, true} {
+			n := encodedSize(r, delta)
+			lane := b.lane(n)
+			if err := lane.acquire(context.Background(), int64(n)); err != nil {
+				t.Fatal(err)
+			}
+			c := newConn("c", delta, "")
+			pool := c.handOver(lane, n, -1)
+			var w *wireMessage
+			if delta {
+				w = encodeDelta(r, pool)
+			} else {
+				w = encodeSotw(r, pool)
+			}
+			if got := b.inFlight(); got != int64(n) {
+				t.Fatalf("%s: %d bytes in flight before it is written, want %d", name, got, n)
+			}
+			w.data.Free() // what gRPC does once it has written the response
+			select {
+			case <-pool.written:
+			default:
+				t.Fatalf("%s (delta %v): written and freed, but not given back", name, delta)
+			}
+			if got := b.inFlight(); got != 0 {
+				t.Fatalf("%s (delta %v): %d bytes still in flight", name, delta, got)
+			}
+		}
+	}
+}
+
+// TestBudgetLanes: a lane lets responses in while they fit, in order of arrival; one larger than
+// the lane goes alone; a small response is not held back by large ones waiting; a waiter whose
+// stream ends leaves the queue.
+func TestBudgetLanes(t *testing.T) {
+	b := newSendBudget(8<<20, NewMetrics(prometheus.NewRegistry()))
+	large := b.large
+	ctx := context.Background()
+	if err := large.acquire(ctx, large.capacity-10); err != nil {
+		t.Fatal(err)
+	}
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	started := make(chan struct{})
+	for i := 1; i <= 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 1 {
+				close(started)
+			}
+			// Each fills the lane: they can only go one after another.
+			if err := large.acquire(ctx, large.capacity-5); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			large.release(large.capacity - 5)
+		}()
+		<-started
+		// Each waiter queues before the next starts.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			large.mu.Lock()
+			n := large.waiters.Len()
+			large.mu.Unlock()
+			if n == i || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// The small lane is free while the large one has a queue.
+	small := b.lane(1000)
+	if small != b.small {
+		t.Fatal("a 1 000-byte response is not in the small lane")
+	}
+	if err := small.acquire(ctx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	small.release(1000)
+	// A waiter whose stream ends leaves the queue.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- large.acquire(cctx, 100) }()
+	for {
+		large.mu.Lock()
+		n := large.waiters.Len()
+		large.mu.Unlock()
+		if n == 4 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a cancelled waiter was granted")
+	}
+	large.release(large.capacity - 10)
+	wg.Wait()
+	if len(order) != 3 || order[0] != 1 || order[1] != 2 || order[2] != 3 {
+		t.Fatalf("granted in order %v, want [1 2 3]", order)
+	}
+	// Larger than the lane: alone, once it is empty.
+	if err := large.acquire(ctx, 2*large.capacity); err != nil {
+		t.Fatal(err)
+	}
+	large.release(2 * large.capacity)
+	if got := b.inFlight(); got != 0 {
+		t.Fatalf("%d bytes left in flight", got)
+	}
+}
