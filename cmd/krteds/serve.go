@@ -23,6 +23,7 @@ import (
 	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/kube"
 	istiolog "istio.io/istio/pkg/log"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
@@ -49,7 +50,12 @@ type serveOptions struct {
 	clusterSecrets   bool
 	meshNetworks     string
 	demo             bool
+	sendBudget       string
+	responseBytes    string
+	sendTimeout      time.Duration
+	streamRate       float64
 	cfg              collections.Config
+	limits           xds.Limits
 }
 
 func newServeCommand() *cobra.Command {
@@ -89,7 +95,44 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.StringVar(&o.meshNetworks, "mesh-networks", "", "istiod's meshNetworks file: the network of each cluster (fromRegistry) and the network gateways given by address")
 	f.BoolVar(&o.clusterSecrets, "cluster-secrets", true, "against a cluster, follow remote clusters in the system namespace's Secrets labelled istio/multiCluster=true (key: cluster ID, value: kubeconfig)")
 	f.StringArrayVar(&o.cfg.ClusterLocalHosts, "cluster-local-host", nil, "a hostname (\"*.\" prefix allowed) whose endpoints proxies see only from their own cluster; repeatable (default *.kube-system.svc.<domain>, kubernetes.default.svc.<domain>)")
+	f.StringVar(&o.sendBudget, "xds-send-budget", "", "bytes of xDS responses in flight at once, all clients together, e.g. 512Mi (default: a quarter of the memory limit, GOMEMLIMIT or the container's, else 1Gi)")
+	f.StringVar(&o.responseBytes, "xds-max-response-bytes", "1Mi", "larger answers go out in parts of at most this size, each acknowledged before the next")
+	f.DurationVar(&o.sendTimeout, "xds-send-timeout", xds.DefaultSendTimeout, "a client that reads nothing of a response for this long is disconnected (0: never)")
+	f.Float64Var(&o.streamRate, "xds-stream-rate", 0, "new xDS streams let in per second; past it a stream is told to retry, unless it comes back holding current versions (default 500 per CPU; negative: no limit)")
+	f.IntVar(&o.limits.StreamsPerIdentity, "max-streams-per-identity", xds.DefaultMaxStreamsPerIdentity, "streams one authenticated identity may hold open")
 	return cmd
+}
+
+// xdsLimits reads the xDS server's limits from the flags, the send budget's default from the
+// memory limit.
+func xdsLimits(o *serveOptions, memLimit int64) (xds.Limits, error) {
+	l := o.limits
+	l.SendBudget = sendBudgetFor(memLimit)
+	if o.sendBudget != "" {
+		q, err := resource.ParseQuantity(o.sendBudget)
+		if err != nil || q.Value() <= 0 {
+			return l, fmt.Errorf("--xds-send-budget %q: want a positive size such as 512Mi", o.sendBudget)
+		}
+		l.SendBudget = q.Value()
+	}
+	q, err := resource.ParseQuantity(o.responseBytes)
+	if err != nil || q.Value() <= 0 || q.Value() > 1<<30 {
+		return l, fmt.Errorf("--xds-max-response-bytes %q: want a positive size up to 1Gi, such as 1Mi", o.responseBytes)
+	}
+	l.ResponseBytes = int(q.Value())
+	switch {
+	case o.sendTimeout < 0:
+		return l, fmt.Errorf("--xds-send-timeout %s: want a positive duration, or 0 for none", o.sendTimeout)
+	case o.sendTimeout == 0:
+		l.SendTimeout = -1
+	default:
+		l.SendTimeout = o.sendTimeout
+	}
+	l.StreamRate = o.streamRate
+	if l.StreamsPerIdentity <= 0 {
+		return l, fmt.Errorf("--max-streams-per-identity %d: want a positive number", l.StreamsPerIdentity)
+	}
+	return l, nil
 }
 
 func newLogger(spec string) (*zap.Logger, error) {
@@ -156,7 +199,18 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if o.cfg.LEDSThreshold < 0 {
 		return fmt.Errorf("--leds-threshold %d: want 0 (off) or a number of endpoints", o.cfg.LEDSThreshold)
 	}
-	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log, LRSInterval: o.lrsInterval}
+	memLimit, memSource, err := memoryLimit(cgroupMemoryFiles)
+	if err != nil {
+		return err
+	}
+	limits, err := xdsLimits(o, memLimit)
+	if err != nil {
+		return err
+	}
+	if memLimit > 0 {
+		log.Info("memory limit", zap.String("from", memSource), zap.Int64("bytes", memLimit), zap.Int64("sendBudget", limits.SendBudget))
+	}
+	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log, LRSInterval: o.lrsInterval, Limits: limits}
 	if o.manifests == "" {
 		if opts.Cluster, err = clusterClient(ctx, o); err != nil {
 			return err

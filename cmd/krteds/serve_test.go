@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // TestClusterFolders: a manifests folder with a sub-folder named after the local cluster is one
@@ -43,5 +45,38 @@ func TestMistypedFlagSuggestsTheRightOne(t *testing.T) {
 	err := root.Execute()
 	if err == nil || !strings.Contains(err.Error(), "did you mean --cluster?") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestREADMEListsEveryServeFlag: the README's table of krteds serve's flags names every flag the
+// command has, and no other.
+func TestREADMEListsEveryServeFlag(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "| flag | default | meaning |")
+	if start < 0 {
+		t.Fatal("the README has no flag table")
+	}
+	table := text[start:]
+	table = table[:strings.Index(table, "\n\n")]
+	documented := map[string]bool{}
+	for _, line := range strings.Split(table, "\n")[2:] {
+		first := strings.Split(line, "|")[1]
+		for _, f := range strings.Split(first, ",") {
+			documented[strings.Trim(strings.TrimSpace(f), "`")] = true
+		}
+	}
+	cmd := newServeCommand()
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !documented["--"+f.Name] {
+			t.Errorf("--%s is not in the README's table", f.Name)
+		}
+		delete(documented, "--"+f.Name)
+	})
+	for f := range documented {
+		t.Errorf("the README lists %s, which krteds serve does not have", f)
 	}
 }

@@ -65,6 +65,8 @@ type Options struct {
 	// ClusterSecrets follows remote clusters in the local cluster's Secrets (Cluster only): those
 	// of the system namespace labelled istio/multiCluster=true, a kubeconfig per cluster ID.
 	ClusterSecrets bool
+	// Limits bound the xDS server (zero fields take the defaults).
+	Limits xds.Limits
 }
 
 // Remote is one remote cluster: its ID and a client of it, or a folder of its manifests.
@@ -186,6 +188,7 @@ func Start(o Options) (*App, error) {
 	problems.Watch(a.Graph.Problems)
 	cfg := o.Config.WithDefaults()
 	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
+	a.XDS.SetLimits(o.Limits)
 	reg.MustRegister(outputs.NewCollector(a.Graph.Description))
 	outputs.RegisterIstioRegistryMetrics(reg, a.Graph)
 	a.XDS.SetTrustDomain(cfg.TrustDomain)
