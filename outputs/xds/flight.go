@@ -3,7 +3,9 @@ package xds
 import (
 	"container/list"
 	"context"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/mem"
@@ -18,24 +20,37 @@ import (
 //
 // Responses wait in order of arrival. Small ones (a changed endpoint's CLA) have a lane of their
 // own, so that a flip reaches the connected proxies while the large first answers of a herd wait
-// for the rest. A response larger than its lane's whole budget is let through alone, once the
-// lane is empty: the budget delays it, never refuses it.
+// for the rest. The large lane also bounds how many responses it has in flight at once: the
+// herd is served a few proxies at a time, each to the end of its answer (the next part of an
+// answer goes before a new answer), so that proxies complete one after another rather than all
+// at the end, and the few goroutines at work leave the cores to the flips. A response larger than
+// its lane's whole budget is let through alone, once the lane is empty: the budget delays it,
+// never refuses it.
 type sendBudget struct {
 	small, large *budgetLane
 	// smallMax is the largest response of the small lane.
 	smallMax int
 	metrics  *Metrics
+	// taken is the bytes taken in both lanes, peak the most ever taken at once; smallHolders the
+	// small responses in flight.
+	taken, peak, smallHolders atomic.Int64
 }
 
-// budgetLane is one lane of the budget: bytes taken, and the waiters in order of arrival.
+// budgetLane is one lane of the budget: bytes and slots taken, and the waiters in order of
+// arrival, those resuming an answer first.
 type budgetLane struct {
 	name     string
 	capacity int64
-	metrics  *Metrics
+	// slots bounds the responses in flight at once (0: no bound).
+	slots   int
+	metrics *Metrics
+	budget  *sendBudget
 
-	mu      sync.Mutex
-	taken   int64
-	waiters list.List // of *budgetWaiter
+	mu       sync.Mutex
+	taken    int64
+	holders  int
+	resuming list.List // of *budgetWaiter: the next parts of answers under way
+	waiters  list.List // of *budgetWaiter
 }
 
 type budgetWaiter struct {
@@ -51,17 +66,17 @@ const (
 	smallResponseBytes = 64 << 10
 )
 
-func newSendBudget(total int64, m *Metrics) *sendBudget {
+// DefaultLargeResponses is the default bound on large responses in flight at once: 4 per CPU.
+func DefaultLargeResponses() int { return 4 * runtime.GOMAXPROCS(0) }
+
+func newSendBudget(total int64, largeResponses int, m *Metrics) *sendBudget {
 	if total <= 0 {
 		total = DefaultSendBudget
 	}
 	small := max(total/smallLaneShare, 4*smallResponseBytes)
-	b := &sendBudget{
-		small:    &budgetLane{name: "small", capacity: small, metrics: m},
-		large:    &budgetLane{name: "large", capacity: max(total-small, 4*smallResponseBytes), metrics: m},
-		smallMax: smallResponseBytes,
-		metrics:  m,
-	}
+	b := &sendBudget{smallMax: smallResponseBytes, metrics: m}
+	b.small = &budgetLane{name: "small", capacity: small, metrics: m, budget: b}
+	b.large = &budgetLane{name: "large", capacity: max(total-small, 4*smallResponseBytes), slots: max(largeResponses, 0), metrics: m, budget: b}
 	m.SendBudget.Set(float64(b.small.capacity + b.large.capacity))
 	return b
 }
@@ -78,19 +93,24 @@ func (b *sendBudget) lane(n int) *budgetLane {
 func (b *sendBudget) capacity() int64 { return b.small.capacity + b.large.capacity }
 
 // inFlight is the bytes taken in both lanes.
-func (b *sendBudget) inFlight() int64 { return b.small.used() + b.large.used() }
+func (b *sendBudget) inFlight() int64 { return b.taken.Load() }
 
-// acquire takes n bytes of lane l, waiting in order of arrival until they fit; it fails only
-// when ctx ends first.
-func (l *budgetLane) acquire(ctx context.Context, n int64) error {
+// acquire takes n bytes and a slot of lane l, waiting in order of arrival until they fit (the
+// next part of an answer under way, resuming, before the others); it fails only when ctx ends
+// first.
+func (l *budgetLane) acquire(ctx context.Context, n int64, resuming bool) error {
 	l.mu.Lock()
-	if l.waiters.Len() == 0 && l.fits(n) {
+	if l.resuming.Len() == 0 && (resuming || l.waiters.Len() == 0) && l.fits(n) {
 		l.take(n)
 		l.mu.Unlock()
 		return nil
 	}
+	queue := &l.waiters
+	if resuming {
+		queue = &l.resuming
+	}
 	w := &budgetWaiter{n: n, ready: make(chan struct{})}
-	e := l.waiters.PushBack(w)
+	e := queue.PushBack(w)
 	l.metrics.WaitingStreams.Inc()
 	l.mu.Unlock()
 	start := time.Now()
@@ -106,7 +126,7 @@ func (l *budgetLane) acquire(ctx context.Context, n int64) error {
 			l.mu.Unlock()
 			l.release(n)
 		default:
-			l.waiters.Remove(e)
+			queue.Remove(e)
 			l.metrics.WaitingStreams.Dec()
 			l.grant()
 			l.mu.Unlock()
@@ -115,34 +135,59 @@ func (l *budgetLane) acquire(ctx context.Context, n int64) error {
 	}
 }
 
-// fits reports whether n more bytes fit (l.mu held); anything fits an empty lane.
-func (l *budgetLane) fits(n int64) bool { return l.taken == 0 || l.taken+n <= l.capacity }
+// fits reports whether n more bytes and a slot fit (l.mu held); anything fits an empty lane. The
+// large lane takes no new response while small ones are under way (a flip going out to every
+// proxy): those before it finish, and the cores go to the small ones.
+func (l *budgetLane) fits(n int64) bool {
+	if l == l.budget.large && l.budget.smallHolders.Load() > 0 && l.holders > 0 {
+		return false
+	}
+	return l.holders == 0 || (l.taken+n <= l.capacity && (l.slots == 0 || l.holders < l.slots))
+}
 
 func (l *budgetLane) take(n int64) {
 	l.taken += n
+	l.holders++
+	if l == l.budget.small {
+		l.budget.smallHolders.Add(1)
+	}
 	l.metrics.InFlight.Add(float64(n))
+	t := l.budget.taken.Add(n)
+	for p := l.budget.peak.Load(); t > p && !l.budget.peak.CompareAndSwap(p, t); p = l.budget.peak.Load() {
+	}
 }
 
-// release gives n bytes back and lets the waiters that now fit in, in order.
+// release gives n bytes and a slot back and lets the waiters that now fit in, in order.
 func (l *budgetLane) release(n int64) {
 	l.mu.Lock()
 	l.taken -= n
+	l.holders--
+	l.budget.taken.Add(-n)
 	l.metrics.InFlight.Sub(float64(n))
 	l.grant()
 	l.mu.Unlock()
+	if l == l.budget.small && l.budget.smallHolders.Add(-1) == 0 {
+		// The small responses are done: the large lane may go on.
+		large := l.budget.large
+		large.mu.Lock()
+		large.grant()
+		large.mu.Unlock()
+	}
 }
 
-// grant lets in the first waiters while they fit (l.mu held).
+// grant lets in the first waiters while they fit, those resuming first (l.mu held).
 func (l *budgetLane) grant() {
-	for e := l.waiters.Front(); e != nil; e = l.waiters.Front() {
-		w := e.Value.(*budgetWaiter)
-		if !l.fits(w.n) {
-			return
+	for _, q := range []*list.List{&l.resuming, &l.waiters} {
+		for e := q.Front(); e != nil; e = q.Front() {
+			w := e.Value.(*budgetWaiter)
+			if !l.fits(w.n) {
+				return
+			}
+			q.Remove(e)
+			l.metrics.WaitingStreams.Dec()
+			l.take(w.n)
+			close(w.ready)
 		}
-		l.waiters.Remove(e)
-		l.metrics.WaitingStreams.Dec()
-		l.take(w.n)
-		close(w.ready)
 	}
 }
 
@@ -186,3 +231,16 @@ func (p *releasingPool) done() {
 }
 
 var _ mem.BufferPool = (*releasingPool)(nil)
+
+// SendBudget is the bytes of responses in flight now, the most ever in flight at once, and the
+// budget.
+func (s *Server) SendBudget() (inFlight, peak, capacity int64) {
+	return s.budget.inFlight(), s.budget.peak.Load(), s.budget.capacity()
+}
+
+// Streams is the number of open streams.
+func (s *Server) Streams() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.conns)
+}

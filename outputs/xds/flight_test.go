@@ -15,7 +15,7 @@ import (
 // a buffer gRPC gives back once written (or dropped); the bytes go back to the budget then, and
 // not before.
 func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
-	b := newSendBudget(1<<20, NewMetrics(prometheus.NewRegistry()))
+	b := newSendBudget(1<<20, 0, NewMetrics(prometheus.NewRegistry()))
 	big := make([]byte, 300<<10)
 	for name, r := range map[string]*response{
 		"empty": {t: tEndpoint, version: "v", nonce: "1"},
@@ -25,7 +25,7 @@ func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
 		for _, delta := range []bool{false, true} {
 			n := encodedSize(r, delta)
 			lane := b.lane(n)
-			if err := lane.acquire(context.Background(), int64(n)); err != nil {
+			if err := lane.acquire(context.Background(), int64(n), false); err != nil {
 				t.Fatal(err)
 			}
 			c := newConn("c", delta, "")
@@ -56,10 +56,10 @@ func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
 // the lane goes alone; a small response is not held back by large ones waiting; a waiter whose
 // stream ends leaves the queue.
 func TestBudgetLanes(t *testing.T) {
-	b := newSendBudget(8<<20, NewMetrics(prometheus.NewRegistry()))
+	b := newSendBudget(8<<20, 0, NewMetrics(prometheus.NewRegistry()))
 	large := b.large
 	ctx := context.Background()
-	if err := large.acquire(ctx, large.capacity-10); err != nil {
+	if err := large.acquire(ctx, large.capacity-10, false); err != nil {
 		t.Fatal(err)
 	}
 	var order []int
@@ -74,7 +74,7 @@ func TestBudgetLanes(t *testing.T) {
 				close(started)
 			}
 			// Each fills the lane: they can only go one after another.
-			if err := large.acquire(ctx, large.capacity-5); err != nil {
+			if err := large.acquire(ctx, large.capacity-5, false); err != nil {
 				t.Error(err)
 				return
 			}
@@ -101,14 +101,14 @@ func TestBudgetLanes(t *testing.T) {
 	if small != b.small {
 		t.Fatal("a 1 000-byte response is not in the small lane")
 	}
-	if err := small.acquire(ctx, 1000); err != nil {
+	if err := small.acquire(ctx, 1000, false); err != nil {
 		t.Fatal(err)
 	}
 	small.release(1000)
 	// A waiter whose stream ends leaves the queue.
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- large.acquire(cctx, 100) }()
+	go func() { done <- large.acquire(cctx, 100, false) }()
 	for {
 		large.mu.Lock()
 		n := large.waiters.Len()
@@ -128,7 +128,7 @@ func TestBudgetLanes(t *testing.T) {
 		t.Fatalf("granted in order %v, want [1 2 3]", order)
 	}
 	// Larger than the lane: alone, once it is empty.
-	if err := large.acquire(ctx, 2*large.capacity); err != nil {
+	if err := large.acquire(ctx, 2*large.capacity, false); err != nil {
 		t.Fatal(err)
 	}
 	large.release(2 * large.capacity)

@@ -36,3 +36,16 @@ func (t *nameTable) told(id nameID, ty typ) int64 {
 	defer t.mu.RUnlock()
 	return t.entries[id].data.toldAt[ty]
 }
+
+// reading calls f with a lookup of the table's copies of names (no string is made to look one
+// up), under one read lock: f must not use the table otherwise.
+func (t *nameTable) reading(f func(lookup func(b []byte) (string, bool)) error) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return f(func(b []byte) (string, bool) {
+		if id, ok := t.ids[string(b)]; ok {
+			return t.entries[id].key, true
+		}
+		return "", false
+	})
+}

@@ -43,6 +43,32 @@ func (t *refTable[K, I, E]) acquire(k K) I {
 	return id
 }
 
+// acquireAll interns keys and takes a reference to each, under one lock.
+func (t *refTable[K, I, E]) acquireAll(keys []K) []I {
+	out := make([]I, len(keys))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, k := range keys {
+		if id, ok := t.ids[k]; ok {
+			t.entries[id].refs++
+			out[i] = id
+			continue
+		}
+		var id I
+		if n := len(t.free); n > 0 {
+			id = t.free[n-1]
+			t.free = t.free[:n-1]
+			t.entries[id] = refEntry[K, E]{key: k, refs: 1}
+		} else {
+			id = I(len(t.entries))
+			t.entries = append(t.entries, refEntry[K, E]{key: k, refs: 1})
+		}
+		t.ids[k] = id
+		out[i] = id
+	}
+	return out
+}
+
 // release drops a reference; the key is forgotten with its last one.
 func (t *refTable[K, I, E]) release(id I) {
 	t.mu.Lock()

@@ -127,6 +127,9 @@ type Limits struct {
 	// (RESOURCE_EXHAUSTED), unless it is a delta stream coming back with versions that are
 	// current. Negative: no limit.
 	StreamRate float64
+	// LargeResponses bounds the responses over 64 KiB in flight at once (the next part of an
+	// answer under way goes first); negative: no bound.
+	LargeResponses int
 }
 
 // Default limits.
@@ -158,13 +161,16 @@ func (l Limits) WithDefaults() Limits {
 	if l.StreamRate == 0 {
 		l.StreamRate = DefaultStreamRate()
 	}
+	if l.LargeResponses == 0 {
+		l.LargeResponses = DefaultLargeResponses()
+	}
 	return l
 }
 
 // SetLimits sets the server's bounds; call it before serving streams.
 func (s *Server) SetLimits(l Limits) {
 	s.limits = l.WithDefaults()
-	s.budget = newSendBudget(s.limits.SendBudget, s.metrics)
+	s.budget = newSendBudget(s.limits.SendBudget, s.limits.LargeResponses, s.metrics)
 	s.streamRate = nil
 	if r := s.limits.StreamRate; r > 0 {
 		s.streamRate = rate.NewLimiter(rate.Limit(r), max(1, int(r)))

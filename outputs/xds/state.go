@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -31,11 +32,15 @@ type conn struct {
 
 	// wake (capacity 1) tells the stream's sender to look for work.
 	wake chan struct{}
+	// marks are the changes reported and not yet taken into the types' state.
+	marks marks
 	// unwritten is the response handed to gRPC and not yet written (the sender's own); stalled
 	// is closed when the client has read nothing of it for the send timeout.
 	unwritten   *releasingPool
 	stalled     chan struct{}
 	stalledOnce sync.Once
+	// resuming: the last response was a part of an answer with more to follow (the sender's).
+	resuming bool
 
 	mu     sync.Mutex
 	closed bool
@@ -81,6 +86,13 @@ type typeState struct {
 	// deferred are, for endpoints, the names whose cluster is being removed: their emptied CLA
 	// waits for the clusters response that removes the cluster, as istiod sends them.
 	deferred map[nameID]int64
+	// sweep are the names a look at every name has still to look at (next takes them a part at
+	// a time, the last first).
+	sweep []nameID
+	// listHash is, on state of the world, the hash of the names of the last request applied
+	// (listed: there was one): an ACK repeating them changes nothing.
+	listHash uint64
+	listed   bool
 	st       TypeStatus
 }
 
@@ -138,26 +150,55 @@ func (c *conn) kick() {
 	}
 }
 
+// marks are the changes reported for a stream and not yet taken into its types' state: the
+// source's notifications (onChange) leave them here, under a lock of their own, and never wait
+// for the stream's sender deciding a response under c.mu; the sender takes them (takeMarks).
+type marks struct {
+	mu  sync.Mutex
+	ids [numTypes]map[nameID]int64
+	all [numTypes]bool
+}
+
 // markDirty marks names (nil: all) of a type to be looked at again, for an input change at at
 // (unix ns).
 func (c *conn) markDirty(t typ, ids []nameID, at int64) {
-	c.mu.Lock()
-	st := c.types[t]
-	if st == nil || c.closed {
-		c.mu.Unlock()
-		return
-	}
+	c.marks.mu.Lock()
 	if ids == nil || t.fullState() {
-		st.dirtyAll = true
+		c.marks.all[t] = true
 	}
-	if len(ids) > 0 && st.dirty == nil {
-		st.dirty = make(map[nameID]int64, len(ids))
+	if len(ids) > 0 && c.marks.ids[t] == nil {
+		c.marks.ids[t] = make(map[nameID]int64, len(ids))
 	}
 	for _, id := range ids {
+		c.marks.ids[t][id] = at
+	}
+	c.marks.mu.Unlock()
+	c.kick()
+}
+
+// takeMarks moves the marks of type t into its state (c.mu held); they are dropped for a type
+// the stream has no state of.
+func (c *conn) takeMarks(t typ, st *typeState) {
+	c.marks.mu.Lock()
+	ids, all := c.marks.ids[t], c.marks.all[t]
+	c.marks.ids[t], c.marks.all[t] = nil, false
+	c.marks.mu.Unlock()
+	if st == nil {
+		return
+	}
+	if all {
+		st.dirtyAll = true
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if st.dirty == nil {
+		st.dirty = ids
+		return
+	}
+	for id, at := range ids {
 		st.dirty[id] = at
 	}
-	c.mu.Unlock()
-	c.kick()
 }
 
 // viewChanged sets the stream's view; every name is looked at again.
@@ -195,32 +236,55 @@ type response struct {
 	removed []string
 	version string
 	nonce   string
+	// more: the answer goes on in the next response (it was cut at Limits.ResponseBytes).
+	more bool
 }
 
 // next decides the response of type t, if one is due (c.mu held). It looks only at the dirty
 // names unless everything must be looked at (a state-of-the-world list of clusters or listeners
-// always is); names still being computed stay dirty.
+// always is); names still being computed stay dirty. Where the type's response may be split, it
+// looks only until the response reaches Limits.ResponseBytes: a look at every name (a stream's
+// first answer) is a sweep, its names taken a part at a time, after the names marked since.
 func (s *Server) next(c *conn, t typ) *response {
 	st := c.types[t]
+	c.takeMarks(t, st)
 	if st == nil || st.inflight || c.view == nil || !s.synced.Load() {
 		return nil
 	}
-	if !st.force && !st.dirtyAll && len(st.dirty) == 0 {
+	if !st.force && !st.dirtyAll && len(st.dirty) == 0 && len(st.sweep) == 0 {
 		return nil
 	}
 	if t == tLbEndpoint {
 		return s.nextCollections(c, st)
 	}
+	splittable := t.splittable(c.delta)
 	full := st.force || st.dirtyAll || (t.fullState() && !c.delta)
+	if full && splittable && !st.wildcard {
+		st.sweep = st.sweep[:0]
+		st.subs.each(func(id nameID, sb sub) {
+			if sb.explicit {
+				st.sweep = append(st.sweep, id)
+			}
+		})
+		st.dirtyAll, full = false, false
+	}
+	limit := math.MaxInt
+	if splittable {
+		limit = s.limits.ResponseBytes
+	}
+	// A forced state-of-the-world response lists what it looked at, changed or not.
+	listsAll := !c.delta && (t.fullState() || st.force)
 	var (
 		current = map[nameID]*collections.Resource{}
 		changed []nameID
 		removed []nameID
 		pending map[nameID]int64
+		when    = map[nameID]int64{} // the input change behind each name looked at
+		size    int
 	)
-	times := st.dirty
 	var leds bool // a CLA of the response is a LEDS form
-	look := func(id nameID) {
+	look := func(id nameID, at int64) {
+		when[id] = at
 		r, wait := s.src.Resolve(c.view, t.url(), s.names.name(id))
 		r, isLEDS := formFor(c, t, r)
 		leds = leds || isLEDS
@@ -230,7 +294,7 @@ func (s *Server) next(c *conn, t typ) *response {
 			if pending == nil {
 				pending = map[nameID]int64{}
 			}
-			pending[id] = times[id]
+			pending[id] = at
 		case r == nil:
 			if held.version != 0 {
 				removed = append(removed, id)
@@ -239,18 +303,21 @@ func (s *Server) next(c *conn, t typ) *response {
 			if st.deferred == nil {
 				st.deferred = map[nameID]int64{}
 			}
-			st.deferred[id] = times[id]
+			st.deferred[id] = at
 		default:
 			current[id] = r
 			if held.version != r.Version {
 				changed = append(changed, id)
+			}
+			if listsAll || held.version != r.Version {
+				size += itemSize(r, c.delta)
 			}
 		}
 	}
 	if full {
 		st.subs.each(func(id nameID, sb sub) {
 			if sb.explicit {
-				look(id)
+				look(id, st.dirty[id])
 			}
 		})
 		if st.wildcard {
@@ -265,6 +332,7 @@ func (s *Server) next(c *conn, t typ) *response {
 					continue
 				}
 				current[id] = r
+				when[id] = st.dirty[id]
 				if held, _ := st.subs.get(id); held.version != r.Version {
 					changed = append(changed, id)
 				}
@@ -280,18 +348,50 @@ func (s *Server) next(c *conn, t typ) *response {
 				}
 			})
 		}
+		if t.fullState() && len(pending) > 0 {
+			st.dirtyAll = true // a complete list waits until every part of it is computed
+			return nil
+		}
+		st.dirty = pending
 	} else {
-		for id := range st.dirty {
+		for id, at := range st.dirty {
+			if size > limit {
+				break
+			}
+			delete(st.dirty, id)
 			if sb, ok := st.subs.get(id); ok && (sb.explicit || st.wildcard) {
-				look(id)
+				look(id, at)
 			}
 		}
+		for size <= limit && len(st.sweep) > 0 {
+			id := st.sweep[len(st.sweep)-1]
+			st.sweep = st.sweep[:len(st.sweep)-1]
+			if _, marked := st.dirty[id]; marked {
+				continue // marked since: looked at with those
+			}
+			if _, looked := when[id]; looked {
+				continue
+			}
+			if sb, ok := st.subs.get(id); ok && sb.explicit {
+				look(id, 0)
+			}
+		}
+		if len(st.sweep) == 0 {
+			st.sweep = nil
+		}
+		for id, at := range pending {
+			if st.dirty == nil {
+				st.dirty = map[nameID]int64{}
+			}
+			st.dirty[id] = at
+		}
+		if len(st.dirty) == 0 {
+			// A map does not shrink: one that held a first answer's names would be walked whole
+			// at every change after.
+			st.dirty = nil
+		}
 	}
-	if t.fullState() && len(pending) > 0 {
-		st.dirtyAll = true // a complete list waits until every part of it is computed
-		return nil
-	}
-	st.dirty, st.dirtyAll = pending, false
+	st.dirtyAll = false
 	if len(changed) == 0 && len(removed) == 0 && !st.force {
 		if t == tCluster {
 			// Nothing to remove after all: the endpoints held back need not wait.
@@ -303,20 +403,22 @@ func (s *Server) next(c *conn, t typ) *response {
 		return nil // the first answer waits for real content rather than saying nothing
 	}
 	var items []item
-	switch {
-	case !c.delta && (t.fullState() || st.force):
+	if listsAll {
 		for id, r := range current {
-			items = append(items, item{id: id, res: r, at: times[id]})
+			items = append(items, item{id: id, res: r, at: when[id]})
 		}
-	default:
+	} else {
 		for _, id := range changed {
-			items = append(items, item{id: id, res: current[id], at: times[id]})
+			items = append(items, item{id: id, res: current[id], at: when[id]})
 		}
 	}
 	if t == tEndpoint {
 		c.ledsSent = leds
 	}
-	return s.finish(c, t, st, s.part(c, t, st, items), removed)
+	cut := s.part(c, t, st, items)
+	r := s.finish(c, t, st, cut, removed)
+	r.more = len(cut) < len(items) || len(st.sweep) > 0 || size > limit
+	return r
 }
 
 // part bounds a response to Limits.ResponseBytes where its type may be split (c.mu held): the

@@ -32,8 +32,12 @@ const maxUnknownPending = 16
 // StreamAggregatedResources serves a state-of-the-world ADS stream.
 func (s *Server) StreamAggregatedResources(stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	return s.serve(stream.Context(), false, func() (request, error) {
-		r, err := stream.Recv()
-		return request{sotw: r}, err
+		// Read with the server's codec, which leaves the names to be read if they are needed.
+		m := &sotwRequest{}
+		if err := stream.RecvMsg(m); err != nil {
+			return request{}, err
+		}
+		return request{sotw: &m.req, list: m}, nil
 	}, func(r *response, pool mem.BufferPool) error {
 		return stream.SendMsg(encodeSotw(r, pool))
 	}, func(c *conn, req debugRequest) error {
@@ -72,9 +76,11 @@ func (s *Server) DeltaAggregatedResources(stream discovery.AggregatedDiscoverySe
 	})
 }
 
-// request is one request of either protocol.
+// request is one request of either protocol. A state-of-the-world request's names are read
+// from list when needed.
 type request struct {
 	sotw  *discovery.DiscoveryRequest
+	list  *sotwRequest
 	delta *discovery.DeltaDiscoveryRequest
 }
 
@@ -100,11 +106,14 @@ func (r request) nonce() string {
 }
 
 // names are the resource names a request subscribes to.
-func (r request) names() []string {
-	if r.sotw != nil {
-		return r.sotw.GetResourceNames()
+func (r request) names(table *nameTable) ([]string, error) {
+	if r.list != nil {
+		return r.list.names(table)
 	}
-	return r.delta.GetResourceNamesSubscribe()
+	if r.sotw != nil {
+		return r.sotw.GetResourceNames(), nil
+	}
+	return r.delta.GetResourceNamesSubscribe(), nil
 }
 
 func (r request) errorDetail() *rpcstatus.Status {
@@ -212,9 +221,10 @@ func (s *Server) flush(ctx context.Context, c *conn, send func(*response, mem.Bu
 		}
 		n := encodedSize(r, c.delta)
 		lane := s.budget.lane(n)
-		if err := lane.acquire(ctx, int64(n)); err != nil {
+		if err := lane.acquire(ctx, int64(n), c.resuming); err != nil {
 			return err
 		}
+		c.resuming = r.more
 		start := time.Now()
 		if err := send(r, c.handOver(lane, n, s.limits.SendTimeout)); err != nil {
 			s.metrics.pushFailed(r.t)
@@ -256,7 +266,7 @@ func (s *Server) handle(c *conn, req request) error {
 			c.mu.Lock()
 			if len(c.unknown) < maxUnknownPending {
 				dr := debugRequest{typeURL: clip(req.typeURL())}
-				if names := req.names(); len(names) > 0 && len(names[0]) <= maxDebugName {
+				if names, err := req.names(s.names); err == nil && len(names) > 0 && len(names[0]) <= maxDebugName {
 					dr.name = names[0]
 				}
 				c.unknown = append(c.unknown, dr)
@@ -304,7 +314,7 @@ func (s *Server) handle(c *conn, req request) error {
 	}
 	defer st.subs.compact()
 	if req.sotw != nil {
-		if err := s.subscribeSotw(c, t, st, first, req.sotw.GetResourceNames()); err != nil {
+		if err := s.subscribeSotw(c, t, st, first, req); err != nil {
 			return err
 		}
 		if t == tEndpoint && st.forceNext {
@@ -340,10 +350,30 @@ func (c *conn) proxyID() string {
 }
 
 // subscribeSotw makes the subscription the request's list (c.mu held).
-func (s *Server) subscribeSotw(c *conn, t typ, st *typeState, first bool, names []string) error {
+func (s *Server) subscribeSotw(c *conn, t typ, st *typeState, first bool, req request) error {
+	// Every ACK repeats the whole list: the list of the previous request again changes nothing,
+	// and is told by its hash without reading its names.
+	var h uint64
+	if req.list != nil {
+		h = req.list.hash
+		if req.list.n > MaxSubscriptions {
+			return status.Errorf(codes.InvalidArgument, "%d %s names in one request; at most %d", req.list.n, t.short(), MaxSubscriptions)
+		}
+	}
+	if req.list != nil && !first && st.listed && h == st.listHash {
+		return nil
+	}
+	names, err := req.names(s.names)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "%s request: %v", t.short(), err)
+	}
 	if len(names) > MaxSubscriptions {
 		return status.Errorf(codes.InvalidArgument, "%d %s names in one request; at most %d", len(names), t.short(), MaxSubscriptions)
 	}
+	if req.list == nil {
+		h = rawListHash(names)
+	}
+	st.listed, st.listHash = true, h
 	wildcard := (first && len(names) == 0 && t.legacyWildcard()) || slices.Contains(names, "*") || (st.wildcard && len(names) == 0)
 	if wildcard != st.wildcard {
 		st.wildcard = wildcard
@@ -358,6 +388,7 @@ func (s *Server) subscribeSotw(c *conn, t typ, st *typeState, first bool, names 
 		}
 	}
 	want := make(map[nameID]struct{}, len(names))
+	var added []string
 	for _, n := range names {
 		if n == "*" {
 			continue
@@ -368,7 +399,10 @@ func (s *Server) subscribeSotw(c *conn, t typ, st *typeState, first bool, names 
 				continue
 			}
 		}
-		want[s.add(c, t, st, n)] = struct{}{}
+		added = append(added, n)
+	}
+	for _, id := range s.addAll(c, t, st, added) {
+		want[id] = struct{}{}
 	}
 	st.subs.each(func(id nameID, sb sub) {
 		if _, ok := want[id]; !ok && sb.explicit {
@@ -394,30 +428,32 @@ func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *
 			st.wildcard = true
 			s.setWildcard(c, t, true)
 		}
-		for n, v := range req.GetInitialResourceVersions() {
-			if st.subs.len() >= MaxSubscriptions {
-				break
+		if iv := req.GetInitialResourceVersions(); len(iv) > 0 {
+			names := make([]string, 0, min(len(iv), MaxSubscriptions))
+			for n := range iv {
+				if len(names) == MaxSubscriptions {
+					break
+				}
+				names = append(names, n)
 			}
-			id := s.names.acquire(n)
-			if st.subs.has(id) {
-				s.names.release(id)
-				continue
-			}
+			ids := s.names.acquireAll(names)
 			s.mu.Lock()
-			s.indexLocked(t, id, c)
+			for _, id := range ids {
+				s.indexLocked(t, id, c)
+			}
 			s.mu.Unlock()
-			ver, _ := parseVersion(v)
-			st.subs.set(id, sub{version: ver, explicit: !st.wildcard})
+			for i, id := range ids {
+				ver, _ := parseVersion(iv[names[i]])
+				st.subs.set(id, sub{version: ver, explicit: !st.wildcard})
+			}
 		}
 	} else if slices.Contains(subs, "*") && !st.wildcard {
 		st.wildcard = true
 		st.dirtyAll = true
 		s.setWildcard(c, t, true)
 	}
-	for _, n := range subs {
-		if n != "*" {
-			s.add(c, t, st, n)
-		}
+	if len(subs) > 0 {
+		s.addAll(c, t, st, slices.DeleteFunc(slices.Clone(subs), func(n string) bool { return n == "*" }))
 	}
 	for _, n := range unsubs {
 		if n == "*" {
@@ -449,27 +485,53 @@ func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *
 	return nil
 }
 
-// add subscribes the stream to a name explicitly and marks it to be looked at (c.mu held). The
-// index is updated before the state, so no change of the name can be missed.
-func (s *Server) add(c *conn, t typ, st *typeState, name string) nameID {
-	id := s.names.acquire(name)
-	if sb, held := st.subs.get(id); held {
-		s.names.release(id)
-		sb.explicit = true
-		st.subs.set(id, sb)
-	} else {
+// addAll subscribes the stream to names explicitly and marks them to be looked at (c.mu held),
+// interning and indexing them under one lock each. The index is updated before the state, so no
+// change of a name can be missed.
+func (s *Server) addAll(c *conn, t typ, st *typeState, names []string) []nameID {
+	ids := s.names.acquireAll(names)
+	var fresh []nameID
+	seen := make(map[nameID]struct{}, len(ids))
+	for _, id := range ids {
+		if _, dup := seen[id]; dup {
+			s.names.release(id) // named twice in the request
+			continue
+		}
+		seen[id] = struct{}{}
+		if sb, held := st.subs.get(id); held {
+			s.names.release(id)
+			sb.explicit = true
+			st.subs.set(id, sb)
+			continue
+		}
+		fresh = append(fresh, id)
+	}
+	if len(fresh) > 0 {
 		s.mu.Lock()
-		s.indexLocked(t, id, c)
+		for _, id := range fresh {
+			s.indexLocked(t, id, c)
+		}
 		s.mu.Unlock()
-		st.subs.set(id, sub{explicit: true})
+		st.subs.addAll(fresh, sub{explicit: true})
+	}
+	if t.splittable(c.delta) {
+		// Swept (4 bytes a name) rather than marked (a map entry each): a first subscription
+		// of every cluster of a large mesh, held until its last part is sent, by every stream
+		// of a herd.
+		for id := range seen {
+			st.sweep = append(st.sweep, id)
+		}
+		return ids
 	}
 	if st.dirty == nil {
-		st.dirty = map[nameID]int64{}
+		st.dirty = make(map[nameID]int64, len(seen))
 	}
-	if _, marked := st.dirty[id]; !marked {
-		st.dirty[id] = 0
+	for id := range seen {
+		if _, marked := st.dirty[id]; !marked {
+			st.dirty[id] = 0
+		}
 	}
-	return id
+	return ids
 }
 
 func (s *Server) setWildcard(c *conn, t typ, on bool) {

@@ -39,8 +39,10 @@ const (
 	subTail = 64
 	// subRoom is the least spare room compact leaves.
 	subRoom = 8
-	// subSmallMax is the most names kept in the packed form.
-	subSmallMax = 8192
+	// subSmallMax is the most names kept in the packed form: every stream's, as one stream
+	// holds at most MaxSubscriptions names a type (a proxy asking for every cluster of a large
+	// mesh holds tens of thousands, 8 bytes each).
+	subSmallMax = MaxSubscriptions
 )
 
 func (e subEntry) id() nameID { return nameID(e.idf & subIDMask) }
@@ -117,6 +119,28 @@ func (s *subSet) set(id nameID, v sub) {
 		return
 	}
 	if len(s.e)-s.sorted > subTail {
+		s.merge()
+	}
+}
+
+// addAll adds ids the set does not hold, all with v: appended to the tail and merged once, so
+// that a request of thousands of names costs a sort, not a merge every subTail names.
+func (s *subSet) addAll(ids []nameID, v sub) {
+	if s.big == nil && s.live+len(ids) > subSmallMax {
+		s.toMap()
+	}
+	for _, id := range ids {
+		if s.big == nil && uint32(id) > subIDMask {
+			s.toMap()
+		}
+		if s.big != nil {
+			s.big[id] = v
+			continue
+		}
+		s.e = append(s.e, s.entryOf(id, v))
+		s.live++
+	}
+	if s.big == nil && len(s.e)-s.sorted > subTail {
 		s.merge()
 	}
 }

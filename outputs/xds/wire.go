@@ -23,16 +23,20 @@ import (
 // as they are. It is only ever sent on streams of a gRPC server made by NewGRPCServer.
 type wireMessage struct{ data mem.BufferSlice }
 
-// wireCodec is the server's codec: wireMessages as they are, everything else (requests, LRS,
-// debug answers) through the proto codec.
-type wireCodec struct{ proto encoding.CodecV2 }
+// wireCodec is the server's codec: wireMessages as they are, discovery requests with their
+// resource names interned in names (requests.go), everything else (LRS, debug answers) through
+// the proto codec.
+type wireCodec struct {
+	proto encoding.CodecV2
+	names *nameTable
+}
 
-func newWireCodec() wireCodec {
+func newWireCodec(names *nameTable) wireCodec {
 	c := encoding.GetCodecV2("proto")
 	if c == nil {
 		panic("no proto codec registered")
 	}
-	return wireCodec{proto: c}
+	return wireCodec{proto: c, names: names}
 }
 
 func (wireCodec) Name() string { return "proto" }
@@ -47,6 +51,14 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if _, ok := v.(*wireMessage); ok {
 		return fmt.Errorf("a krteds-encoded response cannot be decoded")
+	}
+	if m, ok := v.(*sotwRequest); ok {
+		return decodeSotwRequest(data, m)
+	}
+	if c.names != nil {
+		if ok, err := decodeRequest(data, v, c.names); ok {
+			return err
+		}
 	}
 	return c.proto.Unmarshal(data, v)
 }

@@ -152,7 +152,7 @@ func TestFramingPool(t *testing.T) {
 
 // The codec sends wireMessages as they are and everything else through the proto codec.
 func TestWireCodec(t *testing.T) {
-	c := newWireCodec()
+	c := newWireCodec(nil)
 	w := &wireMessage{data: mem.BufferSlice{mem.SliceBuffer("abc")}}
 	if out, err := c.Marshal(w); err != nil || string(out.Materialize()) != "abc" {
 		t.Fatalf("%q %v", out.Materialize(), err)

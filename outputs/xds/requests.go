@@ -1,0 +1,280 @@
+package xds
+
+import (
+	"errors"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Requests are decoded with their resource names interned: a name the server already holds (a
+// subscription of another stream) takes the table's copy instead of a new string. A proxy that
+// asks for every cluster of a large mesh sends tens of thousands of names, and a herd of them
+// sends them all at once; a state-of-the-world client repeats its whole list with every ACK. The
+// proto decoder would make a string of each name of each request.
+//
+// The names (DiscoveryRequest.resource_names, DeltaDiscoveryRequest.resource_names_subscribe,
+// _unsubscribe and the keys of initial_resource_versions) are read here; every other field goes
+// through the proto decoder as it came.
+
+// Field numbers of envoy.service.discovery.v3.DiscoveryRequest and DeltaDiscoveryRequest, and
+// of a map entry.
+const (
+	fSotwReqResourceNames    = 3
+	fDeltaReqSubscribe       = 3
+	fDeltaReqUnsubscribe     = 4
+	fDeltaReqInitialVersions = 5
+	fMapKey                  = 1
+	fMapValue                = 2
+)
+
+var errMalformedRequest = errors.New("malformed discovery request")
+
+// requestScratch holds a request's bytes while it is decoded (strings are copied out of it),
+// and the fields that are not names.
+type requestScratch struct{ in, rest []byte }
+
+// decodeRequest decodes a DiscoveryRequest or DeltaDiscoveryRequest, interning its names in
+// names; ok is false for any other message.
+func decodeRequest(data mem.BufferSlice, v any, names *nameTable) (ok bool, err error) {
+	var delta *discovery.DeltaDiscoveryRequest
+	sotw, isSotw := v.(*discovery.DiscoveryRequest)
+	if !isSotw {
+		if delta, ok = v.(*discovery.DeltaDiscoveryRequest); !ok {
+			return false, nil
+		}
+	}
+	// The request's bytes in one piece, for as long as it is decoded (every string is copied
+	// out): not pooled, as the largest requests of a herd arrive all at once.
+	s := &requestScratch{in: data.Materialize()}
+	var subscribe, unsubscribe []string
+	var initial map[string]string
+	err = names.reading(func(lookup func([]byte) (string, bool)) error {
+		return s.fields(isSotw, lookup, &subscribe, &unsubscribe, &initial)
+	})
+	if err != nil {
+		return true, err
+	}
+	if isSotw {
+		if err := proto.Unmarshal(s.rest, sotw); err != nil {
+			return true, err
+		}
+		sotw.ResourceNames = subscribe
+		return true, nil
+	}
+	if err := proto.Unmarshal(s.rest, delta); err != nil {
+		return true, err
+	}
+	delta.ResourceNamesSubscribe, delta.ResourceNamesUnsubscribe, delta.InitialResourceVersions = subscribe, unsubscribe, initial
+	return true, nil
+}
+
+// fields reads the request's fields from s.in: the names into subscribe, unsubscribe and
+// initial, every other field copied to s.rest.
+func (s *requestScratch) fields(isSotw bool, lookup func([]byte) (string, bool), subscribe, unsubscribe *[]string, initial *map[string]string) error {
+	for b := s.in; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return errMalformedRequest
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return errMalformedRequest
+		}
+		field, value := b[:n+m], b[n:n+m]
+		b = b[n+m:]
+		switch {
+		case typ != protowire.BytesType:
+		case isSotw && num == fSotwReqResourceNames, !isSotw && num == fDeltaReqSubscribe:
+			name, err := internedString(value, lookup)
+			if err != nil {
+				return err
+			}
+			*subscribe = append(*subscribe, name)
+			continue
+		case !isSotw && num == fDeltaReqUnsubscribe:
+			name, err := internedString(value, lookup)
+			if err != nil {
+				return err
+			}
+			*unsubscribe = append(*unsubscribe, name)
+			continue
+		case !isSotw && num == fDeltaReqInitialVersions:
+			k, v, err := mapEntry(value, lookup)
+			if err != nil {
+				return err
+			}
+			if *initial == nil {
+				*initial = map[string]string{}
+			}
+			(*initial)[k] = v
+			continue
+		}
+		s.rest = append(s.rest, field...)
+	}
+	return nil
+}
+
+// internedString is the string of a length-delimited field's value (its length prefix
+// included): the names table's copy when it holds the name.
+func internedString(value []byte, lookup func([]byte) (string, bool)) (string, error) {
+	b, n := protowire.ConsumeBytes(value)
+	if n < 0 {
+		return "", errMalformedRequest
+	}
+	if !utf8.Valid(b) {
+		return "", errors.New("a resource name is not valid UTF-8")
+	}
+	if s, ok := lookup(b); ok {
+		return s, nil
+	}
+	return string(b), nil
+}
+
+// mapEntry reads a map<string, string> entry (its length prefix included), the key interned.
+func mapEntry(value []byte, lookup func([]byte) (string, bool)) (k, v string, err error) {
+	b, n := protowire.ConsumeBytes(value)
+	if n < 0 {
+		return "", "", errMalformedRequest
+	}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", "", errMalformedRequest
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return "", "", errMalformedRequest
+		}
+		value := b[n : n+m]
+		b = b[n+m:]
+		if typ != protowire.BytesType {
+			continue
+		}
+		switch num {
+		case fMapKey:
+			if k, err = internedString(value, lookup); err != nil {
+				return "", "", err
+			}
+		case fMapValue:
+			s, n := protowire.ConsumeBytes(value)
+			if n < 0 {
+				return "", "", errMalformedRequest
+			}
+			if !utf8.Valid(s) {
+				return "", "", errors.New("a resource version is not valid UTF-8")
+			}
+			v = string(s)
+		}
+	}
+	return k, v, nil
+}
+
+// sotwRequest is a state-of-the-world request whose names are read only if they are needed:
+// an ACK repeats the whole subscription, and a stream that holds it already tells that from the
+// list's hash (listHash, computed here from the bytes as they came) without reading a name.
+type sotwRequest struct {
+	req discovery.DiscoveryRequest
+	// hash is listHash of the names, n their number; raw holds the request's bytes until names
+	// has read them.
+	hash uint64
+	n    int
+	raw  []byte
+	// list holds the names once read.
+	list []string
+	read bool
+}
+
+// decodeSotwRequest decodes a request but for its names, which it counts and hashes: the hash
+// (rawListHash) is of their fields as encoded, written a run of consecutive name fields at a
+// time (a client writes them all in a row).
+func decodeSotwRequest(data mem.BufferSlice, m *sotwRequest) error {
+	m.raw = data.Materialize()
+	var rest []byte
+	h := xxhash.New()
+	run := -1 // where the current run of name fields starts
+	at := 0
+	for b := m.raw; len(b) > 0; {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return errMalformedRequest
+		}
+		l := protowire.ConsumeFieldValue(num, typ, b[k:])
+		if l < 0 {
+			return errMalformedRequest
+		}
+		field := b[:k+l]
+		b = b[k+l:]
+		if num == fSotwReqResourceNames && typ == protowire.BytesType {
+			if run < 0 {
+				run = at
+			}
+			m.n++
+			at += len(field)
+			continue
+		}
+		if run >= 0 {
+			_, _ = h.Write(m.raw[run:at])
+			run = -1
+		}
+		rest = append(rest, field...)
+		at += len(field)
+	}
+	if run >= 0 {
+		_, _ = h.Write(m.raw[run:at])
+	}
+	m.hash = h.Sum64()
+	return proto.Unmarshal(rest, &m.req)
+}
+
+// rawListHash is the hash decodeSotwRequest makes of a list of names: of their fields encoded.
+func rawListHash(names []string) uint64 {
+	h := xxhash.New()
+	var b []byte
+	for _, n := range names {
+		b = protowire.AppendTag(b[:0], fSotwReqResourceNames, protowire.BytesType)
+		b = protowire.AppendString(b, n)
+		_, _ = h.Write(b)
+	}
+	return h.Sum64()
+}
+
+// names reads the request's names, interned in the table: an error if one is not valid UTF-8,
+// as the proto decoder would have said.
+func (m *sotwRequest) names(table *nameTable) ([]string, error) {
+	if m.read {
+		return m.list, nil
+	}
+	m.read = true
+	if m.n == 0 {
+		m.raw = nil
+		return nil, nil
+	}
+	m.list = make([]string, 0, m.n)
+	err := table.reading(func(lookup func([]byte) (string, bool)) error {
+		for b := m.raw; len(b) > 0; {
+			num, typ, k := protowire.ConsumeTag(b)
+			l := protowire.ConsumeFieldValue(num, typ, b[k:])
+			value := b[k : k+l]
+			b = b[k+l:]
+			if num == fSotwReqResourceNames && typ == protowire.BytesType {
+				name, err := internedString(value, lookup)
+				if err != nil {
+					return err
+				}
+				m.list = append(m.list, name)
+			}
+		}
+		return nil
+	})
+	m.raw = nil
+	if err != nil {
+		m.list = nil
+		return nil, err
+	}
+	return m.list, nil
+}

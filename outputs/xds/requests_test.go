@@ -1,0 +1,168 @@
+package xds
+
+import (
+	"fmt"
+	"testing"
+	"unsafe"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// requestSeeds are requests of both protocols with every field set, names repeated, empty and
+// known to the table.
+func requestSeeds() []proto.Message {
+	node := &core.Node{Id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local", Cluster: "c"}
+	return []proto.Message{
+		&discovery.DiscoveryRequest{},
+		&discovery.DiscoveryRequest{VersionInfo: "v1", Node: node, ResourceNames: []string{"known", "other", "known", ""}, TypeUrl: tEndpoint.url(),
+			ResponseNonce: "7", ErrorDetail: &rpcstatus.Status{Code: 3, Message: "bad"}, ResourceLocators: []*discovery.ResourceLocator{{Name: "l"}}},
+		&discovery.DeltaDiscoveryRequest{},
+		&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: tCluster.url(), ResourceNamesSubscribe: []string{"known", "new", "*"},
+			ResourceNamesUnsubscribe: []string{"gone", "known"}, InitialResourceVersions: map[string]string{"known": "1f", "x": "", "": "2"},
+			ResponseNonce: "9", ErrorDetail: &rpcstatus.Status{Code: 2}, ResourceLocatorsSubscribe: []*discovery.ResourceLocator{{Name: "s"}}},
+	}
+}
+
+func decodeBoth(t testing.TB, b []byte, empty func() proto.Message, names *nameTable) (proto.Message, error, proto.Message, error) {
+	want, got := empty(), empty()
+	werr := proto.Unmarshal(b, want)
+	ok, gerr := decodeRequest(mem.BufferSlice{mem.SliceBuffer(b)}, got, names)
+	if !ok {
+		t.Fatalf("%T was not decoded as a request", got)
+	}
+	return want, werr, got, gerr
+}
+
+// TestRequestDecodingIsProtos: requests decode as the proto decoder decodes them, the names the
+// table holds sharing its copy.
+func TestRequestDecodingIsProtos(t *testing.T) {
+	names := newNameTable()
+	known := names.name(names.acquire(fmt.Sprint("kn", "own")))
+	for _, m := range requestSeeds() {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		empty := func() proto.Message { return m.ProtoReflect().New().Interface() }
+		want, werr, got, gerr := decodeBoth(t, b, empty, names)
+		if werr != nil || gerr != nil {
+			t.Fatalf("%T: %v / %v", m, werr, gerr)
+		}
+		if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+			t.Fatalf("%T decodes otherwise than proto's decoder:\n%s", m, d)
+		}
+		var decoded []string
+		switch r := got.(type) {
+		case *discovery.DiscoveryRequest:
+			decoded = r.ResourceNames
+		case *discovery.DeltaDiscoveryRequest:
+			decoded = append(r.ResourceNamesSubscribe, r.ResourceNamesUnsubscribe...)
+			for k := range r.InitialResourceVersions {
+				decoded = append(decoded, k)
+			}
+		}
+		for _, n := range decoded {
+			if n == "known" && unsafe.StringData(n) != unsafe.StringData(known) {
+				t.Errorf("%T: a name the table holds is a copy of its own", m)
+			}
+		}
+	}
+}
+
+// FuzzRequestDecoding: whatever bytes a client sends, the request decoder fails when the proto
+// decoder fails and otherwise decodes the same message.
+func FuzzRequestDecoding(f *testing.F) {
+	for _, m := range requestSeeds() {
+		b, _ := proto.Marshal(m)
+		f.Add(b, m.ProtoReflect().Descriptor().Name() == "DeltaDiscoveryRequest")
+	}
+	f.Add([]byte{0x1a, 0x02, 0xff, 0xfe}, false) // a name that is not UTF-8
+	f.Add([]byte{0x2a, 0x03, 0x0a, 0x01, 0x80}, true)
+	f.Add([]byte{0x18, 0x01}, false) // field 3 with the wrong wire type
+	names := newNameTable()
+	names.acquire("known")
+	f.Fuzz(func(t *testing.T, b []byte, delta bool) {
+		empty := func() proto.Message { return &discovery.DiscoveryRequest{} }
+		if delta {
+			empty = func() proto.Message { return &discovery.DeltaDiscoveryRequest{} }
+		}
+		want, werr, got, gerr := decodeBoth(t, b, empty, names)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("proto's decoder: %v; the request decoder: %v", werr, gerr)
+		}
+		if werr == nil {
+			if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+				t.Fatalf("decodes otherwise than proto's decoder:\n%s", d)
+			}
+		}
+		if delta {
+			return
+		}
+		// The same through the state-of-the-world request, names read when asked for.
+		var lazy sotwRequest
+		err := decodeSotwRequest(mem.BufferSlice{mem.SliceBuffer(b)}, &lazy)
+		if err == nil {
+			lazy.req.ResourceNames, err = lazy.names(names)
+		}
+		if (werr == nil) != (err == nil) {
+			t.Fatalf("proto's decoder: %v; the state-of-the-world request: %v", werr, err)
+		}
+		if werr == nil {
+			if d := cmp.Diff(want, &lazy.req, protocmp.Transform()); d != "" {
+				t.Fatalf("the state-of-the-world request decodes otherwise than proto's decoder:\n%s", d)
+			}
+		}
+	})
+}
+
+// TestSotwRequestNamesAreReadWhenNeeded: a state-of-the-world request decodes as proto's decoder
+// decodes it, its names read when asked for (interned), its hash that of its names, and a name
+// that is not UTF-8 an error when read.
+func TestSotwRequestNamesAreReadWhenNeeded(t *testing.T) {
+	names := newNameTable()
+	known := names.name(names.acquire(fmt.Sprint("kn", "own")))
+	for _, m := range requestSeeds() {
+		want, ok := m.(*discovery.DiscoveryRequest)
+		if !ok {
+			continue
+		}
+		b, err := proto.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got sotwRequest
+		if err := decodeSotwRequest(mem.BufferSlice{mem.SliceBuffer(b)}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.hash != rawListHash(want.ResourceNames) || got.n != len(want.ResourceNames) {
+			t.Fatalf("hash %x of %d names, want %x of %d", got.hash, got.n, rawListHash(want.ResourceNames), len(want.ResourceNames))
+		}
+		list, err := got.names(names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.req.ResourceNames = list
+		if d := cmp.Diff(want, &got.req, protocmp.Transform()); d != "" {
+			t.Fatalf("decodes otherwise than proto's decoder:\n%s", d)
+		}
+		for _, n := range list {
+			if n == "known" && unsafe.StringData(n) != unsafe.StringData(known) {
+				t.Error("a name the table holds is a copy of its own")
+			}
+		}
+	}
+	var bad sotwRequest
+	if err := decodeSotwRequest(mem.BufferSlice{mem.SliceBuffer([]byte{0x1a, 0x02, 0xff, 0xfe})}, &bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.names(names); err == nil {
+		t.Fatal("a name that is not UTF-8 was read")
+	}
+}
