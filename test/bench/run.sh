@@ -7,7 +7,9 @@
 # prints no result for a benchmark fails too.
 # Environment: KRTEDS_BENCH_PROTOCOL=delta|sotw (default delta), KRTEDS_BENCH_ROLLOUT_PACE
 # (default 2ms), KRTEDS_BENCH_ENDPOINTS (endpoints per service, at most 64),
-# KRTEDS_BENCH_FILES_LARGE=1 (also run the manifests-folder benchmarks at the large size).
+# KRTEDS_BENCH_FILES_LARGE=1 (also run the manifests-folder benchmarks at the large size),
+# KRTEDS_HERD_PROXIES, KRTEDS_HERD_CLUSTERS, KRTEDS_HERD_BUDGET, KRTEDS_HERD_RESPONSE_BYTES,
+# KRTEDS_HERD_STREAM_RATE, KRTEDS_HERD_MAX_RSS, KRTEDS_HERD_MAX_CLIENT_RSS (BenchmarkHerd).
 set -euo pipefail
 cd "$(dirname "$0")"
 size="${1:-small}"
@@ -46,6 +48,9 @@ run BenchmarkGraphUpdate 500x
 run BenchmarkRollout500 1x
 run BenchmarkMemory 1x
 run BenchmarkBudget 1x
+# Every proxy connecting at once to krteds in a process of its own, each asking for every
+# cluster (KRTEDS_HERD_PROXIES, KRTEDS_HERD_CLUSTERS change the shape).
+run BenchmarkHerd 1x
 # Four clusters of 250 services, and LEDS over one 5 000-endpoint service (their own sizes, whatever
 # SIZE says): run once, with the small suite.
 if [ "$size" = small ]; then
