@@ -4,21 +4,41 @@ import (
 	"context"
 	"net"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
 )
 
 // connTracker knows the client connections of the gRPC servers made by NewGRPCServer, by their
 // remote address (a stream's peer): a stream whose client has stopped reading is ended by
 // closing its connection, the one way to make gRPC drop a response that flow control holds back
 // (ending the stream would queue its status behind that response).
+//
+// A connection is noted when its handshake is done (the credentials see it first) and kept once
+// gRPC has set it up (the stats handler's TagConn) until it ends (ConnEnd). It is not wrapped:
+// gRPC reads a plain TCP connection into buffers it takes only while data is there, and keeps
+// a buffer of its own for any other.
 type connTracker struct {
-	mu    sync.Mutex
-	conns map[string]net.Conn
+	mu sync.Mutex
+	// pending are handshaken connections gRPC has not set up yet (one that fails its preface
+	// never is: it goes after pendingFor); conns those it has.
+	pending map[string]pendingConn
+	conns   map[string]net.Conn
 }
 
-func newConnTracker() *connTracker { return &connTracker{conns: map[string]net.Conn{}} }
+type pendingConn struct {
+	c  net.Conn
+	at time.Time
+}
+
+// pendingFor bounds how long a connection handshaken but never set up is remembered.
+const pendingFor = time.Minute
+
+func newConnTracker() *connTracker {
+	return &connTracker{pending: map[string]pendingConn{}, conns: map[string]net.Conn{}}
+}
 
 // close closes the connection of a stream's peer, if it is still open.
 func (t *connTracker) close(peer string) {
@@ -30,12 +50,16 @@ func (t *connTracker) close(peer string) {
 	}
 }
 
-func (t *connTracker) add(c net.Conn) net.Conn {
-	tc := &trackedConn{Conn: c, t: t, key: c.RemoteAddr().String()}
+func (t *connTracker) handshaken(c net.Conn) {
+	now := time.Now()
 	t.mu.Lock()
-	t.conns[tc.key] = tc
-	t.mu.Unlock()
-	return tc
+	defer t.mu.Unlock()
+	for k, p := range t.pending {
+		if now.Sub(p.at) > pendingFor {
+			delete(t.pending, k)
+		}
+	}
+	t.pending[c.RemoteAddr().String()] = pendingConn{c: c, at: now}
 }
 
 func (t *connTracker) size() int {
@@ -44,26 +68,42 @@ func (t *connTracker) size() int {
 	return len(t.conns)
 }
 
-// trackedConn leaves the tracker when closed.
-type trackedConn struct {
-	net.Conn
-	t    *connTracker
-	key  string
-	once sync.Once
+type connKey struct{}
+
+// TagConn implements stats.Handler: gRPC has set the connection up.
+func (t *connTracker) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if info.RemoteAddr == nil {
+		return ctx
+	}
+	key := info.RemoteAddr.String()
+	t.mu.Lock()
+	if p, ok := t.pending[key]; ok {
+		delete(t.pending, key)
+		t.conns[key] = p.c
+	}
+	t.mu.Unlock()
+	return context.WithValue(ctx, connKey{}, key)
 }
 
-func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.t.mu.Lock()
-		if c.t.conns[c.key] == c {
-			delete(c.t.conns, c.key)
-		}
-		c.t.mu.Unlock()
-	})
-	return c.Conn.Close()
+// HandleConn implements stats.Handler: a connection that ends is forgotten.
+func (t *connTracker) HandleConn(ctx context.Context, s stats.ConnStats) {
+	if _, end := s.(*stats.ConnEnd); !end {
+		return
+	}
+	if key, ok := ctx.Value(connKey{}).(string); ok {
+		t.mu.Lock()
+		delete(t.conns, key)
+		t.mu.Unlock()
+	}
 }
 
-// trackingCreds are transport credentials that record each connection once its handshake is
+// TagRPC implements stats.Handler.
+func (t *connTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC implements stats.Handler.
+func (t *connTracker) HandleRPC(context.Context, stats.RPCStats) {}
+
+// trackingCreds are transport credentials that note each connection once its handshake is
 // done.
 type trackingCreds struct {
 	credentials.TransportCredentials
@@ -82,7 +122,8 @@ func (c trackingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.Auth
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.t.add(conn), info, nil
+	c.t.handshaken(conn)
+	return conn, info, nil
 }
 
 func (c trackingCreds) Clone() credentials.TransportCredentials {

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs/xds/adsclient"
 )
 
 // TestEveryResponseGivesItsBudgetBack: the framing of every response, the smallest included, is
@@ -134,5 +136,42 @@ func TestBudgetLanes(t *testing.T) {
 	large.release(2 * large.capacity)
 	if got := b.inFlight(); got != 0 {
 		t.Fatalf("%d bytes left in flight", got)
+	}
+}
+
+// TestConnectionsAreForgottenWhenTheyEnd: the server knows its clients' connections (to close a
+// stalled one) only while they are open.
+func TestConnectionsAreForgottenWhenTheyEnd(t *testing.T) {
+	fs := startFake(t)
+	fs.src.set(tEndpoint.url(), "e0")
+	var ccs []*grpc.ClientConn
+	for i := 0; i < 5; i++ {
+		cc, err := adsclient.Dial(fs.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := adsclient.Open(context.Background(), cc, sidecarNode(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Request(tEndpoint.url(), "e0")
+		if _, err := s.Recv(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ccs = append(ccs, cc)
+	}
+	// The fake's own connection is not open: it has made no call.
+	if n := fs.srv.clientConns.size(); n != 5 {
+		t.Fatalf("%d connections known, want 5", n)
+	}
+	for _, cc := range ccs {
+		_ = cc.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for fs.srv.clientConns.size() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections known after the five closed, want none", fs.srv.clientConns.size())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

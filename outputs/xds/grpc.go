@@ -32,7 +32,7 @@ func NewGRPCServer(_ context.Context, s *Server, creds credentials.TransportCred
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
-	opts = append(opts, grpc.Creds(tracking(creds, s.clientConns)), grpc.ForceServerCodecV2(newWireCodec(s.names))) // last: they win
+	opts = append(opts, grpc.Creds(tracking(creds, s.clientConns)), grpc.StatsHandler(s.clientConns), grpc.ForceServerCodecV2(newWireCodec(s.names))) // last: they win
 	gs := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, s)
 	if s.loadReports != nil {
