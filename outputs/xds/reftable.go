@@ -26,6 +26,21 @@ func newRefTable[K comparable, I ~uint32, E any](reserved int) refTable[K, I, E]
 func (t *refTable[K, I, E]) acquire(k K) I {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.acquireLocked(k)
+}
+
+// acquireAll interns keys and takes a reference to each, under one lock.
+func (t *refTable[K, I, E]) acquireAll(keys []K) []I {
+	out := make([]I, len(keys))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, k := range keys {
+		out[i] = t.acquireLocked(k)
+	}
+	return out
+}
+
+func (t *refTable[K, I, E]) acquireLocked(k K) I {
 	if id, ok := t.ids[k]; ok {
 		t.entries[id].refs++
 		return id
@@ -41,32 +56,6 @@ func (t *refTable[K, I, E]) acquire(k K) I {
 	}
 	t.ids[k] = id
 	return id
-}
-
-// acquireAll interns keys and takes a reference to each, under one lock.
-func (t *refTable[K, I, E]) acquireAll(keys []K) []I {
-	out := make([]I, len(keys))
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i, k := range keys {
-		if id, ok := t.ids[k]; ok {
-			t.entries[id].refs++
-			out[i] = id
-			continue
-		}
-		var id I
-		if n := len(t.free); n > 0 {
-			id = t.free[n-1]
-			t.free = t.free[:n-1]
-			t.entries[id] = refEntry[K, E]{key: k, refs: 1}
-		} else {
-			id = I(len(t.entries))
-			t.entries = append(t.entries, refEntry[K, E]{key: k, refs: 1})
-		}
-		t.ids[k] = id
-		out[i] = id
-	}
-	return out
 }
 
 // release drops a reference; the key is forgotten with its last one.

@@ -73,10 +73,10 @@ func decodeRequest(data mem.BufferSlice, v any, names *nameTable) (ok bool, err 
 	return true, nil
 }
 
-// fields reads the request's fields from s.in: the names into subscribe, unsubscribe and
-// initial, every other field copied to s.rest.
-func (s *requestScratch) fields(isSotw bool, lookup func([]byte) (string, bool), subscribe, unsubscribe *[]string, initial *map[string]string) error {
-	for b := s.in; len(b) > 0; {
+// eachField calls f with each field of an encoded message: its number and wire type, the whole
+// field and its value (a length-delimited value with its length prefix).
+func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, field, value []byte) error) error {
+	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return errMalformedRequest
@@ -85,8 +85,18 @@ func (s *requestScratch) fields(isSotw bool, lookup func([]byte) (string, bool),
 		if m < 0 {
 			return errMalformedRequest
 		}
-		field, value := b[:n+m], b[n:n+m]
+		if err := f(num, typ, b[:n+m], b[n:n+m]); err != nil {
+			return err
+		}
 		b = b[n+m:]
+	}
+	return nil
+}
+
+// fields reads the request's fields from s.in: the names into subscribe, unsubscribe and
+// initial, every other field copied to s.rest.
+func (s *requestScratch) fields(isSotw bool, lookup func([]byte) (string, bool), subscribe, unsubscribe *[]string, initial *map[string]string) error {
+	return eachField(s.in, func(num protowire.Number, typ protowire.Type, field, value []byte) error {
 		switch {
 		case typ != protowire.BytesType:
 		case isSotw && num == fSotwReqResourceNames, !isSotw && num == fDeltaReqSubscribe:
@@ -95,14 +105,14 @@ func (s *requestScratch) fields(isSotw bool, lookup func([]byte) (string, bool),
 				return err
 			}
 			*subscribe = append(*subscribe, name)
-			continue
+			return nil
 		case !isSotw && num == fDeltaReqUnsubscribe:
 			name, err := internedString(value, lookup)
 			if err != nil {
 				return err
 			}
 			*unsubscribe = append(*unsubscribe, name)
-			continue
+			return nil
 		case !isSotw && num == fDeltaReqInitialVersions:
 			k, v, err := mapEntry(value, lookup)
 			if err != nil {
@@ -112,11 +122,11 @@ func (s *requestScratch) fields(isSotw bool, lookup func([]byte) (string, bool),
 				*initial = map[string]string{}
 			}
 			(*initial)[k] = v
-			continue
+			return nil
 		}
 		s.rest = append(s.rest, field...)
-	}
-	return nil
+		return nil
+	})
 }
 
 // internedString is the string of a length-delimited field's value (its length prefix
@@ -141,37 +151,28 @@ func mapEntry(value []byte, lookup func([]byte) (string, bool)) (k, v string, er
 	if n < 0 {
 		return "", "", errMalformedRequest
 	}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return "", "", errMalformedRequest
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return "", "", errMalformedRequest
-		}
-		value := b[n : n+m]
-		b = b[n+m:]
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, _, value []byte) error {
 		if typ != protowire.BytesType {
-			continue
+			return nil
 		}
 		switch num {
 		case fMapKey:
-			if k, err = internedString(value, lookup); err != nil {
-				return "", "", err
-			}
+			var err error
+			k, err = internedString(value, lookup)
+			return err
 		case fMapValue:
 			s, n := protowire.ConsumeBytes(value)
 			if n < 0 {
-				return "", "", errMalformedRequest
+				return errMalformedRequest
 			}
 			if !utf8.Valid(s) {
-				return "", "", errors.New("a resource version is not valid UTF-8")
+				return errors.New("a resource version is not valid UTF-8")
 			}
 			v = string(s)
 		}
-	}
-	return k, v, nil
+		return nil
+	})
+	return k, v, err
 }
 
 // sotwRequest is a state-of-the-world request whose names are read only if they are needed:
@@ -198,24 +199,14 @@ func decodeSotwRequest(data mem.BufferSlice, m *sotwRequest) error {
 	h := xxhash.New()
 	run := -1 // where the current run of name fields starts
 	at := 0
-	for b := m.raw; len(b) > 0; {
-		num, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			return errMalformedRequest
-		}
-		l := protowire.ConsumeFieldValue(num, typ, b[k:])
-		if l < 0 {
-			return errMalformedRequest
-		}
-		field := b[:k+l]
-		b = b[k+l:]
+	err := eachField(m.raw, func(num protowire.Number, typ protowire.Type, field, _ []byte) error {
 		if num == fSotwReqResourceNames && typ == protowire.BytesType {
 			if run < 0 {
 				run = at
 			}
 			m.n++
 			at += len(field)
-			continue
+			return nil
 		}
 		if run >= 0 {
 			_, _ = h.Write(m.raw[run:at])
@@ -223,6 +214,10 @@ func decodeSotwRequest(data mem.BufferSlice, m *sotwRequest) error {
 		}
 		rest = append(rest, field...)
 		at += len(field)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if run >= 0 {
 		_, _ = h.Write(m.raw[run:at])
@@ -256,20 +251,17 @@ func (m *sotwRequest) names(table *nameTable) ([]string, error) {
 	}
 	m.list = make([]string, 0, m.n)
 	err := table.reading(func(lookup func([]byte) (string, bool)) error {
-		for b := m.raw; len(b) > 0; {
-			num, typ, k := protowire.ConsumeTag(b)
-			l := protowire.ConsumeFieldValue(num, typ, b[k:])
-			value := b[k : k+l]
-			b = b[k+l:]
-			if num == fSotwReqResourceNames && typ == protowire.BytesType {
-				name, err := internedString(value, lookup)
-				if err != nil {
-					return err
-				}
-				m.list = append(m.list, name)
+		return eachField(m.raw, func(num protowire.Number, typ protowire.Type, _, value []byte) error {
+			if num != fSotwReqResourceNames || typ != protowire.BytesType {
+				return nil
 			}
-		}
-		return nil
+			name, err := internedString(value, lookup)
+			if err != nil {
+				return err
+			}
+			m.list = append(m.list, name)
+			return nil
+		})
 	})
 	m.raw = nil
 	if err != nil {

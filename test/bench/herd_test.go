@@ -344,6 +344,25 @@ func (s *herdServer) flip(service int) (uint64, time.Duration, error) {
 	return v, time.Duration(us) * time.Microsecond, nil
 }
 
+// flipAndWait flips service idx and waits until every proxy complete now holds the change: it
+// returns how long that took, how long of it the graph took, and how many proxies it followed.
+func flipAndWait(srv *herdServer, h *Herd, idx int) (took, graph time.Duration, tracked int, err error) {
+	w := h.Watch(idx)
+	at := time.Now()
+	v, graph, err := srv.flip(idx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	h.Want(w, v)
+	select {
+	case <-w.done:
+		return w.Latency(at), graph, w.Tracked(), nil
+	case <-time.After(time.Minute):
+		missing := w.Missing()
+		return 0, 0, 0, fmt.Errorf("a flip of service %d did not reach %d of the %d complete proxies in a minute: %v", idx, len(missing), w.Tracked(), missing[:min(len(missing), 10)])
+	}
+}
+
 // flipService is the n-th service the herd flips: one whose CLA every proxy shares.
 func flipService(size Size, n int) int {
 	i := 1 + n%(size.Services-1)
@@ -437,24 +456,14 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 			time.Sleep(500 * time.Millisecond)
 			idx := flipService(size, k)
 			for range 2 {
-				w := h.Watch(idx)
-				at := time.Now()
-				v, computed, err := srv.flip(idx)
+				took, graph, tracked, err := flipAndWait(srv, h, idx)
 				if err != nil {
 					tb.Error(err)
 					return
 				}
-				h.Want(w, v)
-				select {
-				case <-w.done:
-					if w.Tracked() > 0 {
-						res.flips = append(res.flips, w.Latency(at))
-						res.flipGraph = append(res.flipGraph, computed)
-					}
-				case <-time.After(time.Minute):
-					missing := w.Missing()
-					tb.Errorf("a flip of service %d did not reach %d of the %d complete proxies in a minute: %v", idx, len(missing), w.Tracked(), missing[:min(len(missing), 10)])
-					return
+				if tracked > 0 {
+					res.flips = append(res.flips, took)
+					res.flipGraph = append(res.flipGraph, graph)
 				}
 			}
 		}
@@ -493,20 +502,11 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 	}
 	for k := 0; k < 20; k++ {
 		// Each service twice: flipped, then back (the state is the mesh's again after).
-		idx := flipService(size, 1000+k/2)
-		w := h.Watch(idx)
-		at := time.Now()
-		v, _, err := srv.flip(idx)
+		took, _, _, err := flipAndWait(srv, h, flipService(size, 1000+k/2))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		h.Want(w, v)
-		select {
-		case <-w.done:
-			res.idleFlips = append(res.idleFlips, w.Latency(at))
-		case <-time.After(time.Minute):
-			tb.Fatalf("a flip of service %d did not reach %d of the proxies in a minute", idx, len(w.Missing()))
-		}
+		res.idleFlips = append(res.idleFlips, took)
 	}
 	_, _ = srv.stats("profile?stop=1")
 	res.coldBytes = h.Bytes.Load()
@@ -537,17 +537,8 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 	res.restartTook = time.Since(t0)
 	res.restartBytes, res.restartResources = h.Bytes.Load()-before, h.Resources.Load()-beforeRes
 	// A flip proves every proxy subscribes again (its bytes are not the restart's).
-	idx := flipService(size, 1)
-	w := h.Watch(idx)
-	v, _, err := next.flip(idx)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	h.Want(w, v)
-	select {
-	case <-w.done:
-	case <-time.After(time.Minute):
-		tb.Fatalf("after the restart, a flip did not reach the proxies")
+	if _, _, _, err := flipAndWait(next, h, flipService(size, 1)); err != nil {
+		tb.Fatalf("after the restart: %v", err)
 	}
 	return res
 }
