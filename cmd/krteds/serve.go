@@ -54,6 +54,7 @@ type serveOptions struct {
 	responseBytes    string
 	sendTimeout      time.Duration
 	streamRate       float64
+	drain            time.Duration
 	cfg              collections.Config
 	limits           xds.Limits
 }
@@ -100,6 +101,7 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.DurationVar(&o.sendTimeout, "xds-send-timeout", xds.DefaultSendTimeout, "a client that reads nothing of a response for this long is disconnected (0: never)")
 	f.Float64Var(&o.streamRate, "xds-stream-rate", 0, "new xDS streams let in per second; past it a stream is told to retry, unless it comes back holding current versions (default 500 per CPU; negative: no limit)")
 	f.IntVar(&o.limits.StreamsPerIdentity, "max-streams-per-identity", xds.DefaultMaxStreamsPerIdentity, "streams one authenticated identity may hold open")
+	f.DurationVar(&o.drain, "drain-duration", 10*time.Second, "on SIGTERM: not ready at once, no new stream, clients told to go (GOAWAY) and their streams ended spread over this long, then exit")
 	return cmd
 }
 
@@ -196,6 +198,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if o.lrsInterval <= 0 {
 		return fmt.Errorf("--lrs-interval %s: want a positive duration", o.lrsInterval)
 	}
+	if o.drain < 0 {
+		return fmt.Errorf("--drain-duration %s: want a duration, 0 for at once", o.drain)
+	}
 	if o.cfg.LEDSThreshold < 0 {
 		return fmt.Errorf("--leds-threshold %d: want 0 (off) or a number of endpoints", o.cfg.LEDSThreshold)
 	}
@@ -275,7 +280,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		zap.String("xds", opts.XDSListener.Addr().String()), zap.String("debug", opts.DebugListener.Addr().String()))
 
 	<-ctx.Done()
-	log.Info("shutting down")
+	log.Info("shutting down: not ready, streams drained", zap.Duration("over", o.drain))
+	a.Drain(o.drain)
+	log.Info("stopped")
 	return nil
 }
 

@@ -4,10 +4,12 @@ import (
 	"container/list"
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc/mem"
 )
 
@@ -243,4 +245,35 @@ func (s *Server) Streams() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return len(s.conns)
+}
+
+// Drain ends every open stream, spread evenly over d (at once when d is 0), each with
+// UNAVAILABLE: its client reconnects, and where the connection has been told to go (GOAWAY) it
+// does so on a new connection, to another replica. It returns once every stream has been told,
+// or ctx ends.
+func (s *Server) Drain(ctx context.Context, d time.Duration) {
+	s.mu.RLock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(conns, func(a, b *conn) int { return int(connSeq(a.id) - connSeq(b.id)) })
+	if ok, _ := s.logs.disconnects.allow(time.Now()); ok {
+		s.log.Info("draining xDS streams", zap.Int("streams", len(conns)), zap.Duration("over", d))
+	}
+	var step time.Duration
+	if len(conns) > 0 {
+		step = d / time.Duration(len(conns))
+	}
+	for i, c := range conns {
+		if i > 0 && step > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(step):
+			}
+		}
+		c.drainOnce.Do(func() { close(c.draining) })
+	}
 }

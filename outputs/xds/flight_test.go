@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
@@ -173,5 +175,52 @@ func TestConnectionsAreForgottenWhenTheyEnd(t *testing.T) {
 			t.Fatalf("%d connections known after the five closed, want none", fs.srv.clientConns.size())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDrainEndsStreamsSpreadOverItsTime: once the server closes, a new stream is refused; Drain
+// ends the open streams one after another over its time, each with UNAVAILABLE.
+func TestDrainEndsStreamsSpreadOverItsTime(t *testing.T) {
+	fs := startFake(t)
+	fs.src.set(tEndpoint.url(), "e0")
+	var streams []*adsclient.Stream
+	for i := 0; i < 5; i++ {
+		s, err := adsclient.Open(context.Background(), fs.cc, sidecarNode(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		_ = s.Request(tEndpoint.url(), "e0")
+		if _, err := s.Recv(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	fs.srv.Close()
+	if fs.srv.Serving() {
+		t.Fatal("a closed server says it is serving")
+	}
+	late, err := adsclient.Open(context.Background(), fs.cc, sidecarNode(9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	_ = late.Request(tEndpoint.url(), "e0")
+	if _, err := late.Recv(10 * time.Second); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a stream opened after Close: %v, want Unavailable", err)
+	}
+	start := time.Now()
+	go fs.srv.Drain(context.Background(), 400*time.Millisecond)
+	var ended []time.Duration
+	for i, s := range streams {
+		_, err := s.Recv(10 * time.Second)
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("stream %d: %v, want Unavailable", i, err)
+		}
+		ended = append(ended, time.Since(start))
+	}
+	// Five streams over 400 ms: the last ends at least 4 steps (320 ms) after the first.
+	if spread := ended[len(ended)-1] - ended[0]; spread < 300*time.Millisecond {
+		t.Fatalf("the streams ended within %v of each other (%v), want them spread over the drain", spread, ended)
 	}
 }

@@ -46,7 +46,9 @@ type Server struct {
 	streamRate *rate.Limiter
 
 	synced atomic.Bool
-	nextID atomic.Int64
+	// closing: the server is shutting down; it takes no new stream.
+	closing atomic.Bool
+	nextID  atomic.Int64
 
 	mu    sync.RWMutex
 	conns map[string]*conn
@@ -106,6 +108,12 @@ func (s *Server) Start(stop <-chan struct{}) {
 
 // Synced reports whether the server answers requests.
 func (s *Server) Synced() bool { return s.synced.Load() }
+
+// Serving reports whether the server takes streams: it has synced and is not shutting down.
+func (s *Server) Serving() bool { return s.synced.Load() && !s.closing.Load() }
+
+// Close makes the server take no new stream (it answers the open ones until Drain ends them).
+func (s *Server) Close() { s.closing.Store(true) }
 
 // Limits bound what the server holds and how fast it takes on new streams. Zero fields take the
 // defaults.

@@ -41,6 +41,9 @@ type conn struct {
 	stalledOnce sync.Once
 	// resuming: the last response was a part of an answer with more to follow (the sender's).
 	resuming bool
+	// draining is closed when the server is shutting down and the stream must go (Drain).
+	draining  chan struct{}
+	drainOnce sync.Once
 
 	mu     sync.Mutex
 	closed bool
@@ -97,7 +100,8 @@ type typeState struct {
 }
 
 func newConn(id string, delta bool, peer string) *conn {
-	return &conn{id: id, delta: delta, peer: peer, connectedAt: time.Now(), wake: make(chan struct{}, 1), stalled: make(chan struct{})}
+	return &conn{id: id, delta: delta, peer: peer, connectedAt: time.Now(), wake: make(chan struct{}, 1), stalled: make(chan struct{}),
+		draining: make(chan struct{})}
 }
 
 // handOver is the pool of the framing of a response of n bytes about to be handed to gRPC, taken

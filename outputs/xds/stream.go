@@ -130,6 +130,9 @@ func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, er
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		addr, loopback = p.Addr.String(), loopbackEnds(p.Addr, p.LocalAddr)
 	}
+	if s.closing.Load() {
+		return status.Error(codes.Unavailable, "krteds is shutting down: connect to another replica")
+	}
 	c := newConn(s.newConnID(delta), delta, addr)
 	c.loopback = loopback
 	// A stream is authenticated before it holds anything: one that cannot prove an identity on
@@ -170,6 +173,8 @@ func (s *Server) serve(ctx context.Context, delta bool, recv func() (request, er
 			return err
 		case <-c.stalled:
 			return s.stalled(c)
+		case <-c.draining:
+			return status.Error(codes.Unavailable, "krteds is shutting down: reconnect")
 		case <-c.wake:
 		}
 		if err := s.flush(ctx, c, send, sendEmpty); err != nil {

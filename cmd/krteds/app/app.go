@@ -285,7 +285,7 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 	}
 	return outputs.NewDebugMux(outputs.DebugOptions{
 		Graph: a.Graph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
-		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Synced, ReadyNotes: notes, Authenticate: auth, Scope: a.XDS.ScopeOf, Extra: extra,
+		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Serving, ReadyNotes: notes, Authenticate: auth, Scope: a.XDS.ScopeOf, Extra: extra,
 	})
 }
 
@@ -310,6 +310,23 @@ func (a *App) DebugHandler() http.Handler {
 
 // WaitUntilSynced blocks until the graph has synced or stop is closed.
 func (a *App) WaitUntilSynced(stop <-chan struct{}) bool { return a.Graph.WaitUntilSynced(stop) }
+
+// Drain shuts krteds down as a replica of a Deployment should: it is not ready from now on
+// (/ready answers 503), takes no new connection or stream and tells its clients' connections to
+// go (GOAWAY), ends its streams spread over d (each client reconnects to another replica), then
+// stops.
+func (a *App) Drain(d time.Duration) {
+	a.XDS.Close()
+	for _, gs := range []*grpc.Server{a.grpc, a.secure} {
+		if gs != nil {
+			go gs.GracefulStop()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Second)
+	defer cancel()
+	a.XDS.Drain(ctx, d)
+	a.Stop()
+}
 
 // Stop closes every stream and server and stops the graph and the source; later calls do nothing.
 func (a *App) Stop() { a.stopOnce.Do(a.shutdown) }
