@@ -1,0 +1,596 @@
+// Package scale runs krteds against a real control loop at scale: etcd, kube-apiserver and
+// kube-controller-manager as the integration suite builds them (the Deployment, ReplicaSet,
+// EndpointSlice, node lifecycle and pod GC controllers on), kube-scheduler, and kwok playing the
+// kubelets of fake nodes; krteds as replicas (the binary, against a kubeconfig of its own), and
+// a fleet of ADS clients spread over them that move to the next replica when their stream breaks.
+// run.sh small|medium|large runs it; TestScale runs only with KRTEDS_SCALE_SIZE set.
+package scale
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// size is one shape of the rig.
+type size struct {
+	name                            string
+	services, podsPerService, nodes int
+	zones, regions                  int
+	// proxies are the ADS clients, half of them delta, half state of the world.
+	proxies, replicas int
+	// rollout is the Deployment rolled out; scaleTo the one scaled from 0.
+	rollout, scaleTo int
+	flips            int
+}
+
+var sizes = map[string]size{
+	"small":  {name: "small", services: 50, podsPerService: 10, nodes: 20, zones: 4, regions: 2, proxies: 20, replicas: 2, rollout: 100, scaleTo: 100, flips: 40},
+	"medium": {name: "medium", services: 1000, podsPerService: 10, nodes: 200, zones: 6, regions: 3, proxies: 100, replicas: 2, rollout: 500, scaleTo: 500, flips: 200},
+	"large":  {name: "large", services: 3000, podsPerService: 10, nodes: 600, zones: 6, regions: 3, proxies: 100, replicas: 2, rollout: 500, scaleTo: 1000, flips: 200},
+}
+
+const (
+	namespace = "bench"
+	kwokNode  = "kwok.x-k8s.io/node"
+)
+
+func serviceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+func clusterName(svc string) string {
+	return fmt.Sprintf("outbound|80||%s.%s.svc.cluster.local", svc, namespace)
+}
+
+// binaries are where the rig's programs are: the integration suite's, and the scale rig's own.
+func binaries(t *testing.T) (envtest, scale string) {
+	t.Helper()
+	home, _ := os.UserHomeDir()
+	envtest = os.Getenv("KRTEDS_ENVTEST_BIN")
+	if envtest == "" {
+		envtest = filepath.Join(home, ".cache", "krteds", "envtest", "v1.37.2")
+	}
+	out, err := exec.Command("bash", filepath.Join(here(), "bin.sh")).Output()
+	if err != nil {
+		t.Fatalf("bin.sh: %v", err)
+	}
+	scale = strings.TrimSpace(string(out))
+	for _, b := range []string{filepath.Join(envtest, "kube-apiserver"), filepath.Join(envtest, "kube-controller-manager"), filepath.Join(envtest, "etcd"),
+		filepath.Join(scale, "kube-scheduler"), filepath.Join(scale, "kwok"), filepath.Join(scale, "kwok-stages.yaml")} {
+		if _, err := os.Stat(b); err != nil {
+			t.Fatalf("%s missing: run test/envtest/build.sh and test/scale/build.sh (run.sh does)", b)
+		}
+	}
+	return envtest, scale
+}
+
+func here() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(file)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// rig is the control loop and the replicas.
+type rig struct {
+	t        *testing.T
+	sz       size
+	dir      string
+	envtest  string
+	scaleBin string
+	// kubeconfig is the admin's; tokens the replicas' users'.
+	kubeconfig string
+	admin      kubernetes.Interface
+	audit      string
+	procs      sync.Map // name → *exec.Cmd
+	replicas   []*replica
+	krteds     string // the binary
+	truth      *truth
+	// restarts are when the API server was restarted (the watches open before are gone).
+	restarts []time.Time
+	// mu guards the replicas' processes (a replica restarted is a new one) and the samples.
+	mu      sync.Mutex
+	samples [][]sample // per replica
+}
+
+// auditPolicy logs the metadata of the replicas' requests (not the controllers': they would
+// cost the API server more than krteds does) once answered; a watch is logged when it opens
+// (ResponseStarted) and when it ends.
+func auditPolicy(replicas int) string {
+	var users []string
+	for i := 0; i < replicas; i++ {
+		users = append(users, fmt.Sprintf("krteds-%d", i))
+	}
+	return `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [` + strings.Join(users, ", ") + `]
+- level: None
+`
+}
+
+func startRig(t *testing.T, sz size) *rig {
+	t.Helper()
+	envtest, scaleBin := binaries(t)
+	dir, err := os.MkdirTemp("", "krteds-scale-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, sz: sz, dir: dir, envtest: envtest, scaleBin: scaleBin, audit: filepath.Join(dir, "audit.log")}
+	if err := os.WriteFile(filepath.Join(dir, "audit-policy.yaml"), []byte(auditPolicy(sz.replicas)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var tokens []string
+	for i := 0; i < sz.replicas; i++ {
+		tokens = append(tokens, fmt.Sprintf(`krteds-%d-token,krteds-%d,krteds-%d-uid,"system:masters"`, i, i, i))
+	}
+	qps := "--kube-api-qps=2000 --kube-api-burst=4000"
+	env := append(os.Environ(), "BIN_DIR="+envtest, "WORKDIR="+filepath.Join(dir, "kube"), "START_KCM=1",
+		"ETCD_PORT="+strconv.Itoa(freePort(t)), "ETCD_PEER_PORT="+strconv.Itoa(freePort(t)),
+		"APISERVER_PORT="+strconv.Itoa(freePort(t)), "KCM_PORT="+strconv.Itoa(freePort(t)),
+		"ETCD_EXTRA_ARGS=--unsafe-no-fsync --quota-backend-bytes=8589934592",
+		"APISERVER_EXTRA_ARGS=--audit-log-path="+r.audit+" --audit-policy-file="+filepath.Join(dir, "audit-policy.yaml")+
+			" --audit-log-format=json --max-requests-inflight=4000 --max-mutating-requests-inflight=2000",
+		"KCM_CONTROLLERS=deployment-controller,replicaset-controller,endpointslice-controller,node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller",
+		// The controllers' own defaults but their client rate (20/s would hold 10 000 pods back) and
+		// a node heartbeat grace shorter than the default 50 s (kwok renews its leases every 10 s).
+		"KCM_EXTRA_ARGS="+qps+" --node-monitor-grace-period=40s --node-monitor-period=2s",
+		"ADMIN_TOKEN=krteds-scale-admin", "EXTRA_TOKENS="+strings.Join(tokens, "\n"), "READY_TIMEOUT=300")
+	cmd := exec.Command("bash", filepath.Join(here(), "..", "envtest", "start-apiserver.sh"))
+	cmd.Env = env
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("start-apiserver.sh: %v", err)
+	}
+	t.Cleanup(r.stop)
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "export KUBECONFIG="); ok {
+			r.kubeconfig = strings.Trim(v, `"'`)
+		}
+	}
+	if r.kubeconfig == "" {
+		t.Fatal("start-apiserver.sh printed no KUBECONFIG")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", r.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 2000, 4000
+	if r.admin, err = kubernetes.NewForConfig(rc); err != nil {
+		t.Fatal(err)
+	}
+	r.start("kube-scheduler", filepath.Join(scaleBin, "kube-scheduler"), "--kubeconfig="+r.kubeconfig, "--authentication-kubeconfig="+r.kubeconfig,
+		"--authorization-kubeconfig="+r.kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(freePort(t)), "--kube-api-qps=2000", "--kube-api-burst=4000", "--v=1")
+	// Two kwoks play the kubelets: one every node but one, the other that one node alone, so
+	// that killing it is a node whose kubelet is gone (its own pod addresses, so none collide).
+	kwok := func(name, nodes, cidr string) {
+		r.start(name, filepath.Join(scaleBin, "kwok"), "--kubeconfig="+r.kubeconfig, "--config="+filepath.Join(scaleBin, "kwok-stages.yaml"),
+			"--manage-nodes-with-annotation-selector="+kwokNode+"="+nodes, "--cidr="+cidr, "--node-ip=10.127.0.1",
+			"--node-lease-duration-seconds=40", "--server-address=127.0.0.1:"+strconv.Itoa(freePort(t)))
+	}
+	kwok("kwok", "fake", "10.128.0.0/12")
+	kwok("kwok-doomed", "doomed", "10.160.0.0/16")
+	return r
+}
+
+// start runs a program of the rig, its output in the rig's logs, killed with the test; done is
+// closed once it has exited.
+func (r *rig) start(name, bin string, args ...string) (cmd *exec.Cmd, done chan struct{}) {
+	r.t.Helper()
+	logf, err := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd = exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("starting %s: %v", name, err)
+	}
+	r.procs.Store(name, cmd)
+	done = make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
+	return cmd, done
+}
+
+func (r *rig) stop() {
+	for _, rep := range r.replicas {
+		rep.kill()
+	}
+	r.procs.Range(func(_, v any) bool {
+		_ = v.(*exec.Cmd).Process.Kill()
+		return true
+	})
+	stop := exec.Command("bash", filepath.Join(here(), "..", "envtest", "start-apiserver.sh"), "stop", filepath.Join(r.dir, "kube"))
+	stop.Env = append(os.Environ(), "STOP_SIGNAL=KILL")
+	_ = stop.Run()
+	if os.Getenv("KRTEDS_SCALE_KEEP") != "" || r.t.Failed() {
+		r.t.Logf("the rig's folder (logs, audit log) is kept: %s", r.dir)
+		return
+	}
+	_ = os.RemoveAll(r.dir)
+}
+
+// restartAPIServer kills the API server and starts it again with the same flags and data.
+func (r *rig) restartAPIServer() {
+	r.t.Helper()
+	kube := filepath.Join(r.dir, "kube")
+	b, err := os.ReadFile(filepath.Join(kube, "apiserver.pid"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for syscall.Kill(pid, 0) == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.restarts = append(r.restarts, time.Now())
+	cmd := exec.Command(filepath.Join(kube, "apiserver.sh"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(kube, "apiserver.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	go func() { _ = cmd.Wait() }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if ok, _ := r.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background()); string(ok) == "ok" {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatal("the API server did not come back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// kubeconfigFor writes a kubeconfig of replica i's own user (the admin's, another token).
+func (r *rig) kubeconfigFor(i int) string {
+	r.t.Helper()
+	b, err := os.ReadFile(r.kubeconfig)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	p := filepath.Join(r.dir, fmt.Sprintf("kubeconfig-%d", i))
+	if err := os.WriteFile(p, []byte(strings.Replace(string(b), "krteds-scale-admin", fmt.Sprintf("krteds-%d-token", i), 1)), 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+	return p
+}
+
+// replica is one krteds process.
+type replica struct {
+	r          *rig
+	i          int
+	xds, debug string
+	cmd        *exec.Cmd
+	done       chan struct{}
+}
+
+// buildKrteds builds the binary once.
+func (r *rig) buildKrteds() string {
+	r.t.Helper()
+	if r.krteds != "" {
+		return r.krteds
+	}
+	bin := filepath.Join(r.dir, "krteds")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/krteds")
+	cmd.Dir = filepath.Join(here(), "..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		r.t.Fatalf("building krteds: %v\n%s", err, out)
+	}
+	r.krteds = bin
+	return bin
+}
+
+// startReplica starts replica i (on the ports it had, when it is started again).
+func (r *rig) startReplica(i int) *replica {
+	r.t.Helper()
+	for len(r.replicas) <= i {
+		r.replicas = append(r.replicas, &replica{r: r, i: len(r.replicas), xds: fmt.Sprintf("127.0.0.1:%d", freePort(r.t)), debug: fmt.Sprintf("127.0.0.1:%d", freePort(r.t))})
+	}
+	rep := r.replicas[i]
+	cmd, done := r.start(fmt.Sprintf("krteds-%d", i), r.buildKrteds(), "serve", "--kubeconfig="+r.kubeconfigFor(i), "--xds-addr="+rep.xds,
+		"--debug-addr="+rep.debug, "--cluster-secrets=false", "--drain-duration=2s", "--log-level=info")
+	r.mu.Lock()
+	rep.cmd, rep.done = cmd, done
+	r.mu.Unlock()
+	return rep
+}
+
+// waitReady waits until the replica's /ready answers 200.
+func (rep *replica) waitReady(timeout time.Duration) {
+	rep.r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if rep.status("/ready") == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			rep.r.t.Fatalf("krteds %d not ready after %v (its log: %s)", rep.i, timeout, filepath.Join(rep.r.dir, fmt.Sprintf("krteds-%d.log", rep.i)))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (rep *replica) status(path string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + rep.debug + path)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (rep *replica) kill() {
+	if rep.cmd != nil && rep.cmd.Process != nil {
+		_ = rep.cmd.Process.Kill()
+	}
+}
+
+// terminate sends SIGTERM and waits until the process is gone.
+func (rep *replica) terminate(timeout time.Duration) {
+	rep.r.t.Helper()
+	_ = rep.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-rep.done:
+	case <-time.After(timeout):
+		rep.r.t.Fatalf("krteds %d did not exit %v after SIGTERM", rep.i, timeout)
+	}
+}
+
+// usage is a replica's CPU time, RSS and live heap (Go's accounting, from its metrics).
+type usage struct {
+	pid  int
+	cpu  time.Duration
+	rss  int64
+	heap int64
+}
+
+func (rep *replica) usage() usage {
+	var u usage
+	rep.r.mu.Lock()
+	pid := rep.cmd.Process.Pid
+	rep.r.mu.Unlock()
+	u.pid = pid
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
+		if len(f) > 13 {
+			ut, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			u.cpu = time.Duration(ut+st) * time.Second / 100 // clock ticks (USER_HZ 100)
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				u.rss = n << 10
+			}
+		}
+	}
+	c := http.Client{Timeout: 2 * time.Second}
+	if resp, err := c.Get("http://" + rep.debug + "/metrics"); err == nil {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				u.heap = int64(f)
+			}
+		}
+		resp.Body.Close()
+	}
+	return u
+}
+
+// sample is one reading of a replica's usage.
+type sample struct {
+	at time.Time
+	usage
+}
+
+// sampleUsage reads every replica's usage every second until the test ends.
+func (r *rig) sampleUsage() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	r.t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				for i, rep := range r.replicas {
+					u := rep.usage()
+					r.mu.Lock()
+					for len(r.samples) <= i {
+						r.samples = append(r.samples, nil)
+					}
+					r.samples[i] = append(r.samples[i], sample{at: now, usage: u})
+					r.mu.Unlock()
+				}
+			}
+		}
+	}()
+}
+
+// window is a replica's usage over [from, to]: CPU used (in cores: seconds of CPU per second),
+// and the peak RSS and heap sampled.
+type window struct {
+	cores             float64
+	peakRSS, peakHeap int64
+}
+
+func (r *rig) usageOver(i int, from, to time.Time) window {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var w window
+	var cpu time.Duration
+	var prev *sample
+	for k := range r.samples[i] {
+		s := &r.samples[i][k]
+		if s.rss == 0 {
+			continue // the process was gone
+		}
+		if s.at.Before(from) || s.at.After(to) {
+			if s.at.Before(from) {
+				prev = s
+			}
+			continue
+		}
+		w.peakRSS, w.peakHeap = max(w.peakRSS, s.rss), max(w.peakHeap, s.heap)
+		switch {
+		case prev == nil:
+		case prev.pid != s.pid:
+			cpu += s.cpu // a new process: all its CPU is in the window
+		default:
+			cpu += s.cpu - prev.cpu
+		}
+		prev = s
+	}
+	if d := to.Sub(from); d > 0 {
+		w.cores = cpu.Seconds() / d.Seconds()
+	}
+	return w
+}
+
+// busy is the machine's CPU time, all cores, busy and in all, from /proc/stat.
+func busy() (busyTicks, allTicks int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	for k, f := range strings.Fields(line)[1:] {
+		n, _ := strconv.ParseInt(f, 10, 64)
+		allTicks += n
+		if k != 3 && k != 4 { // idle, iowait
+			busyTicks += n
+		}
+	}
+	return busyTicks, allTicks
+}
+
+// auditEvent is what the rig reads of an audit log line.
+type auditEvent struct {
+	Stage string `json:"stage"`
+	Verb  string `json:"verb"`
+	User  struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	RequestURI string `json:"requestURI"`
+	ObjectRef  struct {
+		Resource string `json:"resource"`
+	} `json:"objectRef"`
+	Stamp time.Time `json:"stageTimestamp"`
+}
+
+// apiLoad is one user's requests between two times: completed requests by verb, and the
+// watches it opened and those still open at the end.
+type apiLoad struct {
+	byVerb map[string]int
+	// watchesOpened counts the watches opened in the window; watching is, per resource, the
+	// watches open at its end.
+	watchesOpened int
+	watching      map[string]int
+	listsByKind   map[string]int
+	// watchLists counts the watches opened with sendInitialEvents: a list streamed over a watch
+	// (client-go's watch-list), which the API server serves from its watch cache and which the
+	// audit log shows as a watch, not a list.
+	watchLists int
+}
+
+// apiLoadOf reads the audit log for the users' requests between from and to.
+func (r *rig) apiLoadOf(users []string, from, to time.Time) map[string]*apiLoad {
+	out := map[string]*apiLoad{}
+	for _, u := range users {
+		out[u] = &apiLoad{byVerb: map[string]int{}, listsByKind: map[string]int{}, watching: map[string]int{}}
+	}
+	f, err := os.Open(r.audit)
+	if err != nil {
+		r.t.Logf("audit log: %v", err)
+		return out
+	}
+	defer f.Close()
+	type watchOf struct{ user, resource string }
+	open := map[watchOf]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	restarts := r.restarts
+	for sc.Scan() {
+		var e auditEvent
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		for len(restarts) > 0 && e.Stamp.After(restarts[0]) {
+			clear(open) // the API server that held them is gone
+			restarts = restarts[1:]
+		}
+		l := out[e.User.Username]
+		if l == nil || e.Stamp.After(to) {
+			continue
+		}
+		if e.Verb == "watch" {
+			switch e.Stage {
+			case "ResponseStarted":
+				open[watchOf{e.User.Username, e.ObjectRef.Resource}]++
+				if !e.Stamp.Before(from) {
+					l.watchesOpened++
+					if strings.Contains(e.RequestURI, "sendInitialEvents=true") {
+						l.watchLists++
+					}
+				}
+			case "ResponseComplete", "Panic":
+				open[watchOf{e.User.Username, e.ObjectRef.Resource}]--
+			}
+			continue
+		}
+		if e.Stage != "ResponseComplete" || e.Stamp.Before(from) {
+			continue
+		}
+		l.byVerb[e.Verb]++
+		if e.Verb == "list" {
+			l.listsByKind[e.ObjectRef.Resource]++
+		}
+	}
+	for w, n := range open {
+		if n > 0 {
+			out[w.user].watching[w.resource] = n
+		}
+	}
+	return out
+}

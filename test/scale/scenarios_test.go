@@ -1,0 +1,663 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The Deployments the scenarios move, besides the services' own.
+const (
+	scaler  = "scaler"  // scaled from 0
+	rollout = "rollout" // rolled out, again and again
+)
+
+// TestScale runs every scenario on the real control loop at the size KRTEDS_SCALE_SIZE names
+// (run.sh sets it), checking what must hold and writing the figures to KRTEDS_SCALE_REPORT.
+func TestScale(t *testing.T) {
+	name := os.Getenv("KRTEDS_SCALE_SIZE")
+	if name == "" {
+		t.Skip("KRTEDS_SCALE_SIZE is not set: test/scale/run.sh small|medium|large runs this")
+	}
+	sz, ok := sizes[name]
+	if !ok {
+		t.Fatalf("KRTEDS_SCALE_SIZE=%s: not one of small, medium, large", name)
+	}
+	rep := &report{t: t, size: sz}
+	defer rep.write()
+	start := time.Now()
+
+	r := startRig(t, sz)
+	r.buildKrteds()
+	rep.note("rig up in %v (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)", since(start))
+	t0 := time.Now()
+	r.createNodes()
+	r.watchSlices()
+	r.createMesh(map[string]int32{scaler: 0, rollout: int32(sz.rollout)})
+	pods := sz.services*sz.podsPerService + sz.rollout
+	rep.note("%d nodes and %d services with %d pods ready in the slices in %v", sz.nodes, sz.services+2, pods, since(t0))
+
+	t0 = time.Now()
+	for i := 0; i < sz.replicas; i++ {
+		r.startReplica(i)
+	}
+	for _, rp := range r.replicas {
+		rp.waitReady(5 * time.Minute)
+	}
+	rep.note("%d krteds replicas ready (graph synced) %v after starting", sz.replicas, since(t0))
+	r.sampleUsage()
+
+	t0 = time.Now()
+	f := r.startFleet()
+	if ok, detail := r.truth.waitCurrent(5 * time.Minute); !ok {
+		t.Fatalf("the fleet never held the slices' state: %s", detail)
+	}
+	rep.note("%d clients (%d delta, %d state of the world) subscribed to all %d clusters, every one current in %v",
+		sz.proxies, (sz.proxies+1)/2, sz.proxies/2, len(f.names), since(t0))
+	r.checkVersions(f, rep, "after the first sync")
+
+	r.idle(f, rep)
+	r.flips(f, rep)
+	r.scaleUp(f, rep)
+	r.rollingUpdate(f, rep, "v2")
+	r.nodeNotReady(f, rep)
+	r.restartAPI(f, rep)
+	r.killReplica(f, rep, "v3")
+	r.rollingRestart(f, rep, "v4")
+
+	if errs := f.errors(); len(errs) > 0 {
+		t.Errorf("clients failed to decode %d responses, e.g. %v", len(errs), errs[0])
+	}
+	rep.note("total %v", since(start))
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Millisecond) }
+
+// report gathers the figures, per scenario, and writes them where KRTEDS_SCALE_REPORT says (and
+// to the test log).
+type report struct {
+	t     *testing.T
+	size  size
+	lines []string
+}
+
+func (rep *report) note(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	rep.t.Log(line)
+	rep.lines = append(rep.lines, "- "+line)
+}
+
+func (rep *report) section(title string) {
+	rep.t.Log("== " + title)
+	rep.lines = append(rep.lines, "", "### "+title, "")
+}
+
+func (rep *report) write() {
+	p := os.Getenv("KRTEDS_SCALE_REPORT")
+	if p == "" {
+		return
+	}
+	hdr := fmt.Sprintf("## Scale rig, %s: %d services × %d pods (+%d rolled), %d nodes, %d clients, %d replicas\n",
+		rep.size.name, rep.size.services, rep.size.podsPerService, rep.size.rollout, rep.size.nodes, rep.size.proxies, rep.size.replicas)
+	if rep.t.Failed() {
+		hdr += "\n**FAILED** (see the test log)\n"
+	}
+	if err := os.WriteFile(p, []byte(hdr+strings.Join(rep.lines, "\n")+"\n"), 0o644); err != nil {
+		rep.t.Errorf("writing the report: %v", err)
+	}
+}
+
+// scenario is one measured stretch: when it ran, and the machine's CPU at its start.
+type scenario struct {
+	r          *rig
+	f          *fleet
+	rep        *report
+	name       string
+	from       time.Time
+	busy, all  int64
+	checkMoves bool
+}
+
+func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
+	rep.section(name)
+	b, a := busy()
+	return &scenario{r: r, f: f, rep: rep, name: name, from: time.Now(), busy: b, all: a}
+}
+
+// end waits for every client to be current, then reports the scenario's figures and fails the
+// test on what must not happen: an empty or partial CLA, a client not back on the current state
+// within 5 s of its stream breaking, a delta client re-sent more than 1% of what it held.
+func (sc *scenario) end() {
+	r, rep := sc.r, sc.rep
+	r.t.Helper()
+	if ok, detail := r.truth.waitCurrent(2 * time.Minute); !ok {
+		r.t.Errorf("%s: the clients did not catch up with the slices: %s", sc.name, detail)
+	}
+	to := time.Now()
+	lags, unfinished := r.truth.lags(sc.from, to)
+	if len(lags) > 0 {
+		rep.note("slice change → every client holds it (beyond the rig's informer seeing the slice), over %d changes: p50 %v, p99 %v, max %v",
+			len(lags), pct(lags, 50), pct(lags, 99), pct(lags, 100))
+	}
+	if unfinished > 0 {
+		rep.note("%d slice states were superseded before every client held them", unfinished)
+	}
+	// Judge the CLAs that arrived up to a second ago (the rig has seen the slices around them).
+	vs := r.truth.violations(to)
+	empty := 0
+	for _, v := range vs {
+		if v.healthy == 0 {
+			empty++
+		}
+	}
+	rep.note("empty or partial CLAs received: %d (%d empty)", len(vs), empty)
+	for k, v := range vs {
+		if k == 5 {
+			break
+		}
+		var missing []string
+		for _, a := range v.missing {
+			missing = append(missing, ipString(a))
+		}
+		r.t.Errorf("%s: client %d received a CLA of %s (version %s) with %d healthy endpoints at %s; the slices held at least %d from %v before to %v after (it lacked e.g. %v)",
+			sc.name, v.client, v.svc, v.version, v.healthy, v.at.Format("15:04:05.000"), v.fewest, lagBehind, lagAhead, missing)
+	}
+	sc.reportMoves(to)
+	for i := range r.replicas {
+		w := r.usageOver(i, sc.from, to)
+		rep.note("krteds-%d: %.2f cores, peak RSS %s, peak heap %s", i, w.cores, mib(w.peakRSS), mib(w.peakHeap))
+	}
+	b, a := busy()
+	if a > sc.all {
+		rep.note("machine: %.0f%% of its %d cores busy over %v", 100*float64(b-sc.busy)/float64(a-sc.all), runtime.NumCPU(), to.Sub(sc.from).Round(time.Second))
+	}
+}
+
+// reportMoves reports the clients' moves in the scenario: how soon each was current again, and
+// what delta clients were sent again.
+func (sc *scenario) reportMoves(to time.Time) {
+	r, rep := sc.r, sc.rep
+	moves, clients := r.truth.movesBetween(sc.from, to)
+	if len(moves) == 0 {
+		return
+	}
+	var backs []time.Duration
+	held, resent, notBack, planned := 0, 0, 0, 0
+	for k, m := range moves {
+		if m.planned {
+			planned++
+		}
+		if m.back.IsZero() {
+			notBack++
+			r.t.Errorf("%s: client %d moved from krteds-%d to krteds-%d at %s (%s) and was never current again",
+				sc.name, clients[k], m.from, m.to, m.broke.Format("15:04:05.000"), m.reason)
+			continue
+		}
+		d := m.back.Sub(m.broke)
+		backs = append(backs, d)
+		if d > time.Second {
+			r.t.Logf("%s: client %d moved krteds-%d → krteds-%d (planned %v) at %s: resumed %v later, current %v after the break (%s)",
+				sc.name, clients[k], m.from, m.to, m.planned, m.broke.Format("15:04:05.000"), m.resumed.Sub(m.broke), d, m.reason)
+		}
+		if d > 5*time.Second && !m.planned {
+			r.t.Errorf("%s: client %d was current again %v after its stream broke (must be ≤ 5 s)", sc.name, clients[k], d)
+		}
+		held += m.held
+		resent += m.resent
+	}
+	rep.note("%d moves (%d planned by the rig): current again after the break p50 %v, p99 %v, max %v", len(moves), planned, pct(backs, 50), pct(backs, 99), pct(backs, 100))
+	if held > 0 {
+		rep.note("delta clients resumed holding %d resources; re-sent with the version they held: %d (%.3f%%)", held, resent, 100*float64(resent)/float64(held))
+		if float64(resent) > 0.01*float64(held) {
+			r.t.Errorf("%s: delta clients were re-sent %d of the %d resources they held (must be ≤ 1%%)", sc.name, resent, held)
+		}
+	}
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	k := (len(s)*p + 99) / 100
+	k = min(max(k, 1), len(s))
+	return s[k-1].Round(100 * time.Microsecond)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// checkVersions fails the test unless every client holds the same version of every cluster.
+func (r *rig) checkVersions(f *fleet, rep *report, when string) {
+	r.t.Helper()
+	differ, by := f.sameVersions()
+	rep.note("%s: clients per replica %v; clusters whose version differs between clients: %d", when, by, len(differ))
+	if len(differ) > 0 {
+		r.t.Errorf("%s: clients on different replicas (or protocols) hold different versions of %d clusters, e.g. %v", when, len(differ), differ[:min(5, len(differ))])
+	}
+}
+
+// idle measures the replicas at rest: their CPU and the API server load each puts on it.
+func (r *rig) idle(f *fleet, rep *report) {
+	sc := r.scenario(f, rep, "Idle")
+	d := 20 * time.Second
+	if r.sz.name != "small" {
+		d = time.Minute
+	}
+	time.Sleep(d) // the figure is what happens over a stretch of nothing happening
+	r.apiLoad(rep, sc.from, time.Now())
+	sc.end()
+}
+
+// apiLoad reports each replica's requests to the API server over [from, to].
+func (r *rig) apiLoad(rep *report, from, to time.Time) {
+	var users []string
+	for i := range r.replicas {
+		users = append(users, fmt.Sprintf("krteds-%d", i))
+	}
+	loads := r.apiLoadOf(users, from, to)
+	mins := to.Sub(from).Minutes()
+	for _, u := range users {
+		l := loads[u]
+		var verbs []string
+		for v, n := range l.byVerb {
+			verbs = append(verbs, fmt.Sprintf("%s %.1f", v, float64(n)/mins))
+		}
+		sort.Strings(verbs)
+		var watching []string
+		total := 0
+		for res, n := range l.watching {
+			watching = append(watching, fmt.Sprintf("%s %d", res, n))
+			total += n
+		}
+		sort.Strings(watching)
+		if len(verbs) == 0 {
+			verbs = []string{"none"}
+		}
+		rep.note("%s → API server over %v: requests per minute by verb [%s]; %d watches opened (%.1f/min), of which %d lists streamed over a watch (watch-list); watches held at the end %d [%s]",
+			u, to.Sub(from).Round(100*time.Millisecond), strings.Join(verbs, ", "), l.watchesOpened, float64(l.watchesOpened)/mins, l.watchLists, total, strings.Join(watching, ", "))
+	}
+}
+
+// patchReady writes a pod's Ready condition, as a kubelet would on a readiness probe's change.
+func (r *rig) patchReady(pod string, ready bool) {
+	r.t.Helper()
+	status := "False"
+	if ready {
+		status = "True"
+	}
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q,"lastTransitionTime":%q}]}}`, status, time.Now().UTC().Format(time.RFC3339))
+	if _, err := r.admin.CoreV1().Pods(namespace).Patch(context.Background(), pod, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		r.t.Fatalf("patching %s Ready=%s: %v", pod, status, err)
+	}
+}
+
+// flips turns pods not ready and ready again, one at a time, measuring the controller (the pod's
+// Ready written → the rig's informer sees the slice) and krteds (→ every client holds it) apart.
+func (r *rig) flips(f *fleet, rep *report) {
+	r.t.Helper()
+	sc := r.scenario(f, rep, fmt.Sprintf("Readiness flips (%d pods, not ready then ready again, one at a time)", r.sz.flips))
+	var ctrl, krt []time.Duration
+	for k := 0; k < r.sz.flips; k++ {
+		svc := serviceName((k * 7919) % r.sz.services)
+		pods := r.podsOf(svc)
+		if len(pods) == 0 {
+			r.t.Fatalf("%s has no pods", svc)
+		}
+		p := pods[k%len(pods)]
+		ip, _ := ipv4(p.Status.PodIP)
+		for _, ready := range []bool{false, true} {
+			t0 := time.Now()
+			r.patchReady(p.Name, ready)
+			t1, ok := r.truth.addressChanged(ip, ready, t0, time.Minute)
+			if !ok {
+				r.t.Fatalf("the slices never said %s (%s) ready=%v", p.Name, p.Status.PodIP, ready)
+			}
+			lag, ok := r.truth.waitState(svc, t0, time.Minute)
+			if !ok {
+				r.t.Fatalf("the clients never all held %s's change (%s ready=%v)", svc, p.Name, ready)
+			}
+			ctrl = append(ctrl, t1.Sub(t0))
+			krt = append(krt, lag)
+		}
+	}
+	rep.note("pod Ready written → slice seen by the rig (the controller's own latency): p50 %v, p99 %v", pct(ctrl, 50), pct(ctrl, 99))
+	rep.note("slice seen → every client holds the CLA (krteds, all replicas): p50 %v, p99 %v, max %v", pct(krt, 50), pct(krt, 99), pct(krt, 100))
+	if r.sz.name != "small" && pct(krt, 99) > 100*time.Millisecond {
+		r.t.Errorf("readiness flips: p99 %v beyond the slice write (must be ≤ 100 ms)", pct(krt, 99))
+	}
+	sc.end()
+}
+
+// scaleUp scales a Deployment from 0 to scaleTo.
+func (r *rig) scaleUp(f *fleet, rep *report) {
+	r.t.Helper()
+	sc := r.scenario(f, rep, fmt.Sprintf("Scale a Deployment 0 → %d", r.sz.scaleTo))
+	t0 := time.Now()
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, r.sz.scaleTo)
+	if _, err := r.admin.AppsV1().Deployments(namespace).Patch(context.Background(), scaler, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+	full, ok := r.truth.waitReadyCount(scaler, r.sz.scaleTo, 10*time.Minute)
+	if !ok {
+		r.t.Fatalf("%s never had %d ready endpoints in the slices", scaler, r.sz.scaleTo)
+	}
+	lag, ok := r.truth.waitHeld(full, time.Minute)
+	if !ok {
+		r.t.Errorf("the clients never all held %s's %d endpoints", scaler, r.sz.scaleTo)
+	}
+	rep.note("every pod ready in the slices %v after the scale (scheduler, kwok, controllers); every client held all %d %v after that",
+		full.at.Sub(t0).Round(time.Millisecond), r.sz.scaleTo, lag)
+	sc.end()
+}
+
+// startRollout changes the rollout Deployment's pod template to version v.
+func (r *rig) startRollout(v string) time.Time {
+	r.t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"labels":{"version":%q}},"spec":{"containers":[{"name":"app","image":"app:%s"}]}}}}`, v, v)
+	t0 := time.Now()
+	if _, err := r.admin.AppsV1().Deployments(namespace).Patch(context.Background(), rollout, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+	return t0
+}
+
+// rolloutProgress is how many of the rollout Deployment's pods are of the new template, and
+// whether the rollout is complete (every pod new and available, none old left).
+func (r *rig) rolloutProgress() (updated int, done bool) {
+	d, err := r.admin.AppsV1().Deployments(namespace).Get(context.Background(), rollout, metav1.GetOptions{})
+	if err != nil {
+		return 0, false
+	}
+	s := d.Status
+	want := int32(r.sz.rollout)
+	return int(s.UpdatedReplicas), s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want && s.ReadyReplicas == want
+}
+
+func (r *rig) waitRollout(timeout time.Duration) time.Time {
+	r.t.Helper()
+	r.eventually(timeout, "the rollout complete", func() (bool, string) {
+		u, done := r.rolloutProgress()
+		return done, fmt.Sprintf("%d of %d updated", u, r.sz.rollout)
+	})
+	return time.Now()
+}
+
+// rollingUpdate rolls the rollout Deployment to version v (maxUnavailable 0, maxSurge 25%: the
+// slices never hold fewer ready endpoints than its replicas, so no client may either).
+func (r *rig) rollingUpdate(f *fleet, rep *report, v string) {
+	r.t.Helper()
+	sc := r.scenario(f, rep, fmt.Sprintf("Rolling update of a %d-pod Deployment (maxSurge 25%%, maxUnavailable 0)", r.sz.rollout))
+	t0 := r.startRollout(v)
+	t1 := r.waitRollout(20 * time.Minute)
+	rep.note("rollout complete in the API %v after the template change", t1.Sub(t0).Round(time.Millisecond))
+	r.apiLoad(rep, t0, t1)
+	sc.end()
+}
+
+// nodeNotReady kills the kubelet of a node (the kwok that plays it alone): the node lifecycle
+// controller marks it not ready and its pods not ready, the taint eviction controller evicts them
+// (they tolerate it 2 s), the ReplicaSets replace them elsewhere.
+func (r *rig) nodeNotReady(f *fleet, rep *report) {
+	r.t.Helper()
+	sc := r.scenario(f, rep, "A node going NotReady (its kubelet killed), its pods going away")
+	ctx := context.Background()
+	node := doomedNode
+	pods, err := r.admin.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	before := map[string]int{}
+	var addrs []uint32
+	for _, p := range pods.Items {
+		if ip, ok := ipv4(p.Status.PodIP); ok {
+			addrs = append(addrs, ip)
+		}
+		before[p.Labels["app"]] = len(r.truth.readyOf(p.Labels["app"]))
+	}
+	if len(addrs) == 0 {
+		r.t.Fatalf("%s runs no pods", node)
+	}
+	t0 := time.Now()
+	kubelet, _ := r.procs.Load("kwok-doomed")
+	_ = kubelet.(*exec.Cmd).Process.Kill()
+	var tNode time.Time
+	r.eventually(3*time.Minute, node+" not ready", func() (bool, string) {
+		n, err := r.admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				tNode = time.Now()
+				return true, ""
+			}
+		}
+		return false, "still ready"
+	})
+	var tSlices time.Time
+	for _, a := range addrs {
+		at, ok := r.truth.addressChanged(a, false, t0, 3*time.Minute)
+		if !ok {
+			r.t.Fatalf("the slices never said %s not ready", ipString(a))
+		}
+		if at.After(tSlices) {
+			tSlices = at
+		}
+	}
+	r.eventually(5*time.Minute, "the pods replaced", func() (bool, string) {
+		for svc, n := range before {
+			if got := len(r.truth.readyOf(svc)); got < n {
+				return false, fmt.Sprintf("%s: %d of %d ready", svc, got, n)
+			}
+		}
+		return true, ""
+	})
+	tBack := time.Now()
+	rep.note("%s (%d pods of %d services): not ready %v after its kubelet died (the controller's grace); its pods not ready in the slices %v later; every service back to its ready count %v after that",
+		node, len(addrs), len(before), tNode.Sub(t0).Round(time.Second), tSlices.Sub(tNode).Round(time.Millisecond), tBack.Sub(tSlices).Round(time.Millisecond))
+	// Nothing runs the node's pods any more: delete them and the node, as its owner would.
+	zero := int64(0)
+	for _, p := range pods.Items {
+		_ = r.admin.CoreV1().Pods(namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	if err := r.admin.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+	sc.end()
+}
+
+// restartAPI kills the API server with pods changed just before, and changes more once it is
+// back: every replica must relist, lose no update, and the clients end on the slices' state.
+func (r *rig) restartAPI(f *fleet, rep *report) {
+	r.t.Helper()
+	sc := r.scenario(f, rep, "The API server restarted (killed), pods changed around it")
+	var before, after []string
+	for k := 0; k < 5; k++ {
+		before = append(before, r.podsOf(serviceName(k * 3))[0].Name)
+		after = append(after, r.podsOf(serviceName(k*3 + 1))[0].Name)
+	}
+	for _, p := range before {
+		r.patchReady(p, false)
+	}
+	cpu0 := r.cpus()
+	t0 := time.Now()
+	r.restartAPIServer()
+	t1 := time.Now()
+	for _, p := range after {
+		r.patchReady(p, false)
+	}
+	for _, p := range before {
+		r.patchReady(p, true)
+	}
+	if ok, detail := r.truth.waitCurrent(3 * time.Minute); !ok {
+		r.t.Fatalf("after the API server's restart the clients never held the slices' state: %s", detail)
+	}
+	t2 := time.Now()
+	// Each watch comes back on its own backoff: until all have, a replica joins fresh objects of
+	// one kind with stale ones of another. The scenario ends when every replica watches again.
+	back := r.waitWatching(t1, 3*time.Minute)
+	t3 := time.Now()
+	cpu1 := r.cpus()
+	rep.note("API server down and back (ready) in %v; every client held the slices' state %v after it was back", t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond))
+	for i := range r.replicas {
+		rep.note("krteds-%d: every watch open again %v after the API server was back; CPU %v from the kill to then (the relist)", i, back[i].Round(time.Millisecond), (cpu1[i] - cpu0[i]).Round(10*time.Millisecond))
+	}
+	r.apiLoad(rep, t0, t3)
+	r.checkSlicesAgain(rep)
+	for _, p := range after {
+		r.patchReady(p, true)
+	}
+	sc.end()
+}
+
+// watchedResources are the watches a krteds replica holds in this rig (no Istio CRDs installed:
+// it watches the CRDs to notice them).
+var watchedResources = []string{"customresourcedefinitions", "endpointslices", "namespaces", "nodes", "pods", "services"}
+
+// waitWatching waits until every replica holds each of its watches again after the API server
+// came back at since, read from the audit log; it returns, per replica, how long that took.
+func (r *rig) waitWatching(since time.Time, timeout time.Duration) []time.Duration {
+	r.t.Helper()
+	var users []string
+	for i := range r.replicas {
+		users = append(users, fmt.Sprintf("krteds-%d", i))
+	}
+	back := make([]time.Duration, len(users))
+	r.eventually(timeout, "every replica watching again after the API server's restart", func() (bool, string) {
+		now := time.Now()
+		loads := r.apiLoadOf(users, since, now)
+		var missing []string
+		for i, u := range users {
+			if back[i] > 0 {
+				continue
+			}
+			var lack []string
+			for _, res := range watchedResources {
+				if loads[u].watching[res] == 0 {
+					lack = append(lack, res)
+				}
+			}
+			if len(lack) == 0 {
+				back[i] = now.Sub(since)
+			} else {
+				missing = append(missing, u+" lacks "+strings.Join(lack, ","))
+			}
+		}
+		return len(missing) == 0, strings.Join(missing, "; ")
+	})
+	return back
+}
+
+func (r *rig) cpus() []time.Duration {
+	var out []time.Duration
+	for _, rp := range r.replicas {
+		out = append(out, rp.usage().cpu)
+	}
+	return out
+}
+
+// checkSlicesAgain lists the slices afresh and fails unless the rig's informer (which the
+// clients are checked against) says the same: no update lost on the rig's side either.
+func (r *rig) checkSlicesAgain(rep *report) {
+	r.t.Helper()
+	list, err := r.admin.DiscoveryV1().EndpointSlices(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	want := map[string][]uint32{}
+	for _, s := range list.Items {
+		svc := s.Labels[discoveryv1.LabelServiceName]
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready && (e.Conditions.Terminating == nil || !*e.Conditions.Terminating) {
+				for _, a := range e.Addresses {
+					if ip, ok := ipv4(a); ok {
+						want[svc] = append(want[svc], ip)
+					}
+				}
+			}
+		}
+	}
+	differ := 0
+	for svc, set := range want {
+		slices.Sort(set)
+		if !slices.Equal(slices.Compact(set), r.truth.readyOf(svc)) {
+			differ++
+		}
+	}
+	rep.note("a fresh LIST of the slices agrees with what the clients hold on %d of %d services", len(want)-differ, len(want))
+	if differ > 0 {
+		r.t.Errorf("%d services' ready endpoints differ between a fresh LIST and the informer the clients were checked against", differ)
+	}
+}
+
+// killReplica kills replica 0 with SIGKILL in the middle of a rollout: its clients move to the
+// next replica, holding their versions.
+func (r *rig) killReplica(f *fleet, rep *report, v string) {
+	r.t.Helper()
+	sc := r.scenario(f, rep, "A replica killed (-9) during a rollout")
+	moved := len(f.on(0))
+	r.startRollout(v)
+	r.eventually(10*time.Minute, "the rollout a quarter done", func() (bool, string) {
+		u, _ := r.rolloutProgress()
+		return u >= r.sz.rollout/4, fmt.Sprintf("%d updated", u)
+	})
+	tKill := time.Now()
+	r.replicas[0].kill()
+	<-r.replicas[0].done
+	if !r.truth.waitBack(time.Minute) {
+		r.t.Errorf("the clients of the killed replica were not all current again within a minute")
+	}
+	tBack := time.Now()
+	rep.note("krteds-0 killed with %d of the %d clients on it; every one current again on krteds-1 %v after the kill", moved, r.sz.proxies, tBack.Sub(tKill).Round(time.Millisecond))
+	r.waitRollout(20 * time.Minute)
+	t0 := time.Now()
+	r.startReplica(0).waitReady(5 * time.Minute)
+	rep.note("krteds-0 started again: ready (synced, serving) in %v", since(t0))
+	f.rebalance()
+	if !r.truth.waitBack(time.Minute) {
+		r.t.Errorf("rebalancing: the clients were not all current again within a minute")
+	}
+	sc.end()
+	r.checkVersions(f, rep, "after the kill and rebalancing")
+}
+
+// rollingRestart restarts every replica in turn with SIGTERM, each back before the next, during a
+// rollout, as a Deployment's rolling restart does.
+func (r *rig) rollingRestart(f *fleet, rep *report, v string) {
+	r.t.Helper()
+	sc := r.scenario(f, rep, "A rolling restart of every replica (SIGTERM, drain 2 s) during a rollout")
+	r.startRollout(v)
+	for i, rp := range r.replicas {
+		n := len(f.on(i))
+		t0 := time.Now()
+		rp.terminate(30 * time.Second)
+		t1 := time.Now()
+		if !r.truth.waitBack(time.Minute) {
+			r.t.Errorf("the clients of krteds-%d were not all current again within a minute of its exit", i)
+		}
+		t2 := time.Now()
+		r.startReplica(i).waitReady(5 * time.Minute)
+		rep.note("krteds-%d: exited %v after SIGTERM with %d clients; they were all current elsewhere %v after its exit; it was ready again %v later",
+			i, t1.Sub(t0).Round(time.Millisecond), n, t2.Sub(t1).Round(time.Millisecond), since(t2))
+	}
+	r.waitRollout(20 * time.Minute)
+	f.rebalance()
+	if !r.truth.waitBack(time.Minute) {
+		r.t.Errorf("rebalancing: the clients were not all current again within a minute")
+	}
+	sc.end()
+	r.checkVersions(f, rep, "after the rolling restart and rebalancing")
+}

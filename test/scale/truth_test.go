@@ -1,0 +1,634 @@
+package scale
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+// truth is what the EndpointSlices say, as the rig's own informer sees them (it watches the same
+// API server krteds does), and what every client holds against it. One lock guards both, so that
+// a client's CLA and a slice change are ordered: a client is current for a service when the
+// healthy addresses of its CLA are the ready addresses of the service's slices.
+type truth struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	svcs map[string]*svcTruth
+	// changed is, per address, when the slices last changed its readiness, and to what.
+	changed   map[uint32]readyChange
+	addrReady map[uint32]bool
+	// clients are the fleet's, tracked from the moment they are added.
+	clients []*tracked
+	// suspects are CLAs that held fewer healthy endpoints than the slices' ready ones when they
+	// arrived: partial, unless the slices held as few within the lag allowed (judged later, once
+	// the rig has seen the slices around them).
+	suspects []suspect
+}
+
+// history is how many states of a service the truth keeps.
+const history = 4096
+
+type svcTruth struct {
+	name   string
+	slices map[string][]uint32 // slice → its ready addresses, sorted
+	states []*state            // the last ones, oldest first
+}
+
+// state is one set of ready addresses of a service, from when the slices held it.
+type state struct {
+	seq int
+	at  time.Time
+	set []uint32
+	// reached counts the clients that have held this state or a later one; allAt is when the
+	// last of them did (zero until then).
+	reached int
+	allAt   time.Time
+}
+
+func (s *svcTruth) newest() *state {
+	if len(s.states) == 0 {
+		return nil
+	}
+	return s.states[len(s.states)-1]
+}
+
+type readyChange struct {
+	at    time.Time
+	ready bool
+}
+
+type suspect struct {
+	svc     string
+	at      time.Time
+	healthy int
+	client  int
+	// missing is some of the ready addresses the CLA lacked (as the rig saw the slices then).
+	missing []uint32
+	// version is the CLA's.
+	version string
+}
+
+// tracked is what one client holds, per service.
+type tracked struct {
+	i    int
+	held map[string]*heldCLA
+	// behind counts the services whose CLA the client holds differs from the slices now.
+	behind int
+	// waiting is set while the client's stream is broken or resuming, until it is current again.
+	waiting bool
+	// moves are the client's stream breaks, and what followed each.
+	moves []move
+	// resume is, for a delta client that resumed, the versions it said it held (those not yet
+	// sent again).
+	resume map[string]string
+}
+
+// move is one break of a client's stream and what followed.
+type move struct {
+	from, to int
+	broke    time.Time
+	resumed  time.Time
+	back     time.Time // current on every service again (zero: not yet)
+	// held is, for a delta client, the resources it said it held when it resumed, and resent
+	// those the server sent again with the version it held.
+	held, resent int
+	planned      bool // the rig moved it (rebalancing), not a break
+	reason       string
+}
+
+type heldCLA struct {
+	version string
+	set     []uint32
+	at      time.Time
+	seq     int // the newest state it has held (-1: none)
+	current bool
+}
+
+func ipv4(s string) (uint32, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		return 0, false
+	}
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]), true
+}
+
+func ipString(a uint32) string {
+	return netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}).String()
+}
+
+func newTruth() *truth {
+	tr := &truth{svcs: map[string]*svcTruth{}, changed: map[uint32]readyChange{}, addrReady: map[uint32]bool{}}
+	tr.cond = sync.NewCond(&tr.mu)
+	return tr
+}
+
+// watchSlices starts the rig's informer on the mesh's EndpointSlices.
+func (r *rig) watchSlices() {
+	r.t.Helper()
+	tr := newTruth()
+	r.truth = tr
+	f := informers.NewSharedInformerFactoryWithOptions(r.admin, 0, informers.WithNamespace(namespace))
+	inf := f.Discovery().V1().EndpointSlices().Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { tr.slice(o.(*discoveryv1.EndpointSlice), false) },
+		UpdateFunc: func(_, o any) { tr.slice(o.(*discoveryv1.EndpointSlice), false) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+				tr.slice(s, true)
+			}
+		},
+	})
+	stop := make(chan struct{})
+	r.t.Cleanup(func() { close(stop) })
+	f.Start(stop)
+	f.WaitForCacheSync(stop)
+}
+
+// slice records one slice as the informer delivers it.
+func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
+	name := s.Labels[discoveryv1.LabelServiceName]
+	now := time.Now()
+	var ready []uint32
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if !deleted {
+		for _, e := range s.Endpoints {
+			ok := e.Conditions.Ready != nil && *e.Conditions.Ready && (e.Conditions.Terminating == nil || !*e.Conditions.Terminating)
+			for _, a := range e.Addresses {
+				ip, v4 := ipv4(a)
+				if !v4 {
+					continue
+				}
+				if ok {
+					ready = append(ready, ip)
+				}
+				if was, known := tr.addrReady[ip]; !known || was != ok {
+					tr.addrReady[ip] = ok
+					tr.changed[ip] = readyChange{at: now, ready: ok}
+				}
+			}
+		}
+	}
+	st := tr.svcs[name]
+	if st == nil {
+		st = &svcTruth{name: name, slices: map[string][]uint32{}}
+		tr.svcs[name] = st
+	}
+	slices.Sort(ready)
+	if deleted {
+		delete(st.slices, s.Name)
+	} else {
+		st.slices[s.Name] = ready
+	}
+	var set []uint32
+	for _, r := range st.slices {
+		set = append(set, r...)
+	}
+	slices.Sort(set)
+	set = slices.Compact(set)
+	if n := st.newest(); n != nil && slices.Equal(n.set, set) {
+		tr.cond.Broadcast()
+		return
+	}
+	seq := 0
+	if n := st.newest(); n != nil {
+		seq = n.seq + 1
+	}
+	ns := &state{seq: seq, at: now, set: set}
+	st.states = append(st.states, ns)
+	if len(st.states) > history {
+		st.states = st.states[len(st.states)-history:]
+	}
+	// Every client is now current for the service, or not, by what it already holds.
+	for _, c := range tr.clients {
+		h := c.held[name]
+		if h == nil {
+			continue
+		}
+		if slices.Equal(h.set, set) {
+			at := h.at
+			if at.Before(now) {
+				at = now
+			}
+			tr.reach(c, st, ns, at)
+		}
+		tr.setCurrent(c, h, slices.Equal(h.set, set), now)
+	}
+	tr.cond.Broadcast()
+}
+
+// reach records that client c holds state k of st (and so every state it had not held before).
+func (tr *truth) reach(c *tracked, st *svcTruth, k *state, at time.Time) {
+	h := c.held[st.name]
+	if h == nil || k.seq <= h.seq {
+		return
+	}
+	first := st.states[0].seq
+	for i := max(h.seq+1, first) - first; i <= k.seq-first; i++ {
+		s := st.states[i]
+		s.reached++
+		if s.reached == len(tr.clients) {
+			s.allAt = at
+		}
+	}
+	h.seq = k.seq
+}
+
+func (tr *truth) setCurrent(c *tracked, h *heldCLA, current bool, now time.Time) {
+	if h.current == current {
+		return
+	}
+	h.current = current
+	if current {
+		c.behind--
+	} else {
+		c.behind++
+	}
+	if c.behind == 0 && c.waiting {
+		c.waiting = false
+		c.moves[len(c.moves)-1].back = now
+	}
+}
+
+// track adds a client; it is behind on every service until it holds it. The states before a
+// service's newest are not the new client's to reach.
+func (tr *truth) track(i int) *tracked {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	c := &tracked{i: i, held: map[string]*heldCLA{}}
+	for name, st := range tr.svcs {
+		h := &heldCLA{seq: -1}
+		if n := st.newest(); n != nil {
+			h.seq = n.seq - 1
+			for _, s := range st.states[:len(st.states)-1] {
+				s.reached++
+			}
+		}
+		c.held[name] = h
+		c.behind++
+	}
+	tr.clients = append(tr.clients, c)
+	return c
+}
+
+// received records a CLA client c received for a service: its version, and its healthy addresses
+// (sorted, without duplicates).
+func (tr *truth) received(c *tracked, svc, version string, set []uint32, at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if c.resume != nil {
+		if v, ok := c.resume[svc]; ok {
+			if v == version {
+				c.moves[len(c.moves)-1].resent++
+			}
+			delete(c.resume, svc)
+		}
+	}
+	h := c.held[svc]
+	if h == nil {
+		h = &heldCLA{seq: -1}
+		c.held[svc] = h
+		c.behind++
+	}
+	h.version, h.set, h.at = version, set, at
+	st := tr.svcs[svc]
+	if st == nil {
+		// A service the slices do not know yet: it is current once they do.
+		return
+	}
+	n := st.newest()
+	if len(set) < len(n.set) {
+		var missing []uint32
+		for _, a := range n.set {
+			if _, found := slices.BinarySearch(set, a); !found && len(missing) < 8 {
+				missing = append(missing, a)
+			}
+		}
+		tr.suspects = append(tr.suspects, suspect{svc: svc, at: at, healthy: len(set), client: c.i, missing: missing, version: version})
+	}
+	// Mostly the newest; a client ahead of the rig's informer matches none yet.
+	for k := len(st.states) - 1; k >= 0 && k >= len(st.states)-64; k-- {
+		if slices.Equal(st.states[k].set, set) {
+			tr.reach(c, st, st.states[k], at)
+			break
+		}
+	}
+	tr.setCurrent(c, h, slices.Equal(n.set, set), at)
+	tr.cond.Broadcast()
+}
+
+// broke records that a client's stream broke (or the rig moved it) and where it goes next; a
+// stream that never opened continues the move it was part of.
+func (tr *truth) broke(c *tracked, from, to int, continued, planned bool, reason string, at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if continued && len(c.moves) > 0 {
+		c.moves[len(c.moves)-1].to = to
+		return
+	}
+	c.moves = append(c.moves, move{from: from, to: to, broke: at, planned: planned, reason: reason})
+	c.waiting, c.resume = true, nil
+}
+
+// resumed marks a client's new stream open, with the versions it said it holds (delta): those
+// the server sends again with the same version are counted. A client that holds the slices' state
+// already is back at once.
+func (tr *truth) resumed(c *tracked, versions map[string]string, at time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(c.moves) == 0 {
+		return // the first stream
+	}
+	m := &c.moves[len(c.moves)-1]
+	m.resumed, m.held = at, len(versions)
+	c.resume = versions
+	if c.waiting && c.behind == 0 {
+		c.waiting = false
+		m.back = at
+		tr.cond.Broadcast()
+	}
+}
+
+// movesBetween is every move whose break fell in [from, to], with the client's index.
+func (tr *truth) movesBetween(from, to time.Time) (moves []move, clients []int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, c := range tr.clients {
+		for _, m := range c.moves {
+			if !m.broke.Before(from) && !m.broke.After(to) {
+				moves = append(moves, m)
+				clients = append(clients, c.i)
+			}
+		}
+	}
+	return moves, clients
+}
+
+// waitBack waits until no client is waiting to be current after a move.
+func (tr *truth) waitBack(timeout time.Duration) bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.waitFor(timeout, func() bool {
+		for _, c := range tr.clients {
+			if c.waiting {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// held is the versions client c holds by service (for a delta client's resume).
+func (tr *truth) heldVersions(c *tracked) map[string]string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	out := make(map[string]string, len(c.held))
+	for svc, h := range c.held {
+		if h.version != "" {
+			out[svc] = h.version
+		}
+	}
+	return out
+}
+
+// waitFor waits, the lock held, until cond holds; false if timeout passed first.
+func (tr *truth) waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, func() { tr.mu.Lock(); tr.cond.Broadcast(); tr.mu.Unlock() })
+	defer t.Stop()
+	for !cond() {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		tr.cond.Wait()
+	}
+	return true
+}
+
+// waitCurrent waits until every tracked client is current on every service.
+func (tr *truth) waitCurrent(timeout time.Duration) (bool, string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	behind, worst := 0, 0
+	ok := tr.waitFor(timeout, func() bool {
+		behind, worst = 0, 0
+		for _, c := range tr.clients {
+			if c.behind > 0 {
+				behind++
+				worst = max(worst, c.behind)
+			}
+		}
+		return behind == 0
+	})
+	if ok {
+		return true, ""
+	}
+	return false, describeBehind(tr, behind, worst)
+}
+
+func describeBehind(tr *truth, behind, worst int) string {
+	var svcs []string
+	for _, c := range tr.clients {
+		if c.behind == 0 {
+			continue
+		}
+		for svc, h := range c.held {
+			if !h.current {
+				svcs = append(svcs, svc)
+			}
+		}
+		break
+	}
+	sort.Strings(svcs)
+	if len(svcs) > 5 {
+		svcs = svcs[:5]
+	}
+	return fmt.Sprintf("%d clients behind the slices (at most %d services), e.g. on %v", behind, worst, svcs)
+}
+
+// readyTotal is the ready endpoints of every service.
+func (tr *truth) readyTotal() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, st := range tr.svcs {
+		if s := st.newest(); s != nil {
+			n += len(s.set)
+		}
+	}
+	return n
+}
+
+// readyOf is a service's ready addresses now.
+func (tr *truth) readyOf(svc string) []uint32 {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if st := tr.svcs[svc]; st != nil {
+		if s := st.newest(); s != nil {
+			return s.set
+		}
+	}
+	return nil
+}
+
+// minReady is the fewest ready endpoints a service had in [from, to]; false if the history no
+// longer reaches back to from. Before its first state the service had none.
+func (st *svcTruth) minReady(from, to time.Time) (int, bool) {
+	if len(st.states) == 0 {
+		return 0, true
+	}
+	if st.states[0].at.After(from) {
+		if st.states[0].seq != 0 {
+			return 0, false
+		}
+		return 0, true
+	}
+	m := -1
+	for i, s := range st.states {
+		if s.at.After(to) {
+			break
+		}
+		// The state in force at from is the last at or before it.
+		inForce := !s.at.After(from) && (i == len(st.states)-1 || st.states[i+1].at.After(from))
+		if (s.at.After(from) || inForce) && (m < 0 || len(s.set) < m) {
+			m = len(s.set)
+		}
+	}
+	return m, true
+}
+
+// lag is how long a CLA may trail the slices (and run ahead of the rig's view of them) before
+// holding fewer endpoints than they do counts as partial.
+const lagBehind, lagAhead = 5 * time.Second, time.Second
+
+// violation is a CLA that held fewer healthy endpoints than the slices' fewest ready ones over
+// the time around its arrival.
+type violation struct {
+	suspect
+	fewest int
+}
+
+// violations judges the suspects that arrived before until (the rig has seen the slices past
+// them by then), and keeps the others.
+func (tr *truth) violations(until time.Time) []violation {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []violation
+	keep := tr.suspects[:0]
+	for _, s := range tr.suspects {
+		if s.at.After(until.Add(-lagAhead)) {
+			keep = append(keep, s)
+			continue
+		}
+		m, ok := tr.svcs[s.svc].minReady(s.at.Add(-lagBehind), s.at.Add(lagAhead))
+		if !ok || s.healthy < m {
+			out = append(out, violation{suspect: s, fewest: m})
+		}
+	}
+	tr.suspects = keep
+	return out
+}
+
+// addressChanged waits until the slices say addr's readiness is ready, and returns when they
+// first said so at or after since.
+func (tr *truth) addressChanged(addr uint32, ready bool, since time.Time, timeout time.Duration) (time.Time, bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var at time.Time
+	ok := tr.waitFor(timeout, func() bool {
+		c, ok := tr.changed[addr]
+		at = c.at
+		return ok && c.ready == ready && !c.at.Before(since)
+	})
+	return at, ok
+}
+
+// lags is, for every state of the services that the slices held from after from until to, how
+// long after the rig saw it every client held it (or a later one): the time beyond the slice
+// write. Negative lags (a client that held it before the rig's informer saw it) count as 0;
+// unfinished is the number of states not every client has held.
+func (tr *truth) lags(from, to time.Time) (lags []time.Duration, unfinished int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, st := range tr.svcs {
+		for _, s := range st.states {
+			if !s.at.After(from) || s.at.After(to) {
+				continue
+			}
+			if s.allAt.IsZero() {
+				unfinished++
+				continue
+			}
+			lags = append(lags, max(0, s.allAt.Sub(s.at)))
+		}
+	}
+	return lags, unfinished
+}
+
+// waitState waits until every client holds the first state of svc the slices held after t (or
+// a later one), and returns how long after the rig saw it they all did.
+func (tr *truth) waitState(svc string, t time.Time, timeout time.Duration) (time.Duration, bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var lag time.Duration
+	ok := tr.waitFor(timeout, func() bool {
+		st := tr.svcs[svc]
+		if st == nil {
+			return false
+		}
+		for _, s := range st.states {
+			if s.at.After(t) {
+				lag = max(0, s.allAt.Sub(s.at))
+				return !s.allAt.IsZero()
+			}
+		}
+		return false
+	})
+	return lag, ok
+}
+
+// waitReadyCount waits until the slices hold n ready endpoints of svc, and returns that state.
+func (tr *truth) waitReadyCount(svc string, n int, timeout time.Duration) (*state, bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var s *state
+	ok := tr.waitFor(timeout, func() bool {
+		if st := tr.svcs[svc]; st != nil {
+			s = st.newest()
+		}
+		return s != nil && len(s.set) == n
+	})
+	return s, ok
+}
+
+// waitHeld waits until every client holds state s (or a later one), and returns how long after
+// the rig saw it they all did.
+func (tr *truth) waitHeld(s *state, timeout time.Duration) (time.Duration, bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	ok := tr.waitFor(timeout, func() bool { return !s.allAt.IsZero() })
+	return max(0, s.allAt.Sub(s.at)), ok
+}
+
+// services lists the services the slices know, sorted.
+func (tr *truth) services() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []string
+	for s := range tr.svcs {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
