@@ -1,5 +1,5 @@
 # The README's commands are the entry points; these are conveniences.
-.PHONY: test bench bench-medium bench-large build image manifests tools
+.PHONY: test bench bench-medium bench-large scale scale-medium scale-large build image manifests tools
 
 VERSION ?= dev
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -32,3 +32,14 @@ bench-medium:
 
 bench-large:
 	test/bench/run.sh large
+
+# The real control loop (API server, controllers, scheduler, kwok) with krteds as replicas; see
+# docs/BENCHMARKS.md. small runs in CI (a few minutes), medium about half an hour.
+scale:
+	test/scale/run.sh small
+
+scale-medium:
+	test/scale/run.sh medium
+
+scale-large:
+	test/scale/run.sh large
