@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,6 +155,7 @@ func startRig(t *testing.T, sz size) *rig {
 	env := append(os.Environ(), "BIN_DIR="+envtest, "WORKDIR="+filepath.Join(dir, "kube"), "START_KCM=1",
 		"ETCD_PORT="+strconv.Itoa(freePort(t)), "ETCD_PEER_PORT="+strconv.Itoa(freePort(t)),
 		"APISERVER_PORT="+strconv.Itoa(freePort(t)), "KCM_PORT="+strconv.Itoa(freePort(t)),
+		"SERVICE_CIDR=10.96.0.0/16", // clear of kwok's pod ranges, room for the large size
 		"ETCD_EXTRA_ARGS=--unsafe-no-fsync --quota-backend-bytes=8589934592",
 		"APISERVER_EXTRA_ARGS=--audit-log-path="+r.audit+" --audit-policy-file="+filepath.Join(dir, "audit-policy.yaml")+
 			" --audit-log-format=json --max-requests-inflight=4000 --max-mutating-requests-inflight=2000",
@@ -191,14 +193,39 @@ func startRig(t *testing.T, sz size) *rig {
 		"--secure-port="+strconv.Itoa(freePort(t)), "--kube-api-qps=2000", "--kube-api-burst=4000", "--v=1")
 	// Two kwoks play the kubelets: one every node but one, the other that one node alone, so
 	// that killing it is a node whose kubelet is gone (its own pod addresses, so none collide).
+	stages := r.kwokStages(filepath.Join(scaleBin, "kwok-stages.yaml"))
 	kwok := func(name, nodes, cidr string) {
-		r.start(name, filepath.Join(scaleBin, "kwok"), "--kubeconfig="+r.kubeconfig, "--config="+filepath.Join(scaleBin, "kwok-stages.yaml"),
+		r.start(name, filepath.Join(scaleBin, "kwok"), "--kubeconfig="+r.kubeconfig, "--config="+stages,
 			"--manage-nodes-with-annotation-selector="+kwokNode+"="+nodes, "--cidr="+cidr, "--node-ip=10.127.0.1",
 			"--node-lease-duration-seconds=40", "--server-address=127.0.0.1:"+strconv.Itoa(freePort(t)))
 	}
 	kwok("kwok", "fake", "10.128.0.0/12")
 	kwok("kwok-doomed", "doomed", "10.160.0.0/16")
 	return r
+}
+
+// kwokStages writes kwok's stages with a shutdown time for Pods: kwok's own delete a Pod the
+// instant it has a deletion timestamp, where a kubelet first stops its containers (a second or
+// two for an application that exits on SIGTERM). The EndpointSlice controller marks a
+// terminating Pod's endpoint not ready meanwhile, as it does in a cluster; with no delay the Pod
+// is gone before its slice says so, a race no cluster runs.
+func (r *rig) kwokStages(from string) string {
+	r.t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	const deleteStage = "  name: pod-delete\nspec:\n"
+	s := string(b)
+	if !strings.Contains(s, deleteStage) {
+		r.t.Fatalf("%s has no pod-delete stage", from)
+	}
+	s = strings.Replace(s, deleteStage, deleteStage+"  delay:\n    durationMilliseconds: 1000\n    jitterDurationMilliseconds: 2000\n", 1)
+	out := filepath.Join(r.dir, "kwok-stages.yaml")
+	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	return out
 }
 
 // start runs a program of the rig, its output in the rig's logs, killed with the test; done is
@@ -375,6 +402,9 @@ type usage struct {
 	cpu  time.Duration
 	rss  int64
 	heap int64
+	// pending is the replica's slice endpoints waiting for the Pod they name
+	// (pilot_k8s_endpoints_pending_pod).
+	pending int64
 }
 
 func (rep *replica) usage() usage {
@@ -408,10 +438,94 @@ func (rep *replica) usage() usage {
 				f, _ := strconv.ParseFloat(v, 64)
 				u.heap = int64(f)
 			}
+			if v, ok := strings.CutPrefix(sc.Text(), "pilot_k8s_endpoints_pending_pod "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				u.pending = int64(f)
+			}
 		}
 		resp.Body.Close()
 	}
 	return u
+}
+
+// convergence reads the replica's histogram of its own part of a change (an input change to the
+// response carrying it: krteds_xds_convergence_seconds for CLAs), as cumulative counts by upper
+// bound; nil when the replica does not answer.
+func (rep *replica) convergence() map[float64]float64 {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + rep.debug + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	out := map[float64]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	const prefix = `krteds_xds_convergence_seconds_bucket{type="ClusterLoadAssignment",le="`
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		le, count, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		b, err1 := strconv.ParseFloat(le, 64)
+		n, err2 := strconv.ParseFloat(count, 64)
+		if err1 == nil && err2 == nil {
+			out[b] = n
+		}
+	}
+	return out
+}
+
+// histogramQuantile is the upper bound of the bucket holding quantile q of the counts added
+// between two readings of a cumulative histogram (from may be nil: a process started since), and
+// the number of observations.
+func histogramQuantile(from, to map[float64]float64, q float64) (bound float64, n float64) {
+	bounds := make([]float64, 0, len(to))
+	for b := range to {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	if len(bounds) == 0 {
+		return 0, 0
+	}
+	reset := false
+	for b, c := range from {
+		if to[b] < c {
+			reset = true
+		}
+	}
+	delta := func(b float64) float64 {
+		if reset || from == nil {
+			return to[b]
+		}
+		return to[b] - from[b]
+	}
+	n = delta(bounds[len(bounds)-1])
+	for _, b := range bounds {
+		if n > 0 && delta(b) >= q*n {
+			return b, n
+		}
+	}
+	return bounds[len(bounds)-1], n
+}
+
+// selfCPU is the CPU the rig's own process (the clients and the judge) has used.
+func selfCPU() time.Duration {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
+	if len(f) <= 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100
 }
 
 // sample is one reading of a replica's usage.
@@ -453,6 +567,10 @@ func (r *rig) sampleUsage() {
 type window struct {
 	cores             float64
 	peakRSS, peakHeap int64
+	// peakPending is the most slice endpoints sampled waiting for their Pod.
+	peakPending int64
+	// samples is the readings in the window.
+	samples int
 }
 
 func (r *rig) usageOver(i int, from, to time.Time) window {
@@ -472,7 +590,8 @@ func (r *rig) usageOver(i int, from, to time.Time) window {
 			}
 			continue
 		}
-		w.peakRSS, w.peakHeap = max(w.peakRSS, s.rss), max(w.peakHeap, s.heap)
+		w.samples++
+		w.peakRSS, w.peakHeap, w.peakPending = max(w.peakRSS, s.rss), max(w.peakHeap, s.heap), max(w.peakPending, s.pending)
 		switch {
 		case prev == nil:
 		case prev.pid != s.pid:

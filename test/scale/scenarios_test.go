@@ -57,6 +57,7 @@ func TestScale(t *testing.T) {
 		rp.waitReady(5 * time.Minute)
 	}
 	rep.note("%d krteds replicas ready (graph synced) %v after starting", sz.replicas, since(t0))
+	r.apiLoad(rep, t0, time.Now()) // the start: one list (streamed over a watch) per kind
 	r.sampleUsage()
 
 	t0 = time.Now()
@@ -68,14 +69,30 @@ func TestScale(t *testing.T) {
 		sz.proxies, (sz.proxies+1)/2, sz.proxies/2, len(f.names), since(t0))
 	r.checkVersions(f, rep, "after the first sync")
 
-	r.idle(f, rep)
-	r.flips(f, rep)
-	r.scaleUp(f, rep)
-	r.rollingUpdate(f, rep, "v2")
-	r.nodeNotReady(f, rep)
-	r.restartAPI(f, rep)
-	r.killReplica(f, rep, "v3")
-	r.rollingRestart(f, rep, "v4")
+	// KRTEDS_SCALE_SCENARIOS (a comma-separated list of these names) runs some only.
+	only := map[string]bool{}
+	for _, n := range strings.Split(os.Getenv("KRTEDS_SCALE_SCENARIOS"), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			only[n] = true
+		}
+	}
+	for _, s := range []struct {
+		name string
+		run  func()
+	}{
+		{"idle", func() { r.idle(f, rep) }},
+		{"flips", func() { r.flips(f, rep) }},
+		{"scale", func() { r.scaleUp(f, rep) }},
+		{"rollout", func() { r.rollingUpdate(f, rep, "v2") }},
+		{"node", func() { r.nodeNotReady(f, rep) }},
+		{"apiserver", func() { r.restartAPI(f, rep) }},
+		{"kill", func() { r.killReplica(f, rep, "v3") }},
+		{"restart", func() { r.rollingRestart(f, rep, "v4") }},
+	} {
+		if len(only) == 0 || only[s.name] {
+			s.run()
+		}
+	}
 
 	if errs := f.errors(); len(errs) > 0 {
 		t.Errorf("clients failed to decode %d responses, e.g. %v", len(errs), errs[0])
@@ -128,12 +145,19 @@ type scenario struct {
 	from       time.Time
 	busy, all  int64
 	checkMoves bool
+	// self is the rig's own CPU at the start; converged each replica's convergence histogram.
+	self      time.Duration
+	converged []map[float64]float64
 }
 
 func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
 	rep.section(name)
 	b, a := busy()
-	return &scenario{r: r, f: f, rep: rep, name: name, from: time.Now(), busy: b, all: a}
+	sc := &scenario{r: r, f: f, rep: rep, name: name, from: time.Now(), busy: b, all: a, self: selfCPU()}
+	for _, rp := range r.replicas {
+		sc.converged = append(sc.converged, rp.convergence())
+	}
+	return sc
 }
 
 // end waits for every client to be current, then reports the scenario's figures and fails the
@@ -163,25 +187,40 @@ func (sc *scenario) end() {
 		}
 	}
 	rep.note("empty or partial CLAs received: %d (%d empty)", len(vs), empty)
+	if late := r.truth.lateCLAs(); len(late) > 0 {
+		rep.note("CLAs holding a state the slices had held but left more than %v before (late, not partial): %d, their lateness p50 %v, max %v", lagBehind, len(late), pct(late, 50), pct(late, 100))
+	}
 	for k, v := range vs {
 		if k == 5 {
 			break
 		}
-		var missing []string
-		for _, a := range v.missing {
-			missing = append(missing, ipString(a))
-		}
-		r.t.Errorf("%s: client %d received a CLA of %s (version %s) with %d healthy endpoints at %s; the slices held at least %d from %v before to %v after (it lacked e.g. %v)",
-			sc.name, v.client, v.svc, v.version, v.healthy, v.at.Format("15:04:05.000"), v.fewest, lagBehind, lagAhead, missing)
+		r.t.Errorf("%s: client %d received a CLA of %s (version %s) with %d healthy endpoints at %s; the slices held at least %d from %v before to %v after (it lacked e.g. %s)",
+			sc.name, v.client, v.svc, v.version, v.healthy, v.at.Format("15:04:05.000"), v.fewest, lagBehind, lagAhead, strings.Join(v.account, "; "))
 	}
 	sc.reportMoves(to)
 	for i := range r.replicas {
 		w := r.usageOver(i, sc.from, to)
-		rep.note("krteds-%d: %.2f cores, peak RSS %s, peak heap %s", i, w.cores, mib(w.peakRSS), mib(w.peakHeap))
+		if w.samples == 0 {
+			rep.note("krteds-%d: no usage sample in the window (sampled each second)", i)
+			continue
+		}
+		rep.note("krteds-%d: %.2f cores, peak RSS %s, peak heap %s; at most %d slice endpoints waiting for their Pod (sampled each second)", i, w.cores, mib(w.peakRSS), mib(w.peakHeap), w.peakPending)
+	}
+	for i, rp := range r.replicas {
+		var from map[float64]float64
+		if i < len(sc.converged) {
+			from = sc.converged[i]
+		}
+		p50, n := histogramQuantile(from, rp.convergence(), 0.5)
+		p99, _ := histogramQuantile(from, rp.convergence(), 0.99)
+		if n > 0 {
+			rep.note("krteds-%d's own part (input change → the response carrying it handed to gRPC, its krteds_xds_convergence_seconds): %.0f responses, p50 ≤ %gs, p99 ≤ %gs", i, n, p50, p99)
+		}
 	}
 	b, a := busy()
 	if a > sc.all {
-		rep.note("machine: %.0f%% of its %d cores busy over %v", 100*float64(b-sc.busy)/float64(a-sc.all), runtime.NumCPU(), to.Sub(sc.from).Round(time.Second))
+		rep.note("machine: %.0f%% of its %d cores busy over %v; the rig's own process (clients and judge) %.2f cores", 100*float64(b-sc.busy)/float64(a-sc.all), runtime.NumCPU(),
+			to.Sub(sc.from).Round(time.Second), (selfCPU()-sc.self).Seconds()/to.Sub(sc.from).Seconds())
 	}
 }
 
@@ -420,14 +459,18 @@ func (r *rig) nodeNotReady(f *fleet, rep *report) {
 		r.t.Fatal(err)
 	}
 	before := map[string]int{}
-	var addrs []uint32
+	var names []string
 	for _, p := range pods.Items {
-		if ip, ok := ipv4(p.Status.PodIP); ok {
-			addrs = append(addrs, ip)
+		// A Pod already shutting down (the last rollout's) is not ready in its slice already.
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if ip, ok := ipv4(p.Status.PodIP); ok && slices.Contains(r.truth.readyOf(p.Labels["app"]), ip) {
+			names = append(names, p.Name)
 		}
 		before[p.Labels["app"]] = len(r.truth.readyOf(p.Labels["app"]))
 	}
-	if len(addrs) == 0 {
+	if len(names) == 0 {
 		r.t.Fatalf("%s runs no pods", node)
 	}
 	t0 := time.Now()
@@ -448,10 +491,10 @@ func (r *rig) nodeNotReady(f *fleet, rep *report) {
 		return false, "still ready"
 	})
 	var tSlices time.Time
-	for _, a := range addrs {
-		at, ok := r.truth.addressChanged(a, false, t0, 3*time.Minute)
+	for _, p := range names {
+		at, ok := r.truth.podReadyChanged(p, false, t0, 3*time.Minute)
 		if !ok {
-			r.t.Fatalf("the slices never said %s not ready", ipString(a))
+			r.t.Fatalf("the slices never said %s not ready", p)
 		}
 		if at.After(tSlices) {
 			tSlices = at
@@ -467,7 +510,7 @@ func (r *rig) nodeNotReady(f *fleet, rep *report) {
 	})
 	tBack := time.Now()
 	rep.note("%s (%d pods of %d services): not ready %v after its kubelet died (the controller's grace); its pods not ready in the slices %v later; every service back to its ready count %v after that",
-		node, len(addrs), len(before), tNode.Sub(t0).Round(time.Second), tSlices.Sub(tNode).Round(time.Millisecond), tBack.Sub(tSlices).Round(time.Millisecond))
+		node, len(names), len(before), tNode.Sub(t0).Round(time.Second), tSlices.Sub(tNode).Round(time.Millisecond), tBack.Sub(tSlices).Round(time.Millisecond))
 	// Nothing runs the node's pods any more: delete them and the node, as its owner would.
 	zero := int64(0)
 	for _, p := range pods.Items {
@@ -499,6 +542,17 @@ func (r *rig) restartAPI(f *fleet, rep *report) {
 	for _, p := range after {
 		r.patchReady(p, false)
 	}
+	// The rig's own watch comes back on its backoff too: once it has seen the changes written
+	// after the restart, it is back; until then a CLA may carry what the rig has not seen yet.
+	rigBack := t1
+	for _, p := range after {
+		at, ok := r.truth.podReadyChanged(p, false, t1, 3*time.Minute)
+		if !ok {
+			r.t.Fatalf("after the API server's restart the rig's informer never saw %s not ready", p)
+		}
+		rigBack = maxTime(rigBack, at)
+	}
+	r.truth.blindFrom(t0, rigBack)
 	for _, p := range before {
 		r.patchReady(p, true)
 	}
@@ -511,7 +565,8 @@ func (r *rig) restartAPI(f *fleet, rep *report) {
 	back := r.waitWatching(t1, 3*time.Minute)
 	t3 := time.Now()
 	cpu1 := r.cpus()
-	rep.note("API server down and back (ready) in %v; every client held the slices' state %v after it was back", t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond))
+	rep.note("API server down and back (ready) in %v; the rig's own informer saw a change written after it %v after it was back; every client held the slices' state %v after it was back",
+		t1.Sub(t0).Round(time.Millisecond), rigBack.Sub(t1).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond))
 	for i := range r.replicas {
 		rep.note("krteds-%d: every watch open again %v after the API server was back; CPU %v from the kill to then (the relist)", i, back[i].Round(time.Millisecond), (cpu1[i] - cpu0[i]).Round(10*time.Millisecond))
 	}
@@ -559,6 +614,13 @@ func (r *rig) waitWatching(since time.Time, timeout time.Duration) []time.Durati
 		return len(missing) == 0, strings.Join(missing, "; ")
 	})
 	return back
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (r *rig) cpus() []time.Duration {

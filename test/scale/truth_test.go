@@ -8,13 +8,16 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 )
 
-// truth is what the EndpointSlices say, as the rig's own informer sees them (it watches the same
-// API server krteds does), and what every client holds against it. One lock guards both, so that
+// truth is what the EndpointSlices say, joined with the Pods that exist, as the rig's own
+// informers see them (they watch the same API server krteds does), and what every client holds
+// against it. One lock guards both, so that
 // a client's CLA and a slice change are ordered: a client is current for a service when the
 // healthy addresses of its CLA are the ready addresses of the service's slices.
 type truth struct {
@@ -24,12 +27,31 @@ type truth struct {
 	// changed is, per address, when the slices last changed its readiness, and to what.
 	changed   map[uint32]readyChange
 	addrReady map[uint32]bool
+	// pods are the Pods that exist; podSvc is the service whose slices name each Pod.
+	pods   map[string]bool
+	podSvc map[string]string
+	// addrPod is the Pod each ready address was last seen with; podSeen and podGone are when
+	// the rig's informer saw each Pod arrive and go (for the account of a violation).
+	addrPod map[uint32]string
+	podSeen map[string]time.Time
+	podGone map[string]time.Time
+	// podChanged is, per Pod named by a slice, when the slices last changed its readiness (an
+	// address may pass from a deleted Pod to a new one: a Pod's name is its own).
+	podChanged map[string]readyChange
+	podReady   map[string]bool
 	// clients are the fleet's, tracked from the moment they are added.
 	clients []*tracked
 	// suspects are CLAs that held fewer healthy endpoints than the slices' ready ones when they
 	// arrived: partial, unless the slices held as few within the lag allowed (judged later, once
 	// the rig has seen the slices around them).
 	suspects []suspect
+	// blind are stretches in which the rig's own informers may have been behind krteds's (the
+	// API server restarted: each watch comes back on its own backoff); a CLA in one may run
+	// ahead of the rig's view until its end.
+	blind [][2]time.Time
+	// late is the ages of the suspects that held a state the slices had left more than the lag
+	// allowed before: late, not partial.
+	late []time.Duration
 }
 
 // history is how many states of a service the truth keeps.
@@ -37,8 +59,14 @@ const history = 4096
 
 type svcTruth struct {
 	name   string
-	slices map[string][]uint32 // slice → its ready addresses, sorted
-	states []*state            // the last ones, oldest first
+	slices map[string][]readyEndpoint // slice → its ready endpoints
+	states []*state                   // the last ones, oldest first
+}
+
+// readyEndpoint is a ready address of a slice and the Pod its targetRef names ("" for none).
+type readyEndpoint struct {
+	ip  uint32
+	pod string
 }
 
 // state is one set of ready addresses of a service, from when the slices held it.
@@ -71,8 +99,9 @@ type suspect struct {
 	client  int
 	// missing is some of the ready addresses the CLA lacked (as the rig saw the slices then).
 	missing []uint32
-	// version is the CLA's.
+	// version is the CLA's; set its healthy addresses.
 	version string
+	set     []uint32
 }
 
 // tracked is what one client holds, per service.
@@ -125,12 +154,14 @@ func ipString(a uint32) string {
 }
 
 func newTruth() *truth {
-	tr := &truth{svcs: map[string]*svcTruth{}, changed: map[uint32]readyChange{}, addrReady: map[uint32]bool{}}
+	tr := &truth{svcs: map[string]*svcTruth{}, changed: map[uint32]readyChange{}, addrReady: map[uint32]bool{},
+		pods: map[string]bool{}, podSvc: map[string]string{},
+		addrPod: map[uint32]string{}, podChanged: map[string]readyChange{}, podReady: map[string]bool{}, podSeen: map[string]time.Time{}, podGone: map[string]time.Time{}}
 	tr.cond = sync.NewCond(&tr.mu)
 	return tr
 }
 
-// watchSlices starts the rig's informer on the mesh's EndpointSlices.
+// watchSlices starts the rig's informers on the mesh's EndpointSlices and Pods.
 func (r *rig) watchSlices() {
 	r.t.Helper()
 	tr := newTruth()
@@ -149,6 +180,25 @@ func (r *rig) watchSlices() {
 			}
 		},
 	})
+	// Only whether each Pod exists matters: the informer keeps their names.
+	pods := f.Core().V1().Pods().Informer()
+	_ = pods.SetTransform(func(o any) (any, error) {
+		if p, ok := o.(*corev1.Pod); ok {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, ResourceVersion: p.ResourceVersion}}, nil
+		}
+		return o, nil
+	})
+	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) { tr.pod(o.(*corev1.Pod).Name, true) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if p, ok := o.(*corev1.Pod); ok {
+				tr.pod(p.Name, false)
+			}
+		},
+	})
 	stop := make(chan struct{})
 	r.t.Cleanup(func() { close(stop) })
 	f.Start(stop)
@@ -159,19 +209,31 @@ func (r *rig) watchSlices() {
 func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 	name := s.Labels[discoveryv1.LabelServiceName]
 	now := time.Now()
-	var ready []uint32
+	var ready []readyEndpoint
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if !deleted {
 		for _, e := range s.Endpoints {
 			ok := e.Conditions.Ready != nil && *e.Conditions.Ready && (e.Conditions.Terminating == nil || !*e.Conditions.Terminating)
+			pod := ""
+			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+				pod = e.TargetRef.Name
+				if was, known := tr.podReady[pod]; !known || was != ok {
+					tr.podReady[pod] = ok
+					tr.podChanged[pod] = readyChange{at: now, ready: ok}
+				}
+			}
 			for _, a := range e.Addresses {
 				ip, v4 := ipv4(a)
 				if !v4 {
 					continue
 				}
 				if ok {
-					ready = append(ready, ip)
+					ready = append(ready, readyEndpoint{ip: ip, pod: pod})
+					if pod != "" {
+						tr.podSvc[pod] = name
+						tr.addrPod[ip] = pod
+					}
 				}
 				if was, known := tr.addrReady[ip]; !known || was != ok {
 					tr.addrReady[ip] = ok
@@ -182,21 +244,64 @@ func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 	}
 	st := tr.svcs[name]
 	if st == nil {
-		st = &svcTruth{name: name, slices: map[string][]uint32{}}
+		st = &svcTruth{name: name, slices: map[string][]readyEndpoint{}}
 		tr.svcs[name] = st
 	}
-	slices.Sort(ready)
+	// A Pod the slice named ready and names no more (its endpoint removed) is not ready now.
+	inNew := map[string]bool{}
+	for _, e := range ready {
+		inNew[e.pod] = true
+	}
+	for _, e := range st.slices[s.Name] {
+		if e.pod != "" && !inNew[e.pod] && tr.podReady[e.pod] {
+			tr.podReady[e.pod] = false
+			tr.podChanged[e.pod] = readyChange{at: now, ready: false}
+		}
+	}
 	if deleted {
 		delete(st.slices, s.Name)
 	} else {
 		st.slices[s.Name] = ready
 	}
+	tr.recompute(st, now)
+}
+
+// pod records that a Pod exists, or no longer does: an endpoint whose Pod is gone is no
+// endpoint (krteds, as istiod, builds an endpoint only with its targetRef Pod), whatever its
+// slice still says.
+func (tr *truth) pod(name string, exists bool) {
+	now := time.Now()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if exists {
+		tr.pods[name] = true
+		tr.podSeen[name] = now
+	} else {
+		delete(tr.pods, name)
+		tr.podGone[name] = now
+	}
+	if st := tr.svcs[tr.podSvc[name]]; st != nil {
+		tr.recompute(st, now)
+	}
+	if !exists {
+		delete(tr.podSvc, name)
+	}
+}
+
+// recompute derives a service's ready addresses from its slices and the Pods that exist, and
+// records a new state when they changed; the lock is held.
+func (tr *truth) recompute(st *svcTruth, now time.Time) {
 	var set []uint32
-	for _, r := range st.slices {
-		set = append(set, r...)
+	for _, eps := range st.slices {
+		for _, e := range eps {
+			if e.pod == "" || tr.pods[e.pod] {
+				set = append(set, e.ip)
+			}
+		}
 	}
 	slices.Sort(set)
 	set = slices.Compact(set)
+	name := st.name
 	if n := st.newest(); n != nil && slices.Equal(n.set, set) {
 		tr.cond.Broadcast()
 		return
@@ -315,7 +420,7 @@ func (tr *truth) received(c *tracked, svc, version string, set []uint32, at time
 				missing = append(missing, a)
 			}
 		}
-		tr.suspects = append(tr.suspects, suspect{svc: svc, at: at, healthy: len(set), client: c.i, missing: missing, version: version})
+		tr.suspects = append(tr.suspects, suspect{svc: svc, at: at, healthy: len(set), client: c.i, missing: missing, version: version, set: set})
 	}
 	// Mostly the newest; a client ahead of the rig's informer matches none yet.
 	for k := len(st.states) - 1; k >= 0 && k >= len(st.states)-64; k-- {
@@ -482,6 +587,40 @@ func (tr *truth) readyOf(svc string) []uint32 {
 	return nil
 }
 
+// heldBefore reports whether the slices held exactly this set at some time before at (within the
+// history kept), and how long before at they left it.
+func (st *svcTruth) heldBefore(set []uint32, at time.Time) (time.Duration, bool) {
+	for i := len(st.states) - 1; i >= 0; i-- {
+		s := st.states[i]
+		if s.at.After(at) {
+			continue
+		}
+		if slices.Equal(s.set, set) {
+			if i == len(st.states)-1 || st.states[i+1].at.After(at) {
+				return 0, true
+			}
+			return at.Sub(st.states[i+1].at), true
+		}
+	}
+	return 0, false
+}
+
+// blindFrom records that the rig's informers may have trailed krteds's from from to to.
+func (tr *truth) blindFrom(from, to time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.blind = append(tr.blind, [2]time.Time{from, to})
+}
+
+// lateCLAs is the ages of the CLAs judged late rather than partial since the last call.
+func (tr *truth) lateCLAs() []time.Duration {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	out := tr.late
+	tr.late = nil
+	return out
+}
+
 // minReady is the fewest ready endpoints a service had in [from, to]; false if the history no
 // longer reaches back to from. Before its first state the service had none.
 func (st *svcTruth) minReady(from, to time.Time) (int, bool) {
@@ -513,10 +652,33 @@ func (st *svcTruth) minReady(from, to time.Time) (int, bool) {
 const lagBehind, lagAhead = 5 * time.Second, time.Second
 
 // violation is a CLA that held fewer healthy endpoints than the slices' fewest ready ones over
-// the time around its arrival.
+// the time around its arrival, and a set of them the slices never held.
 type violation struct {
 	suspect
 	fewest int
+	// account says, for some of the addresses the CLA lacked, what the rig saw of them.
+	account []string
+}
+
+// accountOf says what the rig saw of a ready address the CLA lacked: when the slices last
+// changed its readiness, its Pod, and when that Pod arrived and went. The lock is held.
+func (tr *truth) accountOf(a uint32) string {
+	out := ipString(a)
+	if c, ok := tr.changed[a]; ok {
+		out += fmt.Sprintf(" ready=%v in the slices since %s", c.ready, c.at.Format("15:04:05.000"))
+	}
+	pod := tr.addrPod[a]
+	if pod == "" {
+		return out
+	}
+	out += " pod " + pod
+	if t, ok := tr.podSeen[pod]; ok {
+		out += " seen " + t.Format("15:04:05.000")
+	}
+	if t, ok := tr.podGone[pod]; ok {
+		out += " gone " + t.Format("15:04:05.000")
+	}
+	return out
 }
 
 // violations judges the suspects that arrived before until (the rig has seen the slices past
@@ -531,13 +693,45 @@ func (tr *truth) violations(until time.Time) []violation {
 			keep = append(keep, s)
 			continue
 		}
-		m, ok := tr.svcs[s.svc].minReady(s.at.Add(-lagBehind), s.at.Add(lagAhead))
-		if !ok || s.healthy < m {
-			out = append(out, violation{suspect: s, fewest: m})
+		st := tr.svcs[s.svc]
+		ahead := lagAhead
+		for _, b := range tr.blind {
+			if !s.at.Before(b[0]) && !s.at.After(b[1]) {
+				ahead = max(ahead, b[1].Sub(s.at)+lagAhead)
+			}
 		}
+		m, ok := st.minReady(s.at.Add(-lagBehind), s.at.Add(ahead))
+		if ok && s.healthy >= m {
+			continue
+		}
+		// A state the slices really held, only late: counted apart (its age), not as partial.
+		// An empty CLA is never excused so.
+		if age, held := st.heldBefore(s.set, s.at); held && len(s.set) > 0 {
+			tr.late = append(tr.late, age)
+			continue
+		}
+		v := violation{suspect: s, fewest: m}
+		for _, a := range s.missing {
+			v.account = append(v.account, tr.accountOf(a))
+		}
+		out = append(out, v)
 	}
 	tr.suspects = keep
 	return out
+}
+
+// podReadyChanged waits until the slices say the Pod's readiness is ready, and returns when they
+// first said so at or after since.
+func (tr *truth) podReadyChanged(pod string, ready bool, since time.Time, timeout time.Duration) (time.Time, bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var at time.Time
+	ok := tr.waitFor(timeout, func() bool {
+		c, ok := tr.podChanged[pod]
+		at = c.at
+		return ok && c.ready == ready && !c.at.Before(since)
+	})
+	return at, ok
 }
 
 // addressChanged waits until the slices say addr's readiness is ready, and returns when they
