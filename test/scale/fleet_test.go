@@ -118,12 +118,13 @@ func (c *client) run() {
 			c.cur = (c.cur + 1) % len(c.conns)
 		}
 		to := c.cur
-		c.mu.Unlock()
 		reason := ""
 		if err != nil {
 			reason = err.Error()
 		}
+		// Under the client's lock: once rebalance sees the move taken, the truth knows of it.
 		c.f.r.truth.broke(c.track, from, to, !opened, planned, reason, now)
+		c.mu.Unlock()
 		if opened {
 			pause = 50 * time.Millisecond
 		} else {
@@ -304,10 +305,26 @@ func healthyOf(cla *endpoint.ClusterLoadAssignment) []uint32 {
 	return slices.Compact(out)
 }
 
-// rebalance moves every client back to its home replica.
+// rebalance moves every client back to its home replica, and returns once every move has been
+// taken (its break recorded), so that waiting for the clients to be back waits for these.
 func (f *fleet) rebalance() {
 	for _, c := range f.clients {
 		c.moveTo(c.home)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, c := range f.clients {
+		for {
+			c.mu.Lock()
+			taken := c.target < 0
+			c.mu.Unlock()
+			if taken {
+				break
+			}
+			if time.Now().After(deadline) {
+				f.r.t.Fatalf("client %d never took its move to krteds-%d", c.i, c.home)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 }
 
