@@ -723,25 +723,23 @@ func (tr *truth) violations(until time.Time) []violation {
 // podReadyChanged waits until the slices say the Pod's readiness is ready, and returns when they
 // first said so at or after since.
 func (tr *truth) podReadyChanged(pod string, ready bool, since time.Time, timeout time.Duration) (time.Time, bool) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	var at time.Time
-	ok := tr.waitFor(timeout, func() bool {
-		c, ok := tr.podChanged[pod]
-		at = c.at
-		return ok && c.ready == ready && !c.at.Before(since)
-	})
-	return at, ok
+	return waitReadyChange(tr, tr.podChanged, pod, ready, since, timeout)
 }
 
 // addressChanged waits until the slices say addr's readiness is ready, and returns when they
 // first said so at or after since.
 func (tr *truth) addressChanged(addr uint32, ready bool, since time.Time, timeout time.Duration) (time.Time, bool) {
+	return waitReadyChange(tr, tr.changed, addr, ready, since, timeout)
+}
+
+// waitReadyChange waits until changes (one of the truth's, read under its lock) says key's
+// readiness is ready, changed at or after since, and returns when.
+func waitReadyChange[K comparable](tr *truth, changes map[K]readyChange, key K, ready bool, since time.Time, timeout time.Duration) (time.Time, bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	var at time.Time
 	ok := tr.waitFor(timeout, func() bool {
-		c, ok := tr.changed[addr]
+		c, ok := changes[key]
 		at = c.at
 		return ok && c.ready == ready && !c.at.Before(since)
 	})
