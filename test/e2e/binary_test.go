@@ -61,6 +61,40 @@ func buildBinary(t *testing.T) string {
 	return builtBin
 }
 
+// serveExample runs `krteds serve` (with extra flags) on a copy of examples/mesh, killed with the
+// test, its output logged if the test fails; done says how it exited.
+func serveExample(t *testing.T, bin string, extra ...string) (dir, xdsAddr, debugAddr string, serve *exec.Cmd, done <-chan error) {
+	t.Helper()
+	dir = t.TempDir()
+	copyDir(t, filepath.Join(repoRoot(t), "examples", "mesh"), dir)
+	xdsAddr, debugAddr = freePort(t), freePort(t)
+	logs := new(bytes.Buffer)
+	serve = exec.Command(bin, append([]string{"serve", "--manifests", dir, "--xds-addr", xdsAddr, "--debug-addr", debugAddr}, extra...)...)
+	serve.Stdout, serve.Stderr = logs, logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- serve.Wait() }()
+	t.Cleanup(func() {
+		_ = serve.Process.Kill()
+		if t.Failed() {
+			t.Logf("krteds serve output:\n%s", logs.String())
+		}
+	})
+	return dir, xdsAddr, debugAddr, serve, exited
+}
+
+// readyStatus is the status /ready answers (0 when nothing answers).
+func readyStatus(debugAddr string) int {
+	resp, err := http.Get("http://" + debugAddr + "/ready")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -131,32 +165,8 @@ func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	copyDir(t, filepath.Join(repoRoot(t), "examples", "mesh"), dir)
-	xdsAddr, debugAddr := freePort(t), freePort(t)
-	var logs bytes.Buffer
-	serve := exec.Command(bin, "serve", "--manifests", dir, "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- serve.Wait() }()
-	t.Cleanup(func() {
-		_ = serve.Process.Kill()
-		if t.Failed() {
-			t.Logf("krteds serve output:\n%s", logs.String())
-		}
-	})
-
-	waitFor(t, "/ready", func() bool {
-		resp, err := http.Get("http://" + debugAddr + "/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	dir, xdsAddr, debugAddr, serve, done := serveExample(t, bin)
+	waitFor(t, "/ready", func() bool { return readyStatus(debugAddr) == http.StatusOK })
 	const reviews = "outbound|9080||reviews.shop.svc.cluster.local"
 	endpoints := func() string {
 		out, err := run(t, bin, "endpoints", "--xds", xdsAddr, "--cluster", reviews,

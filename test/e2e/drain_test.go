@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -24,31 +21,8 @@ func TestSIGTERMDrainsAsAReplicaShould(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	copyDir(t, filepath.Join(repoRoot(t), "examples", "mesh"), dir)
-	xdsAddr, debugAddr := freePort(t), freePort(t)
-	var logs bytes.Buffer
-	serve := exec.Command(bin, "serve", "--manifests", dir, "--xds-addr", xdsAddr, "--debug-addr", debugAddr, "--drain-duration", "2s")
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- serve.Wait() }()
-	t.Cleanup(func() {
-		_ = serve.Process.Kill()
-		if t.Failed() {
-			t.Logf("krteds serve output:\n%s", logs.String())
-		}
-	})
-	ready := func() int {
-		resp, err := http.Get("http://" + debugAddr + "/ready")
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	_, xdsAddr, debugAddr, serve, done := serveExample(t, bin, "--drain-duration", "2s")
+	ready := func() int { return readyStatus(debugAddr) }
 	waitFor(t, "/ready", func() bool { return ready() == http.StatusOK })
 	cc, err := adsclient.Dial(xdsAddr)
 	if err != nil {
