@@ -209,12 +209,15 @@ func (c *client) runDelta(ctx context.Context, cc *grpc.ClientConn, first bool) 
 			return true, err
 		}
 		now := time.Now()
-		for _, res := range resp.Resources {
+		for k, res := range resp.Resources {
 			svc, ok := c.f.svcOf[res.Name]
 			if !ok {
 				continue
 			}
-			set, err := healthySet(res.Resource.GetValue())
+			_, set, err := decodeCLA(res.Resource.GetValue())
+			if err == nil && k == 0 {
+				err = c.checkDecode(res.Resource.GetValue(), set)
+			}
 			if err != nil {
 				c.fail(fmt.Errorf("decoding %s: %w", res.Name, err))
 				continue
@@ -252,17 +255,20 @@ func (c *client) runSotW(ctx context.Context, cc *grpc.ClientConn, first bool) (
 			return true, err
 		}
 		now := time.Now()
-		for _, a := range resp.Resources {
-			cla := &endpoint.ClusterLoadAssignment{}
-			if err := proto.Unmarshal(a.Value, cla); err != nil {
+		for k, a := range resp.Resources {
+			name, set, err := decodeCLA(a.Value)
+			if err == nil && k == 0 {
+				err = c.checkDecode(a.Value, set)
+			}
+			if err != nil {
 				c.fail(fmt.Errorf("decoding a ClusterLoadAssignment: %w", err))
 				continue
 			}
-			svc, ok := c.f.svcOf[cla.ClusterName]
+			svc, ok := c.f.svcOf[name]
 			if !ok {
 				continue
 			}
-			c.f.r.truth.received(c.track, svc, strconv.FormatUint(xxhash.Sum64(a.Value), 16), healthyOf(cla), now)
+			c.f.r.truth.received(c.track, svc, strconv.FormatUint(xxhash.Sum64(a.Value), 16), set, now)
 		}
 		c.mu.Lock()
 		c.version = resp.VersionInfo
@@ -279,12 +285,18 @@ func (c *client) fail(err error) {
 	c.errs = append(c.errs, err)
 }
 
-func healthySet(b []byte) ([]uint32, error) {
+// checkDecode decodes a CLA in full, as a client's xDS library would, and checks that the lean
+// decoder read the same healthy addresses from it: the fleet does so for the first CLA of each
+// response, so malformed responses still fail the run.
+func (c *client) checkDecode(b []byte, set []uint32) error {
 	cla := &endpoint.ClusterLoadAssignment{}
 	if err := proto.Unmarshal(b, cla); err != nil {
-		return nil, err
+		return err
 	}
-	return healthyOf(cla), nil
+	if full := healthyOf(cla); !slices.Equal(full, set) {
+		return fmt.Errorf("%s: the lean decoder read %d healthy endpoints, the full decode %d", cla.ClusterName, len(set), len(full))
+	}
+	return nil
 }
 
 // healthyOf is the addresses of a CLA's endpoints a client sends traffic to (HEALTHY, or

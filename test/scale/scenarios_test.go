@@ -194,8 +194,8 @@ func (sc *scenario) end() {
 		if k == 5 {
 			break
 		}
-		r.t.Errorf("%s: client %d received a CLA of %s (version %s) with %d healthy endpoints at %s; the slices held at least %d from %v before to %v after (it lacked e.g. %s)",
-			sc.name, v.client, v.svc, v.version, v.healthy, v.at.Format("15:04:05.000"), v.fewest, lagBehind, lagAhead, strings.Join(v.account, "; "))
+		r.t.Errorf("%s: client %d received a CLA of %s (version %s) with %d healthy endpoints at %s, lacking some of the %d the slices held ready (their Pods present) throughout from %v before to %v after (e.g. %s)",
+			sc.name, v.client, v.svc, v.version, v.healthy, v.at.Format("15:04:05.000"), v.steady, lagBehind, lagAhead, strings.Join(v.account, "; "))
 	}
 	sc.reportMoves(to)
 	for i := range r.replicas {
@@ -704,6 +704,7 @@ func (r *rig) rollingRestart(f *fleet, rep *report, v string) {
 	r.startRollout(v)
 	for i, rp := range r.replicas {
 		n := len(f.on(i))
+		profiled := r.profile(fmt.Sprintf("restart-%d", i), 10*time.Second, i)
 		t0 := time.Now()
 		rp.terminate(30 * time.Second)
 		t1 := time.Now()
@@ -711,6 +712,7 @@ func (r *rig) rollingRestart(f *fleet, rep *report, v string) {
 			r.t.Errorf("the clients of krteds-%d were not all current again within a minute of its exit", i)
 		}
 		t2 := time.Now()
+		profiled()
 		r.startReplica(i).waitReady(5 * time.Minute)
 		rep.note("krteds-%d: exited %v after SIGTERM with %d clients; they were all current elsewhere %v after its exit; it was ready again %v later",
 			i, t1.Sub(t0).Round(time.Millisecond), n, t2.Sub(t1).Round(time.Millisecond), since(t2))

@@ -413,13 +413,7 @@ func (tr *truth) received(c *tracked, svc, version string, set []uint32, at time
 		return
 	}
 	n := st.newest()
-	if len(set) < len(n.set) {
-		var missing []uint32
-		for _, a := range n.set {
-			if _, found := slices.BinarySearch(set, a); !found && len(missing) < 8 {
-				missing = append(missing, a)
-			}
-		}
+	if missing := lacking(n.set, set, 8); len(missing) > 0 {
 		tr.suspects = append(tr.suspects, suspect{svc: svc, at: at, healthy: len(set), client: c.i, missing: missing, version: version, set: set})
 	}
 	// Mostly the newest; a client ahead of the rig's informer matches none yet.
@@ -621,41 +615,58 @@ func (tr *truth) lateCLAs() []time.Duration {
 	return out
 }
 
-// minReady is the fewest ready endpoints a service had in [from, to]; false if the history no
-// longer reaches back to from. Before its first state the service had none.
-func (st *svcTruth) minReady(from, to time.Time) (int, bool) {
+// steadyIn is the addresses a service had ready (their Pods present) throughout [from, to]: in
+// every state in force over it. false if the history no longer reaches back to from. Before its
+// first state the service had none.
+func (st *svcTruth) steadyIn(from, to time.Time) ([]uint32, bool) {
 	if len(st.states) == 0 {
-		return 0, true
+		return nil, true
 	}
 	if st.states[0].at.After(from) {
-		if st.states[0].seq != 0 {
-			return 0, false
-		}
-		return 0, true
+		return nil, st.states[0].seq == 0
 	}
-	m := -1
+	var steady []uint32
+	first := true
 	for i, s := range st.states {
 		if s.at.After(to) {
 			break
 		}
 		// The state in force at from is the last at or before it.
 		inForce := !s.at.After(from) && (i == len(st.states)-1 || st.states[i+1].at.After(from))
-		if (s.at.After(from) || inForce) && (m < 0 || len(s.set) < m) {
-			m = len(s.set)
+		if !s.at.After(from) && !inForce {
+			continue
+		}
+		if first {
+			steady, first = slices.Clone(s.set), false
+			continue
+		}
+		steady = slices.DeleteFunc(steady, func(a uint32) bool { _, found := slices.BinarySearch(s.set, a); return !found })
+	}
+	return steady, true
+}
+
+// lacking is up to n of the addresses of want (sorted) that have (sorted) lacks.
+func lacking(want, have []uint32, n int) []uint32 {
+	var out []uint32
+	for _, a := range want {
+		if _, found := slices.BinarySearch(have, a); !found {
+			if out = append(out, a); len(out) == n {
+				break
+			}
 		}
 	}
-	return m, true
+	return out
 }
 
 // lag is how long a CLA may trail the slices (and run ahead of the rig's view of them) before
 // holding fewer endpoints than they do counts as partial.
 const lagBehind, lagAhead = 5 * time.Second, time.Second
 
-// violation is a CLA that held fewer healthy endpoints than the slices' fewest ready ones over
-// the time around its arrival, and a set of them the slices never held.
+// violation is a CLA that lacked an endpoint ready throughout the time around its arrival, and
+// held a set of them the slices never held.
 type violation struct {
 	suspect
-	fewest int
+	steady int // the endpoints ready throughout
 	// account says, for some of the addresses the CLA lacked, what the rig saw of them.
 	account []string
 }
@@ -700,9 +711,13 @@ func (tr *truth) violations(until time.Time) []violation {
 				ahead = max(ahead, b[1].Sub(s.at)+lagAhead)
 			}
 		}
-		m, ok := st.minReady(s.at.Add(-lagBehind), s.at.Add(ahead))
-		if ok && s.healthy >= m {
+		steady, ok := st.steadyIn(s.at.Add(-lagBehind), s.at.Add(ahead))
+		missing := lacking(steady, s.set, 8)
+		if ok && len(missing) == 0 {
 			continue
+		}
+		if !ok {
+			missing = s.missing
 		}
 		// A state the slices really held, only late: counted apart (its age), not as partial.
 		// An empty CLA is never excused so.
@@ -710,8 +725,8 @@ func (tr *truth) violations(until time.Time) []violation {
 			tr.late = append(tr.late, age)
 			continue
 		}
-		v := violation{suspect: s, fewest: m}
-		for _, a := range s.missing {
+		v := violation{suspect: s, steady: len(steady)}
+		for _, a := range missing {
 			v.account = append(v.account, tr.accountOf(a))
 		}
 		out = append(out, v)
