@@ -122,7 +122,7 @@ func contents(f *Files) map[string]any {
 	out := map[string]any{}
 	add := func(kind string, objs []any) {
 		for _, o := range objs {
-			out[kind+"/"+krtKey(o)] = o
+			out[kind+"/"+krt.GetKey(o)] = o
 		}
 	}
 	add("Namespace", anys(f.static.Namespaces.List()))
@@ -574,7 +574,7 @@ func record[T any](r *recorder, kind string, c krt.Collection[T]) {
 	c.RegisterBatch(func(evs []krt.Event[T]) {
 		r.mu.Lock()
 		for _, e := range evs {
-			r.events = append(r.events, e.Event.String()+" "+kind+"/"+krtKey(any(e.Latest())))
+			r.events = append(r.events, e.Event.String()+" "+kind+"/"+krt.GetKey(any(e.Latest())))
 		}
 		r.mu.Unlock()
 		select {
