@@ -10,8 +10,6 @@ import (
 const (
 	// AnnotationHealthChecksEnabled makes a WorkloadEntry's health its Healthy condition.
 	AnnotationHealthChecksEnabled = "proxy.istio.io/health-checks-enabled"
-	// AnnotationAutoRegistrationGroup names the WorkloadGroup of an auto-registered entry.
-	AnnotationAutoRegistrationGroup = "istio.io/autoRegistrationGroup"
 	// ConditionHealthy is the WorkloadEntry condition a health-checked entry must have True.
 	ConditionHealthy = "Healthy"
 )

@@ -34,8 +34,8 @@ type node struct {
 	outputs func() map[string]any
 	reads   []string
 	syncer  krt.Syncer
-	// uid is krt's identity of the collection.
-	uid uint64
+	// coll is the collection, to find an input among the nodes by (see nameOf).
+	coll any
 
 	size       atomic.Int64
 	recomputes atomic.Uint64
@@ -105,46 +105,36 @@ func (d *Description) add(n *node) {
 	d.s.nodes = append(d.s.nodes, n)
 }
 
-// nameOf finds the collection a transform reads among the nodes.
+// metaNode is the krt metadata key under which a collection built through a Description carries
+// its node's name: how the collections a transform reads are found among the nodes (krt keeps
+// its own identity of a collection unexported; Metadata is public, and its adapters, a
+// singleton's collection among them, pass it through).
+const metaNode = "krteds.io/node"
+
+// options are the krt options of the node named name: its name, and the metadata naming it.
+func (d *Description) options(name string) []krt.CollectionOption {
+	return append(d.opts.WithName(name), krt.WithMetadata(krt.Metadata{metaNode: d.prefix + name}))
+}
+
+// nameOf finds the collection a transform reads among the nodes: by the name it carries when the
+// Description built it, else (an input, built by a source) as the same collection value.
 func (d *Description) nameOf(c any) string {
-	uid, ok := collectionUID(reflect.ValueOf(c))
-	if !ok {
+	if m, ok := c.(interface{ Metadata() krt.Metadata }); ok {
+		if name, ok := m.Metadata()[metaNode].(string); ok {
+			return name
+		}
+	}
+	if c == nil || !reflect.ValueOf(c).Comparable() {
 		return ""
 	}
 	d.s.mu.RLock()
 	defer d.s.mu.RUnlock()
 	for _, n := range d.s.nodes {
-		if n.uid == uid {
+		if n.coll != nil && reflect.TypeOf(n.coll) == reflect.TypeOf(c) && n.coll == c {
 			return n.name
 		}
 	}
 	return ""
-}
-
-// collectionUID reads krt's identity of a collection (its unexported uid), looking through the
-// wrappers krt returns (a static collection, a singleton, an index's collection).
-func collectionUID(v reflect.Value) (uint64, bool) {
-	for depth := 0; depth < 8; depth++ {
-		switch v.Kind() {
-		case reflect.Interface, reflect.Pointer:
-			if v.IsNil() {
-				return 0, false
-			}
-			v = v.Elem()
-			continue
-		case reflect.Struct:
-			if f := v.FieldByName("id"); f.IsValid() && f.CanUint() {
-				return f.Uint(), true
-			}
-			if v.NumField() == 0 {
-				return 0, false
-			}
-			v = v.Field(0)
-			continue
-		}
-		return 0, false
-	}
-	return 0, false
 }
 
 // Input records an input collection.
@@ -154,7 +144,7 @@ func Input[T any](d *Description, name string, c krt.Collection[T]) krt.Collecti
 
 // Index groups a collection by an index key, as a collection of its own.
 func Index[K comparable, T any](d *Description, name, input string, idx krt.Index[K, T]) krt.Collection[krt.IndexObject[K, T]] {
-	return register(d, &node{name: d.prefix + name, kind: KindIndex, input: d.prefix + input}, krt.Collection[krt.IndexObject[K, T]](idx.AsCollection(d.opts.WithName(name)...)))
+	return register(d, &node{name: d.prefix + name, kind: KindIndex, input: d.prefix + input}, krt.Collection[krt.IndexObject[K, T]](idx.AsCollection(d.options(name)...)))
 }
 
 // Derive builds the collection of a one-to-one transform over its primary input.
@@ -163,7 +153,7 @@ func Derive[I, O any](d *Description, name string, parent krt.Collection[I], t t
 	return register(d, n, krt.NewCollection(parent, func(ctx krt.HandlerContext, i I) *O {
 		n.recomputes.Add(1)
 		return t.Fn(ctx, i)
-	}, d.opts.WithName(name)...))
+	}, d.options(name)...))
 }
 
 // DeriveMany builds the collection of a one-to-many transform.
@@ -172,7 +162,7 @@ func DeriveMany[I, O any](d *Description, name string, parent krt.Collection[I],
 	return register(d, n, krt.NewManyCollection(parent, func(ctx krt.HandlerContext, i I) []O {
 		n.recomputes.Add(1)
 		return t.Fn(ctx, i)
-	}, d.opts.WithName(name)...))
+	}, d.options(name)...))
 }
 
 // DeriveChecked builds the collection of a checked transform, and the collection of the problems
@@ -183,7 +173,7 @@ func DeriveChecked[I controllers.Object, O any](d *Description, name string, par
 	status, out := krt.NewStatusCollection(parent, func(ctx krt.HandlerContext, i I) (*collections.ObjectProblems, *O) {
 		n.recomputes.Add(1)
 		return t.Fn(ctx, i)
-	}, d.opts.WithName(name)...)
+	}, d.options(name)...)
 	register(d, n, out)
 	d.s.mu.Lock()
 	d.s.held = append(d.s.held, NamedCollection{Name: d.prefix + name + "/status", Kind: KindDerived, Collection: status})
@@ -195,7 +185,7 @@ func DeriveChecked[I controllers.Object, O any](d *Description, name string, par
 		pn.recomputes.Add(1)
 		p := s.Status
 		return &p
-	}, d.opts.WithName(name+"/problems")...))
+	}, d.options(name+"/problems")...))
 	return out, problems
 }
 
@@ -218,7 +208,7 @@ func join[T any](d *Description, name string, unchecked bool, cs []krt.Collectio
 			n.joined = append(n.joined, rn)
 		}
 	}
-	opts := d.opts.WithName(name)
+	opts := d.options(name)
 	if unchecked {
 		opts = append(opts, krt.WithJoinUnchecked())
 	}
@@ -266,7 +256,7 @@ func DeriveFromNothing[O any](d *Description, name string, t transforms.Many[str
 	return register(d, n, krt.NewManyFromNothing(func(ctx krt.HandlerContext) []O {
 		n.recomputes.Add(1)
 		return t.Fn(ctx, struct{}{})
-	}, d.opts.WithName(name)...))
+	}, d.options(name)...))
 }
 
 // Singleton builds a derived single value.
@@ -275,7 +265,7 @@ func Singleton[T any](d *Description, name string, f krt.TransformationEmpty[T],
 	s := krt.NewSingleton(func(ctx krt.HandlerContext) *T {
 		n.recomputes.Add(1)
 		return f(ctx)
-	}, d.opts.WithName(name)...)
+	}, d.options(name)...)
 	register(d, n, s.AsCollection())
 	return s
 }
@@ -294,7 +284,7 @@ func (d *Description) derived(name string, parent any, reads []any) *node {
 // register completes a node with its collection, follows its events and adds it.
 func register[T any](d *Description, n *node, c krt.Collection[T]) krt.Collection[T] {
 	n.syncer = c
-	n.uid, _ = collectionUID(reflect.ValueOf(c))
+	n.coll = c
 	c.RegisterBatch(func(evs []krt.Event[T]) {
 		for _, e := range evs {
 			switch {

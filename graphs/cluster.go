@@ -135,7 +135,7 @@ func nestedMerge[T any](d *Description, name string, graphs krt.Collection[remot
 	cols := krt.NewCollection(graphs, func(_ krt.HandlerContext, r remoteGraph) *krt.Collection[T] {
 		c := of(r)
 		return &c
-	}, d.opts.WithName(name+"/collections")...)
+	}, d.options(name+"/collections")...)
 	n := &node{name: d.prefix + name, kind: KindDerived, input: d.nameOf(graphs)}
-	return register(d, n, krt.NestedJoinWithMergeCollection(cols, merge, d.opts.WithName(name)...))
+	return register(d, n, krt.NestedJoinWithMergeCollection(cols, merge, d.options(name)...))
 }

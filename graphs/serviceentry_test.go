@@ -168,7 +168,7 @@ spec:
 ---
 apiVersion: networking.istio.io/v1
 kind: WorkloadEntry
-metadata: {name: vm-a, namespace: ns1, labels: {version: v2}}
+metadata: {name: vm-a, namespace: ns1, labels: {version: v2, service.istio.io/workload-name: vm-a-wl}}
 spec:
   address: 10.2.0.1
   labels: {app: vm, version: v1}
@@ -180,7 +180,7 @@ kind: WorkloadEntry
 metadata: {name: vm-b, namespace: ns1}
 spec:
   address: 10.2.0.2
-  labels: {app: vm, security.istio.io/tlsMode: disabled}
+  labels: {app: vm, security.istio.io/tlsMode: disabled, service.istio.io/workload-name: from-spec}
   locality: r2/z2
   serviceAccount: vm-sa
 ---
@@ -193,7 +193,7 @@ status:
 ---
 apiVersion: networking.istio.io/v1
 kind: WorkloadEntry
-metadata: {name: vm-well, namespace: ns1, annotations: {proxy.istio.io/health-checks-enabled: "true"}}
+metadata: {name: vm-well, namespace: ns1, annotations: {proxy.istio.io/health-checks-enabled: "true", istio.io/autoRegistrationGroup: vm-group}}
 spec: {address: 10.2.0.4, labels: {app: vm}}
 status:
   conditions: [{type: Healthy, status: "True"}]
@@ -224,10 +224,12 @@ status:
 		clusters: map[string]*endpoint.ClusterLoadAssignment{
 			// Metadata labels override spec labels (vm-a is v2). vm-b's own tlsMode label wins
 			// over its service account. vm-sick is left out until its Healthy condition is True.
+			// The workload name (labels.WorkloadNameFromWorkloadEntry): the auto-registration
+			// group, else the metadata's workload-name label (vm-b's in its spec is not read).
 			"outbound|80||vm.example.com": seCLA("outbound|80||vm.example.com",
 				sloc{eps: []sep{
-					{addr: "10.2.0.1", port: 9000, tls: "istio", workload: "vm-a;ns1;vm;v2;Kubernetes"},
-					{addr: "10.2.0.4", port: 8081, workload: "vm-well;ns1;vm;;Kubernetes"},
+					{addr: "10.2.0.1", port: 9000, tls: "istio", workload: "vm-a-wl;ns1;vm;v2;Kubernetes"},
+					{addr: "10.2.0.4", port: 8081, workload: "vm-group;ns1;vm;;Kubernetes"},
 					{addr: "10.2.0.6", port: 8080, workload: "vm-pod;ns1;vm;;Kubernetes"},
 				}},
 				sloc{region: "r2", zone: "z2", eps: []sep{{addr: "10.2.0.2", port: 8081, workload: "vm-b;ns1;vm;;Kubernetes"}}}),

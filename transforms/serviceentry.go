@@ -13,6 +13,7 @@ import (
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/config/protocol"
 	"istio.io/istio/pkg/kube/krt"
+	kubelabels "istio.io/istio/pkg/kube/labels"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
@@ -35,12 +36,8 @@ func WorkloadEntries(cfg collections.Config, systemNetwork krt.Singleton[string]
 			}
 			maps.Copy(labels, we.Labels)
 		}
-		workloadName := we.Name
-		if v, ok := we.Annotations[collections.AnnotationAutoRegistrationGroup]; ok {
-			workloadName = v
-		} else if v, ok := labels[collections.LabelWorkloadName]; ok {
-			workloadName = v
-		}
+		// istiod names it from the entry's own metadata labels, not its spec's.
+		workloadName := kubelabels.WorkloadNameFromWorkloadEntry(we.Name, we.Annotations, we.Labels)
 		out, issues := ConvertWorkloadEntry(cfg, we.Name, we.Namespace, workloadName, &we.Spec, labels, func() string {
 			return FetchSystemNetwork(ctx, systemNetwork)
 		})
@@ -124,6 +121,7 @@ func ConvertWorkloadEntry(cfg collections.Config, name, namespace, workloadName 
 	if spec.ServiceAccount != "" {
 		identity = internedIdentity(cfg.TrustDomain, namespace, spec.ServiceAccount)
 	}
+	canonicalName, canonicalRevision := canonicalService(labels, workloadName)
 	out.Meta = collections.NewEndpointMeta(
 		collections.WorkloadMeta{
 			PodLabels:         collections.InternLabels(labels),
@@ -131,8 +129,8 @@ func ConvertWorkloadEntry(cfg collections.Config, name, namespace, workloadName 
 			TLSMode:           tlsMode,
 			Namespace:         namespace,
 			WorkloadName:      workloadName,
-			CanonicalName:     CanonicalName(label, workloadName),
-			CanonicalRevision: CanonicalRevision(label),
+			CanonicalName:     canonicalName,
+			CanonicalRevision: canonicalRevision,
 			Weight:            spec.Weight,
 		},
 		collections.TopologyMeta{

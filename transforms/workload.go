@@ -4,9 +4,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"istio.io/istio/pkg/kube/krt"
+	kubelabels "istio.io/istio/pkg/kube/labels"
 	"istio.io/istio/pkg/spiffe"
 	corev1 "k8s.io/api/core/v1"
 
@@ -231,6 +231,7 @@ func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel st
 	if v, ok := pod.Labels.Get(collections.LabelTLSMode); ok {
 		tlsMode = v
 	}
+	canonicalName, canonicalRevision := canonicalService(pod.Labels.Map(), workloadName)
 	m := collections.NewEndpointMeta(
 		collections.WorkloadMeta{
 			PodLabels:         pod.Labels,
@@ -238,8 +239,8 @@ func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel st
 			TLSMode:           tlsMode,
 			Namespace:         pod.Namespace(),
 			WorkloadName:      workloadName,
-			CanonicalName:     CanonicalName(pod.Labels.Value, workloadName),
-			CanonicalRevision: CanonicalRevision(pod.Labels.Value),
+			CanonicalName:     canonicalName,
+			CanonicalRevision: canonicalRevision,
 		},
 		collections.TopologyMeta{
 			LocalityLabel: localityLabel,
@@ -281,32 +282,10 @@ func SpiffeIdentity(trustDomain, namespace, serviceAccount string) string {
 	return spiffe.MustGenSpiffeURIForTrustDomain(trustDomain, namespace, serviceAccount)
 }
 
-// identities remembers the interned identities made: every recompute of a slice derives the
-// identity of each of its pods, and a mesh has few distinct ones. Bounded: emptied when full.
-var identities struct {
-	sync.Mutex
-	m map[[3]string]string
-}
-
-const maxIdentities = 1 << 16
-
-// internedIdentity is collections.Intern(SpiffeIdentity(...)), remembered.
+// internedIdentity is SpiffeIdentity, interned: a mesh has few distinct identities and every
+// workload holds one.
 func internedIdentity(trustDomain, namespace, serviceAccount string) string {
-	k := [3]string{trustDomain, namespace, serviceAccount}
-	identities.Lock()
-	id, ok := identities.m[k]
-	identities.Unlock()
-	if ok {
-		return id
-	}
-	id = collections.Intern(SpiffeIdentity(trustDomain, namespace, serviceAccount))
-	identities.Lock()
-	if identities.m == nil || len(identities.m) >= maxIdentities {
-		identities.m = make(map[[3]string]string)
-	}
-	identities.m[k] = id
-	identities.Unlock()
-	return id
+	return collections.Intern(SpiffeIdentity(trustDomain, namespace, serviceAccount))
 }
 
 // AugmentLabels copies the pod labels and adds the topology labels, as istiod: region, zone and
@@ -369,27 +348,15 @@ func WorkloadName(pod *collections.Pod) string {
 	return ref.Name
 }
 
-// CanonicalName is the first of service.istio.io/canonical-name, app.kubernetes.io/name, app,
-// else the workload name.
-func CanonicalName(label func(string) string, workloadName string) string {
-	for _, k := range []string{collections.LabelCanonicalName, collections.LabelAppName, collections.LabelApp} {
-		if v := label(k); v != "" {
-			return v
-		}
+// canonicalService is istiod's canonical name and revision of a workload (kubelabels.CanonicalService,
+// as AppendLbEndpointMetadata calls it): the first present of service.istio.io/canonical-name,
+// app.kubernetes.io/name, app, else the workload name; of service.istio.io/canonical-revision,
+// app.kubernetes.io/version, version, else "latest", which is written as "". A label present
+// with an empty value is taken, as istiod takes it.
+func canonicalService(labels map[string]string, workloadName string) (name, revision string) {
+	name, revision = kubelabels.CanonicalService(labels, workloadName)
+	if revision == "latest" {
+		revision = ""
 	}
-	return workloadName
-}
-
-// CanonicalRevision is the first of service.istio.io/canonical-revision, app.kubernetes.io/version,
-// version; istiod's default "latest" is written as "".
-func CanonicalRevision(label func(string) string) string {
-	for _, k := range []string{collections.LabelCanonicalRevision, collections.LabelAppVersion, collections.LabelVersion} {
-		if v := label(k); v != "" {
-			if v == "latest" {
-				return ""
-			}
-			return v
-		}
-	}
-	return ""
+	return name, revision
 }

@@ -150,6 +150,23 @@ func TestWorkloadRules(t *testing.T) {
 					t.Fatalf("hostname %q subdomain %q", w.Meta.HostName, w.Meta.SubDomain)
 				}
 			}},
+		// kubelabels.CanonicalService (util.AppendLbEndpointMetadata): a present label wins even
+		// when empty, and "latest" is not written.
+		{name: "canonical name from an empty present label", mut: func(p *corev1.Pod) { p.Labels["app.kubernetes.io/name"] = "" },
+			check: func(t *testing.T, w *collections.Workload) {
+				if w.Meta.CanonicalName != "" {
+					t.Fatalf("canonical name %q, want the empty label's value", w.Meta.CanonicalName)
+				}
+			}},
+		{name: "canonical revision latest is not written", mut: func(p *corev1.Pod) {
+			p.Labels["service.istio.io/canonical-revision"] = "latest"
+			p.Labels["version"] = "v2"
+		},
+			check: func(t *testing.T, w *collections.Workload) {
+				if w.Meta.CanonicalRevision != "" {
+					t.Fatalf("canonical revision %q", w.Meta.CanonicalRevision)
+				}
+			}},
 		{name: "canonical revision from version label", mut: func(p *corev1.Pod) { p.Labels["version"] = "v2" },
 			check: func(t *testing.T, w *collections.Workload) {
 				if w.Meta.CanonicalRevision != "v2" || w.Meta.CanonicalName != "foo" {

@@ -5,6 +5,7 @@ package sources
 
 import (
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	"istio.io/istio/pkg/config/schema/gvr"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/kclient"
 	"istio.io/istio/pkg/kube/krt"
@@ -15,20 +16,10 @@ import (
 	"github.com/krteds/krteds/collections"
 )
 
-// Istio resources krteds reads.
-var (
-	GVRDestinationRule = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}
-	GVRSidecar         = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "sidecars"}
-	GVRServiceEntry    = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "serviceentries"}
-	GVRWorkloadEntry   = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "workloadentries"}
-)
-
 // IstioResources are the Istio kinds krteds reads, by kind name.
 var IstioResources = map[string]schema.GroupVersionResource{
-	"DestinationRule": GVRDestinationRule, "Sidecar": GVRSidecar, "ServiceEntry": GVRServiceEntry, "WorkloadEntry": GVRWorkloadEntry,
+	"DestinationRule": gvr.DestinationRule, "Sidecar": gvr.Sidecar, "ServiceEntry": gvr.ServiceEntry, "WorkloadEntry": gvr.WorkloadEntry,
 }
-
-var ()
 
 // Informers builds the input collections as krt informers over the client, with the same
 // filters as istiod: Pods exclude phase Failed and are kept as collections.Pod (only the fields
@@ -59,13 +50,13 @@ func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 		Services:       krt.NewFilteredInformer[*corev1.Service](client, marked(nil), opts.WithName(collections.NameServices)...),
 		EndpointSlices: sliceInformer(client, clock, opts),
 		// Delayed informers start when the CRD appears; until then they are empty and synced.
-		DestinationRules: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.DestinationRule](client, GVRDestinationRule,
+		DestinationRules: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.DestinationRule](client, gvr.DestinationRule,
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameDestRules)...),
-		Sidecars: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.Sidecar](client, GVRSidecar,
+		Sidecars: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.Sidecar](client, gvr.Sidecar,
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameSidecars)...),
-		ServiceEntries: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.ServiceEntry](client, GVRServiceEntry,
+		ServiceEntries: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.ServiceEntry](client, gvr.ServiceEntry,
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameServiceEntries)...),
-		WorkloadEntries: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.WorkloadEntry](client, GVRWorkloadEntry,
+		WorkloadEntries: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.WorkloadEntry](client, gvr.WorkloadEntry,
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameWorkloadEntries)...),
 		Clock: clock,
 	}
