@@ -135,7 +135,7 @@ func (t *TrafficPolicy) Equals(o *TrafficPolicy) bool {
 		t.LoadBalancer == o.LoadBalancer &&
 		t.TLSMode == o.TLSMode &&
 		t.Locality.Equals(o.Locality) &&
-		ptrEqual(t.Outlier, o.Outlier) &&
+		sameValue(t.Outlier, o.Outlier) &&
 		t.Algorithm.Equals(o.Algorithm)
 }
 
@@ -227,14 +227,6 @@ func (a *LBAlgorithm) Equals(o *LBAlgorithm) bool {
 		a.MaglevTableSize == o.MaglevTableSize && a.Warmup == o.Warmup && a.WarmupDuration == o.WarmupDuration &&
 		a.WarmupMinimumPercent.Equals(o.WarmupMinimumPercent) && a.WarmupAggression.Equals(o.WarmupAggression) &&
 		a.WarmupDurationSecs == o.WarmupDurationSecs
-}
-
-// ptrEqual compares two optional comparable values.
-func ptrEqual[T comparable](a, b *T) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }
 
 // LocalitySetting is a locality load-balancing setting (istio LocalityLoadBalancerSetting), or,

@@ -66,3 +66,6 @@ func SharedTables() any {
 		PodOwners  *Shared[PodOwner]
 	}{&interned, &workloadMetas, &topologyMetas, &podOwners}
 }
+
+// sameValue compares two pointers by what they point at (nil equals only nil).
+func sameValue[T comparable](a, b *T) bool { return a == b || a != nil && b != nil && *a == *b }

@@ -72,9 +72,6 @@ func sameEndpointPort(a, b discovery.EndpointPort) bool {
 
 func sameBool(a, b *bool) bool { return sameValue(a, b) }
 
-// sameValue compares two pointers by what they point at (nil equals only nil).
-func sameValue[T comparable](a, b *T) bool { return a == b || a != nil && b != nil && *a == *b }
-
 // NewSlice keeps an EndpointSlice as krteds does: the slice's identity, service labels, address
 // type and ports, and per endpoint the addresses, the conditions (pointing at shared true and
 // false values) and the Pod its targetRef names. An endpoint's node, zone, hostname and hints,

@@ -92,7 +92,7 @@ type Graph struct {
 	// Description describes every collection above and how they depend on each other.
 	Description *Description
 
-	empty emptyCLAs
+	empty *emptyCLAs
 	// config is the configuration the graph was built with (explain reads the root namespace).
 	config collections.Config
 }
@@ -116,7 +116,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		in.WorkloadEntries = krt.NewStaticCollection[*networkingclient.WorkloadEntry](nil, nil, opts.WithName(collections.NameWorkloadEntries)...)
 	}
 	d := newDescription(opts)
-	g := &Graph{Inputs: in, Description: d, config: cfg}
+	g := &Graph{Inputs: in, Description: d, config: cfg, empty: newEmptyCLAs()}
 	var problems []krt.Collection[collections.ObjectProblems]
 	checked := func(p krt.Collection[collections.ObjectProblems]) { problems = append(problems, p) }
 

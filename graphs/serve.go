@@ -96,11 +96,11 @@ func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collectio
 	}
 	if typeURL == transforms.TypeCLA && r.Name != name {
 		// An unknown subset's CLA, built under the port cluster's name.
-		return g.empty.relabelled(r, name, transforms.RelabelCLA), false
+		return g.empty.relabel(r, name, transforms.RelabelCLA), false
 	}
 	if alias {
 		// nil (no such listener) if r is not a service port's listener, which it always is.
-		return g.empty.relabelled(r, name, transforms.ListenerAlias), false
+		return g.empty.relabel(r, name, transforms.ListenerAlias), false
 	}
 	return r, false
 }
@@ -284,15 +284,11 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 // emptyCLAs caches the resources made per request for names a client may choose: the empty
 // ClusterLoadAssignments of names no proxy may have, the unknown-subset CLAs named for the
 // cluster asked for, and the listeners of Kubernetes services under their short names (by source
-// resource and name). Each cache is bounded and emptied when full; a relabelled
-// entry of an outdated source is never hit again and goes with the next reset.
+// resource and name). A relabelled entry of an outdated source is never hit again and goes with
+// the next reset.
 type emptyCLAs struct {
-	mu sync.Mutex
-	m  map[string]*collections.Resource
-
-	rmu    sync.Mutex
-	r      map[relabelKey]*collections.Resource
-	rbytes int
+	empty      memo[string, *collections.Resource]
+	relabelled memo[relabelKey, *collections.Resource]
 }
 
 type relabelKey struct {
@@ -300,49 +296,97 @@ type relabelKey struct {
 	name string
 }
 
-const (
-	maxEmptyCLAs          = 10000
-	maxRelabelledCLAs     = 4096
-	maxRelabelledCLABytes = 64 << 20
-)
+func newEmptyCLAs() *emptyCLAs {
+	size := func(r *collections.Resource) int { return len(r.Body) }
+	return &emptyCLAs{
+		empty:      memo[string, *collections.Resource]{name: "empty CLAs of unknown names", maxEntries: 10000},
+		relabelled: memo[relabelKey, *collections.Resource]{name: "relabelled CLAs and listener aliases", maxEntries: 4096, maxBytes: 64 << 20, size: size},
+	}
+}
 
-// relabelled is src under another name (relabel makes it: an unknown subset's CLA with its
+// relabel is src under another name (relabel makes it: an unknown subset's CLA with its
 // cluster_name set to name, a listener under an alias); nil if relabel cannot.
-func (e *emptyCLAs) relabelled(src *collections.Resource, name string, relabel func(*collections.Resource, string) *collections.Resource) *collections.Resource {
-	k := relabelKey{src, name}
-	e.rmu.Lock()
-	r, ok := e.r[k]
-	e.rmu.Unlock()
-	if ok {
-		return r
-	}
-	if r = relabel(src, name); r == nil {
-		return nil
-	}
-	e.rmu.Lock()
-	defer e.rmu.Unlock()
-	if o, ok := e.r[k]; ok {
-		return o // made meanwhile
-	}
-	if e.r == nil || len(e.r) >= maxRelabelledCLAs || e.rbytes+len(r.Body) > maxRelabelledCLABytes {
-		e.r, e.rbytes = map[relabelKey]*collections.Resource{}, 0
-	}
-	e.r[k] = r
-	e.rbytes += len(r.Body)
+func (e *emptyCLAs) relabel(src *collections.Resource, name string, relabel func(*collections.Resource, string) *collections.Resource) *collections.Resource {
+	r, _ := e.relabelled.get(relabelKey{src, name}, func() (*collections.Resource, bool) {
+		r := relabel(src, name)
+		return r, r != nil
+	})
 	return r
 }
 
+// get is the empty CLA of a name no proxy may have.
 func (e *emptyCLAs) get(name string) *collections.Resource {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if r, ok := e.m[name]; ok {
-		return r
-	}
-	if e.m == nil || len(e.m) >= maxEmptyCLAs {
-		e.m = map[string]*collections.Resource{}
-	}
-	r := transforms.EmptyCLA(name)
-	r.Absent = true
-	e.m[name] = r
+	r, _ := e.empty.get(name, func() (*collections.Resource, bool) {
+		r := transforms.EmptyCLA(name)
+		r.Absent = true
+		return r, true
+	})
 	return r
+}
+
+// memo is a bounded cache, emptied when full: at maxEntries entries, or (with size) when its
+// values would hold more than maxBytes. The values must be worth keeping only while asked for.
+type memo[K comparable, V any] struct {
+	name                 string
+	maxEntries, maxBytes int
+	size                 func(V) int
+
+	mu     sync.Mutex
+	m      map[K]V
+	bytes  int
+	resets int
+}
+
+// get is the value of k, made (outside the lock) and kept when make says so.
+func (m *memo[K, V]) get(k K, make func() (V, bool)) (V, bool) {
+	m.mu.Lock()
+	v, ok := m.m[k]
+	m.mu.Unlock()
+	if ok {
+		return v, true
+	}
+	v, ok = make()
+	if !ok {
+		return v, false
+	}
+	n := 0
+	if m.size != nil {
+		n = m.size(v)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o, ok := m.m[k]; ok {
+		return o, true // made meanwhile
+	}
+	if m.m == nil || len(m.m) >= m.maxEntries || (m.maxBytes > 0 && m.bytes+n > m.maxBytes) {
+		if m.m != nil {
+			m.resets++
+		}
+		m.m, m.bytes = map[K]V{}, 0
+	}
+	m.m[k] = v
+	m.bytes += n
+	return v, true
+}
+
+// MemoStats is one bounded cache of the graph, as /debug/memz shows it.
+type MemoStats struct {
+	Name       string `json:"name"`
+	Entries    int    `json:"entries"`
+	MaxEntries int    `json:"maxEntries"`
+	Bytes      int    `json:"bytes,omitempty"`
+	MaxBytes   int    `json:"maxBytes,omitempty"`
+	// Resets counts the times it was emptied because it was full.
+	Resets int `json:"resets"`
+}
+
+func (m *memo[K, V]) stats() MemoStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return MemoStats{Name: m.name, Entries: len(m.m), MaxEntries: m.maxEntries, Bytes: m.bytes, MaxBytes: m.maxBytes, Resets: m.resets}
+}
+
+// Memos are the graph's bounded caches of resources made per request.
+func (g *Graph) Memos() []MemoStats {
+	return []MemoStats{g.empty.empty.stats(), g.empty.relabelled.stats()}
 }

@@ -49,7 +49,9 @@ type MemoryReport struct {
 	// HeapAlloc is the process's live heap (as of the last GC cycle) for comparison: the
 	// accounted total leaves out process-wide state (protobuf metadata, loggers, the API client).
 	HeapAlloc uint64 `json:"heapAlloc"`
-	Took      string `json:"took"`
+	// Memos are the graph's bounded caches: what each holds against its bound.
+	Memos []graphs.MemoStats `json:"memos"`
+	Took  string             `json:"took"`
 }
 
 // MemoryPage serves /debug/memz. A walk visits every object once (O(objects), seconds on a large
@@ -70,7 +72,7 @@ func MemoryPage(g *graphs.Graph, srv *xds.Server, grpcServers ...any) http.Handl
 // Memory measures the graph and the server.
 func Memory(g *graphs.Graph, srv *xds.Server, grpcServers ...any) MemoryReport {
 	t0 := time.Now()
-	rep := MemoryReport{Report: memz.Measure(MemoryRoots(g, srv, grpcServers...))}
+	rep := MemoryReport{Report: memz.Measure(MemoryRoots(g, srv, grpcServers...)), Memos: g.Memos()}
 	rep.Took = time.Since(t0).Round(time.Millisecond).String()
 	for _, r := range rep.Roots {
 		if r.Group == "xds" {

@@ -414,16 +414,29 @@ func drainingOverride() *core.HealthStatusSet {
 	}}
 }
 
+// EDSCluster is a bare EDS cluster fed over ADS, round robin: what a proxyless gRPC client gets
+// without a DestinationRule (GRPCCluster). Envoy's clusters are EnvoyCluster.
+func EDSCluster(name string) *cluster.Cluster {
+	return &cluster.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+		EdsClusterConfig:     adsEDSConfig(name),
+		ConnectTimeout:       durationpb.New(meshConnectTimeout),
+		LbPolicy:             cluster.Cluster_ROUND_ROBIN,
+	}
+}
+
 // adsEDSConfig is istiod's maybeApplyEdsConfig: endpoints over ADS, no initial fetch timeout.
 func adsEDSConfig(name string) *cluster.Cluster_EdsClusterConfig {
-	return &cluster.Cluster_EdsClusterConfig{
-		ServiceName: name,
-		EdsConfig: &core.ConfigSource{
-			ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
-			InitialFetchTimeout:   durationpb.New(0),
-			ResourceApiVersion:    core.ApiVersion_V3,
-		},
-	}
+	src := adsConfigSource()
+	src.InitialFetchTimeout = durationpb.New(0)
+	return &cluster.Cluster_EdsClusterConfig{ServiceName: name, EdsConfig: src}
+}
+
+// adsConfigSource is a source of resources over the ADS stream itself (the v3 API): where every
+// cluster's endpoints, a listener's routes and a LEDS collection come from.
+func adsConfigSource() *core.ConfigSource {
+	return &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}, ResourceApiVersion: core.ApiVersion_V3}
 }
 
 // applyOutlierDetection is istiod's applyOutlierDetection (cluster_traffic_policy.go).

@@ -100,10 +100,7 @@ func (p CLAPlan) EncodeLEDS(claKey string) (*collections.LEDSForm, error) {
 			LoadBalancingWeight: wrapperspb.UInt32(uint32(min(weight, math.MaxUint32))),
 			Priority:            g.Priority,
 			LbConfig: &endpoint.LocalityLbEndpoints_LedsClusterLocalityConfig{LedsClusterLocalityConfig: &endpoint.LedsClusterLocalityConfig{
-				LedsConfig: &core.ConfigSource{
-					ResourceApiVersion:    core.ApiVersion_V3,
-					ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
-				},
+				LedsConfig:         adsConfigSource(),
 				LedsCollectionName: col.Name,
 			}},
 		}

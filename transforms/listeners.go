@@ -3,17 +3,13 @@ package transforms
 import (
 	"strconv"
 	"strings"
-	"time"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
@@ -32,25 +28,6 @@ func ClusterPorts(svc *collections.ServiceInfo) []collections.ServicePort {
 		}
 	}
 	return out
-}
-
-// EDSCluster is a bare EDS cluster fed over ADS, round robin: what a proxyless gRPC client gets
-// without a DestinationRule (GRPCCluster). Envoy's clusters are EnvoyCluster.
-func EDSCluster(name string) *cluster.Cluster {
-	return &cluster.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
-		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{
-			ServiceName: name,
-			EdsConfig: &core.ConfigSource{
-				ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
-				InitialFetchTimeout:   durationpb.New(0),
-				ResourceApiVersion:    core.ApiVersion_V3,
-			},
-		},
-		ConnectTimeout: durationpb.New(10 * time.Second),
-		LbPolicy:       cluster.Cluster_ROUND_ROBIN,
-	}
 }
 
 // Listeners builds the LDS resources of a service for proxyless gRPC clients: an api_listener per
@@ -145,10 +122,7 @@ func APIListener(name, routeName string) (*listener.Listener, error) {
 	m, err := anypb.New(&hcm.HttpConnectionManager{
 		StatPrefix: name,
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-			ConfigSource: &core.ConfigSource{
-				ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
-				ResourceApiVersion:    core.ApiVersion_V3,
-			},
+			ConfigSource:    adsConfigSource(),
 			RouteConfigName: routeName,
 		}},
 		HttpFilters: []*hcm.HttpFilter{{
