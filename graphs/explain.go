@@ -119,7 +119,7 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 		eps = shard.Endpoints
 	}
 	transforms.NewSplitHorizon(g.NetworkGateways.Get(), eps).Apply(&cp)
-	class := transforms.ProjectFor(svc, cp, p.Class)
+	class := transforms.Project(svc, cp, p.Class)
 
 	sent, err := g.sentEndpoints(&p.View, cluster)
 	if err != nil {
@@ -327,7 +327,7 @@ func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceI
 	}
 }
 
-// judge applies PlanClusterCLA's rules to one endpoint, then the network split horizon: an
+// judge applies PlanCLA's rules to one endpoint, then the network split horizon: an
 // endpoint reached through a gateway is not sent itself; the gateway is.
 func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceInfo, port collections.ServicePort, cp transforms.ClusterPolicy,
 	class collections.ProxyClass, verdict func(string) *EndpointVerdict,
@@ -336,7 +336,7 @@ func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceI
 		return
 	}
 	v.loc = &e.Meta.Locality
-	if r := exclusionReason(transforms.ExcludeFromCluster(svc, port, cp, class, e), e, port, cp, class); r != "" {
+	if r := exclusionReason(transforms.Exclude(svc, port, cp, class, e), e, port, cp, class); r != "" {
 		v.exclude(r)
 		return
 	}
@@ -359,7 +359,7 @@ func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceI
 	}
 }
 
-// distributeReason words the one locality rule that removes endpoints (transforms.ApplyDistribute):
+// distributeReason words the one locality rule that removes endpoints (the plan's distribute, transforms/locality.go):
 // the first distribute entry whose from matches the proxy's locality sends nothing to a locality
 // none of its to patterns matches.
 func distributeReason(cp transforms.ClusterPolicy, proxy collections.Locality, loc *collections.Locality) string {

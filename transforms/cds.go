@@ -140,9 +140,14 @@ func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.Re
 			dns = func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment {
 				name := ClusterName(port.Port, subset, svc.Hostname)
 				cp := ClusterPolicyFor(svc, sp, in.RootNamespace, namespace, port.Port, subset)
-				la := PlanClusterCLA(name, svc, port, eps, cp, collections.ProxyClass{}).Proto()
-				if len(la.Endpoints) == 0 {
+				plan := PlanCLA(name, svc, port, eps, cp, collections.ProxyClass{})
+				if len(plan.Groups) == 0 {
 					return nil
+				}
+				// The cluster carries its endpoints as a message: the one rendering, read back.
+				la := &endpoint.ClusterLoadAssignment{}
+				if err := proto.Unmarshal(plan.Encode(), la); err != nil {
+					return nil // cannot happen: Encode's bytes are a valid message (TestEncodeEqualsProtoMarshal)
 				}
 				return la
 			}

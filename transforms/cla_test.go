@@ -244,7 +244,7 @@ func TestPlanCLA(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			policy := PolicyFor(tc.svc)
-			got := PlanCLA(fooName, tc.svc, httpPort, collections.AppendRefs(nil, tc.eps), policy, Project(tc.svc, policy, tc.class)).Proto()
+			got := planCLA(fooName, tc.svc, httpPort, collections.AppendRefs(nil, tc.eps), policy, project(tc.svc, policy, tc.class)).Proto()
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)
 			}
@@ -321,24 +321,24 @@ func TestFailoverPriority(t *testing.T) {
 func TestProjection(t *testing.T) {
 	c := collections.ProxyClass{Namespace: "ns1", ClusterID: "Kubernetes", Network: "net", Locality: collections.Locality{Region: "r", Zone: "z", Subzone: "s"}, NodeName: "n1"}
 	plain := &collections.ServiceInfo{}
-	if p := Project(plain, PolicyFor(plain), c); ProjectionKey(p) != "" {
+	if p := project(plain, PolicyFor(plain), c); ProjectionKey(p) != "" {
 		t.Fatalf("a plain service must not depend on the proxy: %+v", p)
 	}
 	zone := &collections.ServiceInfo{TrafficDistribution: collections.TrafficDistributionPreferSameZone}
-	if p := Project(zone, PolicyFor(zone), c); p != (collections.ProxyClass{Network: "net", Locality: collections.Locality{Region: "r", Zone: "z"}}) {
+	if p := project(zone, PolicyFor(zone), c); p != (collections.ProxyClass{Network: "net", Locality: collections.Locality{Region: "r", Zone: "z"}}) {
 		t.Fatalf("PreferSameZone projection %+v", p)
 	}
 	node := &collections.ServiceInfo{TrafficDistribution: collections.TrafficDistributionPreferSameNode}
-	if p := Project(node, PolicyFor(node), c); p.NodeName != "n1" || p.Locality.Subzone != "s" {
+	if p := project(node, PolicyFor(node), c); p.NodeName != "n1" || p.Locality.Subzone != "s" {
 		t.Fatalf("PreferSameNode projection must keep node and subzone: %+v", p)
 	}
 	// Node names are per cluster: a node-local service keeps the cluster too.
 	local := &collections.ServiceInfo{NodeLocal: true}
-	if p := Project(local, PolicyFor(local), c); p != (collections.ProxyClass{NodeName: "n1", ClusterID: c.ClusterID}) {
+	if p := project(local, PolicyFor(local), c); p != (collections.ProxyClass{NodeName: "n1", ClusterID: c.ClusterID}) {
 		t.Fatalf("node-local projection %+v", p)
 	}
 	clusterLocal := &collections.ServiceInfo{ClusterLocal: true}
-	if p := Project(clusterLocal, PolicyFor(clusterLocal), c); p != (collections.ProxyClass{ClusterID: c.ClusterID}) {
+	if p := project(clusterLocal, PolicyFor(clusterLocal), c); p != (collections.ProxyClass{ClusterID: c.ClusterID}) {
 		t.Fatalf("cluster-local projection %+v", p)
 	}
 }
@@ -410,15 +410,12 @@ func TestTLSModeMetadata(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			name := ClusterName(80, tc.subset, svc.Hostname)
 			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", "ns1", 80, tc.subset)
-			plan := PlanClusterCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{})
+			plan := PlanCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{})
 			want := wantCLA(name, wantGroup{loc: r1z1, eps: tc.want})
 			if diff := cmp.Diff(want, plan.Proto(), protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)
 			}
-			body, err := EncodeClusterCLA(plan, cp, collections.ProxyClass{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			body := EncodeClusterCLA(plan, cp, collections.ProxyClass{})
 			var got endpoint.ClusterLoadAssignment
 			if err := proto.Unmarshal(body, &got); err != nil {
 				t.Fatal(err)

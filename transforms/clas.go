@@ -28,8 +28,8 @@ func DependsOnProxy(svc *collections.ServiceInfo, policy LBPolicy) bool {
 	return svc.NodeLocal || svc.ClusterLocal || (policy.Failover && len(policy.FailoverPriority) > 0)
 }
 
-// CLAKey is the key of the CLA of clusterName for a projected class.
-func CLAKey(clusterName string, projected collections.ProxyClass) string {
+// clusterClassKey is the key of the CLA of clusterName for a projected class.
+func clusterClassKey(clusterName string, projected collections.ProxyClass) string {
 	if k := ProjectionKey(projected); k != "" {
 		return clusterName + "~" + k
 	}
@@ -91,8 +91,8 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 				for _, c := range classes {
 					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
 					horizon.Apply(&cp)
-					projected := ProjectFor(svc, cp, c)
-					key := CLAKeyFor(claName, cp, projected)
+					projected := Project(svc, cp, c)
+					key := CLAKey(claName, cp, projected)
 					r, ok := built[key]
 					if !ok {
 						var problem *collections.Problem
@@ -129,7 +129,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 	}}
 }
 
-// buildCLA plans, encodes and versions one CLA (key is its CLAKeyFor). It is nil, with the
+// buildCLA plans, encodes and versions one CLA (key is its CLAKey). It is nil, with the
 // problem, when it cannot be encoded; a CLA over the size clients accept is kept, with the
 // problem. With more endpoints than a positive ledsThreshold, the CLA also carries its LEDS
 // form, unless the policy's locality load balancing rewrites the message (those CLAs are sent
@@ -137,12 +137,8 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 func buildCLA(name, key string, svc *collections.ServiceInfo, port collections.ServicePort, se collections.ServiceEndpoints,
 	cp ClusterPolicy, projected collections.ProxyClass, ledsThreshold int,
 ) (*collections.Resource, *collections.Problem) {
-	plan := PlanClusterCLA(name, svc, port, se.Endpoints, cp, projected)
-	body, err := EncodeClusterCLA(plan, cp, projected)
-	if err != nil {
-		return nil, &collections.Problem{Kind: "Service", Object: se.ResourceName(), Reason: collections.ReasonMarshalFailed, Detail: err.Error()}
-	}
-	r := Versioned(name, TypeCLA, body)
+	plan := PlanCLA(name, svc, port, se.Endpoints, cp, projected)
+	r := Versioned(name, TypeCLA, EncodeClusterCLA(plan, cp, projected))
 	for _, g := range plan.Groups {
 		r.Endpoints += len(g.Endpoints)
 	}

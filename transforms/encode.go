@@ -1,8 +1,9 @@
 package transforms
 
 import (
-	"math"
+	"slices"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/krteds/krteds/collections"
@@ -10,7 +11,8 @@ import (
 
 // Field numbers of the messages krteds encodes by hand (envoy.config.endpoint.v3 and
 // envoy.config.core.v3). Encode writes them in the order the deterministic proto marshaller does
-// (TestEncodeEqualsProtoMarshal holds it to that), so the bytes equal proto.Marshal of Proto().
+// (TestEncodeEqualsProtoMarshal holds it to that), so the bytes equal proto.Marshal of the
+// oracle's message (oracle_test.go).
 const (
 	fClaClusterName   = 1
 	fClaEndpoints     = 2
@@ -60,7 +62,7 @@ type workloadEntry struct {
 }
 
 // Encode renders the plan as the protobuf encoding of its ClusterLoadAssignment, without building
-// the message: the bytes are those of proto.Marshal(p.Proto()) with Deterministic set. Sizes
+// the message: the bytes are those of proto.Marshal of the oracle's message (oracle_test.go) with Deterministic set. Sizes
 // are computed first, so that the message is written once into an allocation of its size.
 func (p CLAPlan) Encode() []byte {
 	enc := encoder{tls: p.TLS}
@@ -88,16 +90,6 @@ func localitySize(l collections.Locality) int {
 	return n
 }
 
-// groupWeight is a locality's weight: the sum of its endpoints' weights (1 each unless a
-// WorkloadEntry sets one), saturating.
-func groupWeight(g CLAGroup) uint64 {
-	var weight uint64
-	for _, ep := range g.Endpoints {
-		weight += uint64(ep.Meta.LBWeight())
-	}
-	return min(weight, math.MaxUint32)
-}
-
 // uint32ValueSize is the size of a google.protobuf.UInt32Value field holding v.
 func uint32ValueSize(num protowire.Number, v uint64) int {
 	return protowire.SizeTag(num) + protowire.SizeBytes(protowire.SizeTag(fUInt32ValueValue)+protowire.SizeVarint(v))
@@ -116,7 +108,7 @@ func (e *encoder) localityGroupSize(g CLAGroup) int {
 	for _, ep := range g.Endpoints {
 		n += protowire.SizeTag(fLocLbEndpoints) + protowire.SizeBytes(e.lbEndpointSize(ep))
 	}
-	n += uint32ValueSize(fLocWeight, groupWeight(g))
+	n += uint32ValueSize(fLocWeight, g.weight())
 	if g.Priority != 0 {
 		n += protowire.SizeTag(fLocPriority) + protowire.SizeVarint(uint64(g.Priority))
 	}
@@ -140,7 +132,7 @@ func (e *encoder) localityGroup(b []byte, g CLAGroup) []byte {
 		b = protowire.AppendVarint(b, uint64(e.lbEndpointSize(ep)))
 		b = e.lbEndpoint(b, ep)
 	}
-	b = appendUInt32Value(b, fLocWeight, groupWeight(g))
+	b = appendUInt32Value(b, fLocWeight, g.weight())
 	if g.Priority != 0 {
 		b = protowire.AppendTag(b, fLocPriority, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(g.Priority))
@@ -294,4 +286,20 @@ func metadataEntry(filter, key string, parts ...string) []byte {
 func appendStringField(b []byte, num protowire.Number, s string) []byte {
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	return protowire.AppendString(b, s)
+}
+
+var healthOf = map[collections.HealthStatus]core.HealthStatus{
+	collections.Healthy:   core.HealthStatus_HEALTHY,
+	collections.UnHealthy: core.HealthStatus_UNHEALTHY,
+	collections.Draining:  core.HealthStatus_DRAINING,
+}
+
+// EncodeClusterCLA renders a planned CLA, applying the policy's locality load balancing
+// (distribute weights, region failover, zone-aware buckets) to the plan first when it has any.
+func EncodeClusterCLA(plan CLAPlan, cp ClusterPolicy, class collections.ProxyClass) []byte {
+	if cp.PostProcess() {
+		plan.Groups = slices.Clone(plan.Groups)
+		plan.applyLocalityLB(cp.Setting, cp.EnableFailover, class.Locality)
+	}
+	return plan.Encode()
 }

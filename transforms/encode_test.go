@@ -36,7 +36,7 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	for name, svc := range map[string]*collections.ServiceInfo{"plain": plain, "failover": zone} {
 		for _, tls := range []TLSMetadata{TLSByEndpoint, TLSIstioMutual, TLSOff} {
 			for _, n := range []int{0, 1, len(eps)} {
-				plan := PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps[:n]), PolicyFor(svc), Project(svc, PolicyFor(svc), class))
+				plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps[:n]), PolicyFor(svc), project(svc, PolicyFor(svc), class))
 				plan.TLS = tls
 				want, err := proto.MarshalOptions{Deterministic: true}.Marshal(plan.Proto())
 				if err != nil {

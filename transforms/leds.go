@@ -3,7 +3,6 @@ package transforms
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,9 +77,7 @@ func (p CLAPlan) EncodeLEDS(claKey string) (*collections.LEDSForm, error) {
 		prefix := ledsCollectionPrefix(claKey, p.ClusterName, g)
 		col := collections.LEDSCollection{Name: prefix + "*", Members: make([]*collections.Resource, 0, len(g.Endpoints))}
 		seen := make(map[string]int, len(g.Endpoints))
-		var weight uint64
 		for _, e := range g.Endpoints {
-			weight += uint64(e.Meta.LBWeight())
 			id := ledsMemberID(*e)
 			// The same address and port twice in a group (two slices listing one endpoint)
 			// stay two resources, as they are two entries of the plain form.
@@ -97,7 +94,7 @@ func (p CLAPlan) EncodeLEDS(claKey string) (*collections.LEDSForm, error) {
 		form.Collections = append(form.Collections, col)
 		loc := &endpoint.LocalityLbEndpoints{
 			Locality:            &core.Locality{Region: g.Locality.Region, Zone: g.Locality.Zone, SubZone: g.Locality.Subzone},
-			LoadBalancingWeight: wrapperspb.UInt32(uint32(min(weight, math.MaxUint32))),
+			LoadBalancingWeight: wrapperspb.UInt32(uint32(g.weight())),
 			Priority:            g.Priority,
 			LbConfig: &endpoint.LocalityLbEndpoints_LedsClusterLocalityConfig{LedsClusterLocalityConfig: &endpoint.LedsClusterLocalityConfig{
 				LedsConfig:         adsConfigSource(),

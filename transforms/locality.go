@@ -7,10 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
 	"github.com/krteds/krteds/collections"
 )
 
@@ -75,7 +71,7 @@ func SupportsUnhealthyEndpoints(svc *collections.ServiceInfo, tp *collections.Tr
 	return tp == nil || !tp.OutlierDetection || tp.MinHealthPercent <= 0
 }
 
-// EffectiveFailoverPriority is the failoverPriority list ApplyLocalityLoadBalancer applies for
+// EffectiveFailoverPriority is the failoverPriority list applyLocalityLB applies for
 // a setting, or nil: only without distribute and with failover enabled (for a zone-aware
 // setting: while it is enabled).
 func EffectiveFailoverPriority(setting *collections.LocalitySetting, enableFailover bool) []string {
@@ -88,9 +84,9 @@ func EffectiveFailoverPriority(setting *collections.LocalitySetting, enableFailo
 	return setting.FailoverPriority
 }
 
-// LocalityLBPolicy is the LBPolicy under which PlanCLA performs the failoverPriority part of a
+// LocalityLBPolicy is the LBPolicy under which planCLA performs the failoverPriority part of a
 // locality setting. The rest (distribute, failover, zone-aware region buckets) is then applied
-// by ApplyLocalityLoadBalancer on the CLA with nil endpoint labels.
+// by applyLocalityLB on the plan.
 func LocalityLBPolicy(setting *collections.LocalitySetting, enableFailover bool, tp *collections.TrafficPolicy, svc *collections.ServiceInfo) LBPolicy {
 	p := LBPolicy{SupportsUnhealthy: SupportsUnhealthyEndpoints(svc, tp)}
 	if prios := EffectiveFailoverPriority(setting, enableFailover); len(prios) > 0 {
@@ -99,7 +95,7 @@ func LocalityLBPolicy(setting *collections.LocalitySetting, enableFailover bool,
 	return p
 }
 
-// ProxyLocalityDependence is the part of the proxy's locality that ApplyLocalityLoadBalancer
+// ProxyLocalityDependence is the part of the proxy's locality that applyLocalityLB
 // reads for a setting (the rest of the locality may be zeroed when projecting proxy classes):
 // all of it for distribute and for region/zone/subzone failover, the region for zone-aware
 // buckets, nothing otherwise. failoverPriority labels are not included.
@@ -117,133 +113,6 @@ func ProxyLocalityDependence(setting *collections.LocalitySetting, enableFailove
 		return collections.Locality{}
 	}
 	return proxyLocality
-}
-
-// ApplyLocalityLoadBalancer is istiod's LBSettings.ApplyToLoadAssignment for a setting and
-// enableFailover from LBSettingFor. cla is modified in place; it must come from PlanCLA, with
-// its localities sorted and every priority 0 when endpointLabels are given.
-//
-// endpointLabels[i][j] are the labels of cla.Endpoints[i].LbEndpoints[j]; with nil labels (or
-// nil proxyLabels) the failoverPriority split is skipped, as istiod skips it, which is what a
-// CLA already split by PlanCLA under LocalityLBPolicy needs.
-//
-//   - distribute set → ApplyDistribute;
-//   - else, with failover enabled: failoverPriority → ApplyFailoverPriority, then ApplyFailover
-//     only if failover rules are set; without failoverPriority → ApplyFailover;
-//   - zone-aware and enabled: ApplyFailoverPriority, then ApplyZoneAwareFailover;
-//   - nil or disabled setting: nothing.
-func ApplyLocalityLoadBalancer(cla *endpoint.ClusterLoadAssignment, setting *collections.LocalitySetting, enableFailover bool,
-	proxyLocality collections.Locality, proxyLabels map[string]string, endpointLabels [][]map[string]string,
-) {
-	if cla == nil || !setting.IsEnabled() {
-		return
-	}
-	if setting.ZoneAware {
-		if len(setting.FailoverPriority) > 0 {
-			ApplyFailoverPriority(cla, proxyLabels, endpointLabels, setting.FailoverPriority)
-		}
-		ApplyZoneAwareFailover(cla, proxyLocality, setting.Failover)
-		return
-	}
-	switch {
-	case len(setting.Distribute) > 0:
-		ApplyDistribute(cla, proxyLocality, setting.Distribute)
-	case !enableFailover:
-	case len(setting.FailoverPriority) > 0:
-		ApplyFailoverPriority(cla, proxyLabels, endpointLabels, setting.FailoverPriority)
-		if len(setting.Failover) > 0 {
-			ApplyFailover(cla, proxyLocality, setting.Failover)
-		}
-	default:
-		ApplyFailover(cla, proxyLocality, setting.Failover)
-	}
-}
-
-// ApplyFailoverPriority is istiod's applyFailoverPriorities: each LocalityLbEndpoints is split
-// into one entry per priority (FailoverPriority of each endpoint's labels against the proxy's),
-// in priority order, each weighted by the sum of its endpoints' weights; entries without
-// endpoints disappear; priorities are then compacted to 0..N. Nothing happens without proxy
-// labels or endpoint labels.
-func ApplyFailoverPriority(cla *endpoint.ClusterLoadAssignment, proxyLabels map[string]string, endpointLabels [][]map[string]string, priorities []string) {
-	if cla == nil || len(proxyLabels) == 0 || len(endpointLabels) == 0 {
-		return
-	}
-	var out []*endpoint.LocalityLbEndpoints
-	for i, l := range cla.Endpoints {
-		var labels []map[string]string
-		if i < len(endpointLabels) {
-			labels = endpointLabels[i]
-		}
-		byPriority := map[int][]*endpoint.LbEndpoint{}
-		for j, lb := range l.LbEndpoints {
-			var epLabels map[string]string
-			if j < len(labels) {
-				epLabels = labels[j]
-			}
-			p := FailoverPriority(proxyLabels, func(k string) string { return epLabels[k] }, priorities)
-			byPriority[p] = append(byPriority[p], lb)
-		}
-		for _, p := range slices.Sorted(maps.Keys(byPriority)) {
-			out = append(out, localityGroup(l.Locality, uint32(p), byPriority[p]))
-		}
-	}
-	compactPriorities(out)
-	cla.Endpoints = out
-}
-
-// ApplyDistribute is istiod's applyLocalityWeights. The first rule whose From matches the proxy
-// locality applies: each To pattern takes the localities it matches that no earlier pattern took
-// and gives each ceil(weight × its weight / their total weight) when that is > 0; localities no
-// pattern takes keep their entry with no endpoints. A missing locality weight counts as 1.
-//
-// istiod walks the To patterns in map order; here the more specific patterns (more non-wildcard
-// segments) go first, then alphabetical, which only matters for overlapping patterns (which
-// validation rejects). Weights are computed in integers, without istiod's uint32 overflow.
-func ApplyDistribute(cla *endpoint.ClusterLoadAssignment, proxyLocality collections.Locality, distribute []collections.Distribute) {
-	if cla == nil {
-		return
-	}
-	for _, d := range distribute {
-		if !LocalityMatch(proxyLocality, d.From) {
-			continue
-		}
-		taken := make([]bool, len(cla.Endpoints))
-		for _, pattern := range distributeOrder(d.To) {
-			weight := uint64(d.To[pattern])
-			var matched []int
-			var total uint64
-			for i, l := range cla.Endpoints {
-				if taken[i] || !LocalityMatch(localityOf(l.Locality), pattern) {
-					continue
-				}
-				taken[i] = true
-				matched = append(matched, i)
-				total += localityWeight(l)
-			}
-			if total == 0 {
-				continue
-			}
-			for _, i := range matched {
-				w := (localityWeight(cla.Endpoints[i])*weight + total - 1) / total
-				if w > 0 {
-					cla.Endpoints[i].LoadBalancingWeight = wrapperspb.UInt32(uint32(min(w, math.MaxUint32)))
-				}
-			}
-		}
-		for i, t := range taken {
-			if !t {
-				cla.Endpoints[i].LbEndpoints = nil
-			}
-		}
-		return
-	}
-}
-
-func localityWeight(l *endpoint.LocalityLbEndpoints) uint64 {
-	if l.LoadBalancingWeight == nil {
-		return 1
-	}
-	return uint64(l.LoadBalancingWeight.GetValue())
 }
 
 // distributeOrder sorts the To patterns of a distribute rule, most specific first.
@@ -264,58 +133,131 @@ func distributeOrder(to map[string]uint32) []string {
 	return keys
 }
 
-// ApplyFailover is istiod's applyLocalityFailover: each LocalityLbEndpoints gets priority 0 for
-// the proxy's region/zone/subzone, 1 for its region/zone, 2 for its region, 3 for other regions,
-// and 4 instead of 3 when a failover rule from the proxy's region exists (the first one) and
-// names another region; combined with the existing priority as prev×5+p, then compacted to
-// 0..N.
-func ApplyFailover(cla *endpoint.ClusterLoadAssignment, proxyLocality collections.Locality, failover []collections.Failover) {
-	if cla == nil {
+// applyLocalityLB is istiod's LBSettings.ApplyToLoadAssignment, on a plan made under
+// LocalityLBPolicy (whose failoverPriority split PlanCLA has done), for a setting and
+// enableFailover from LBSettingFor; the plan's groups are changed in place:
+//   - distribute set → distribute;
+//   - else, with failover enabled: failover, unless failoverPriority is set without failover
+//     rules;
+//   - zone-aware and enabled: zoneAwareFailover;
+//   - nil or disabled setting: nothing.
+func (p *CLAPlan) applyLocalityLB(setting *collections.LocalitySetting, enableFailover bool, proxy collections.Locality) {
+	if !setting.IsEnabled() {
 		return
 	}
-	for _, l := range cla.Endpoints {
-		epLoc := localityOf(l.Locality)
-		p := lbPriority(proxyLocality, epLoc)
-		if p == 3 {
-			for _, f := range failover {
-				if f.From == proxyLocality.Region {
-					if l.Locality == nil || epLoc.Region != f.To {
-						p = 4
-					}
-					break
-				}
-			}
-		}
-		l.Priority = l.Priority*5 + uint32(p)
+	if setting.ZoneAware {
+		p.zoneAwareFailover(proxy, setting.Failover)
+		return
 	}
-	compactPriorities(cla.Endpoints)
+	switch {
+	case len(setting.Distribute) > 0:
+		p.distribute(proxy, setting.Distribute)
+	case !enableFailover:
+	case len(setting.FailoverPriority) > 0:
+		if len(setting.Failover) > 0 {
+			p.failover(proxy, setting.Failover)
+		}
+	default:
+		p.failover(proxy, setting.Failover)
+	}
 }
 
-// ApplyZoneAwareFailover is istiod's applyZoneAwareRegionalFailover: priority 0 for the proxy's
-// region, 1 for the region the first failover rule from the proxy's region names, 2 otherwise;
-// combined with the existing priority as prev×3+p, then compacted to 0..N.
-func ApplyZoneAwareFailover(cla *endpoint.ClusterLoadAssignment, proxyLocality collections.Locality, failover []collections.Failover) {
-	if cla == nil {
+// distribute is istiod's applyLocalityWeights. The first rule whose From matches the proxy
+// locality applies: each To pattern takes the localities it matches that no earlier pattern took
+// and gives each ceil(weight × its weight / their total weight) when that is > 0; localities no
+// pattern takes keep their entry (and weight) with no endpoints.
+//
+// istiod walks the To patterns in map order; here the more specific patterns (more non-wildcard
+// segments) go first, then alphabetical, which only matters for overlapping patterns (which
+// validation rejects). Weights are computed in integers, without istiod's uint32 overflow.
+func (p *CLAPlan) distribute(proxy collections.Locality, rules []collections.Distribute) {
+	for _, d := range rules {
+		if !LocalityMatch(proxy, d.From) {
+			continue
+		}
+		taken := make([]bool, len(p.Groups))
+		for _, pattern := range distributeOrder(d.To) {
+			weight := uint64(d.To[pattern])
+			var matched []int
+			var total uint64
+			for i, g := range p.Groups {
+				if taken[i] || !LocalityMatch(g.Locality, pattern) {
+					continue
+				}
+				taken[i] = true
+				matched = append(matched, i)
+				total += g.weight()
+			}
+			if total == 0 {
+				continue
+			}
+			for _, i := range matched {
+				g := &p.Groups[i]
+				if w := (g.weight()*weight + total - 1) / total; w > 0 {
+					g.Weight = uint32(min(w, math.MaxUint32))
+				}
+			}
+		}
+		for i, t := range taken {
+			if !t {
+				g := &p.Groups[i]
+				g.Weight, g.Endpoints = uint32(g.weight()), nil
+			}
+		}
 		return
 	}
-	for _, l := range cla.Endpoints {
-		region := l.GetLocality().GetRegion()
-		p := uint32(2)
-		if region == proxyLocality.Region {
-			p = 0
-		} else {
-			for _, f := range failover {
-				if f.From == proxyLocality.Region {
-					if region == f.To {
-						p = 1
+}
+
+// failover is istiod's applyLocalityFailover: each locality gets priority 0 for the proxy's
+// region/zone/subzone, 1 for its region/zone, 2 for its region, 3 for other regions, and 4
+// instead of 3 when a failover rule from the proxy's region exists (the first one) and names
+// another region; combined with the existing priority as prev×5+p, then compacted to 0..N.
+func (p *CLAPlan) failover(proxy collections.Locality, rules []collections.Failover) {
+	for i := range p.Groups {
+		g := &p.Groups[i]
+		pr := lbPriority(proxy, g.Locality)
+		if pr == 3 {
+			for _, f := range rules {
+				if f.From == proxy.Region {
+					if g.Locality.Region != f.To {
+						pr = 4
 					}
 					break
 				}
 			}
 		}
-		l.Priority = l.Priority*3 + p
+		g.Priority = g.Priority*5 + uint32(pr)
 	}
-	compactPriorities(cla.Endpoints)
+	p.compactPriorities()
+}
+
+// zoneAwareFailover is istiod's applyZoneAwareRegionalFailover: priority 0 for the proxy's
+// region, 1 for the region the first failover rule from the proxy's region names, 2 otherwise;
+// combined with the existing priority as prev×3+p, then compacted to 0..N.
+func (p *CLAPlan) zoneAwareFailover(proxy collections.Locality, rules []collections.Failover) {
+	for i := range p.Groups {
+		g := &p.Groups[i]
+		pr := uint32(2)
+		if g.Locality.Region == proxy.Region {
+			pr = 0
+		} else {
+			for _, f := range rules {
+				if f.From == proxy.Region {
+					if g.Locality.Region == f.To {
+						pr = 1
+					}
+					break
+				}
+			}
+		}
+		g.Priority = g.Priority*3 + pr
+	}
+	p.compactPriorities()
+}
+
+// compactPriorities renumbers the plan's priorities to 0..N without gaps.
+func (p *CLAPlan) compactPriorities() {
+	renumberPriorities(len(p.Groups), func(i int) *uint32 { return &p.Groups[i].Priority })
 }
 
 // LocalityMatch is istiod's LocalityMatch: a rule "region/zone/subzone" matches a locality when
@@ -345,8 +287,4 @@ func lbPriority(proxy, ep collections.Locality) int {
 		return 1
 	}
 	return 0
-}
-
-func localityOf(l *core.Locality) collections.Locality {
-	return collections.Locality{Region: l.GetRegion(), Zone: l.GetZone(), Subzone: l.GetSubZone()}
 }

@@ -60,11 +60,11 @@ func TestSplitHorizon(t *testing.T) {
 	} {
 		policy := PolicyFor(svc)
 		policy.Networks = &NetworkFilter{Gateways: gws, Crosses: CrossesNetworks(gws, collections.AppendRefs(nil, eps))}
-		class := Project(svc, policy, collections.ProxyClass{Network: tc.network, ClusterID: "c1"})
+		class := project(svc, policy, collections.ProxyClass{Network: tc.network, ClusterID: "c1"})
 		if class.Network != tc.network {
 			t.Fatalf("the projection drops the proxy's network: %+v", class)
 		}
-		cla := PlanCLA("outbound|80||foo.ns1.svc.cluster.local", svc, port, collections.AppendRefs(nil, eps), policy, class).Proto()
+		cla := planCLA("outbound|80||foo.ns1.svc.cluster.local", svc, port, collections.AppendRefs(nil, eps), policy, class).Proto()
 		var got []string
 		for _, l := range cla.Endpoints {
 			for _, e := range l.LbEndpoints {

@@ -121,9 +121,9 @@ func ClusterPolicyFor(svc *collections.ServiceInfo, sp *collections.ServicePolic
 	return cp
 }
 
-// ProjectFor keeps the class dimensions the cluster's CLA depends on.
-func ProjectFor(svc *collections.ServiceInfo, cp ClusterPolicy, c collections.ProxyClass) collections.ProxyClass {
-	p := Project(svc, cp.LB, c)
+// Project keeps the class dimensions the cluster's CLA depends on.
+func Project(svc *collections.ServiceInfo, cp ClusterPolicy, c collections.ProxyClass) collections.ProxyClass {
+	p := project(svc, cp.LB, c)
 	if cp.PostProcess() {
 		loc := ProxyLocalityDependence(cp.Setting, cp.EnableFailover, c.Locality)
 		if loc.Region != "" {
@@ -143,11 +143,11 @@ func ProjectFor(svc *collections.ServiceInfo, cp ClusterPolicy, c collections.Pr
 // DestinationRule may apply to the service.
 func DependsOnNamespace(sp *collections.ServicePolicy) bool { return sp != nil && len(sp.Rules) > 0 }
 
-// CLAKeyFor is the key of one CLA: the cluster name, the effective rule, the TLS metadata rule
+// CLAKey is the key of one CLA: the cluster name, the effective rule, the TLS metadata rule
 // (a rule's cluster of an unknown subset differs from its port's cluster only by it), the
 // projected class.
-func CLAKeyFor(clusterName string, cp ClusterPolicy, projected collections.ProxyClass) string {
-	k := CLAKey(clusterName, projected)
+func CLAKey(clusterName string, cp ClusterPolicy, projected collections.ProxyClass) string {
+	k := clusterClassKey(clusterName, projected)
 	if cp.Rule != "" {
 		k += "~dr:" + cp.Rule
 	}

@@ -60,15 +60,9 @@ func TestCLAOfAClassEqualsCLAOfItsProjection(t *testing.T) {
 			for pname, cp := range policies {
 				for _, c := range classes {
 					t.Run(fmt.Sprintf("%s/nodeLocal=%v/%s/%s", td, nodeLocal, pname, c.Key()), func(t *testing.T) {
-						proj := ProjectFor(svc, cp, c)
-						full, err := EncodeClusterCLA(PlanClusterCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, c), cp, c)
-						if err != nil {
-							t.Fatal(err)
-						}
-						projected, err := EncodeClusterCLA(PlanClusterCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, proj), cp, proj)
-						if err != nil {
-							t.Fatal(err)
-						}
+						proj := Project(svc, cp, c)
+						full := EncodeClusterCLA(PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, c), cp, c)
+						projected := EncodeClusterCLA(PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, proj), cp, proj)
 						if !bytes.Equal(full, projected) {
 							t.Fatalf("the CLA for class %q differs from the CLA for its projection %q", c.Key(), proj.Key())
 						}
