@@ -52,7 +52,7 @@ type registry struct {
 }
 
 // buildRegistry registers a cluster's Kubernetes inputs and derives its registry.
-func buildRegistry(cfg collections.Config, d *Description, in collections.Inputs) registry {
+func buildRegistry(cfg collections.Config, d *Description, in collections.Inputs, ids *transforms.Identities) registry {
 	Input(d, collections.NameNamespaces, in.Namespaces)
 	Input(d, collections.NameNodes, in.Nodes)
 	Input(d, collections.NameServices, in.Services)
@@ -64,7 +64,7 @@ func buildRegistry(cfg collections.Config, d *Description, in collections.Inputs
 	r.nodes = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(r.systemNetwork))
 	r.services, r.serviceProblems = DeriveChecked(d, NameKubeServices, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
 	r.workloads = transforms.WorkloadInputs{Pods: in.Pods, Nodes: r.nodes, SystemNetwork: r.systemNetwork,
-		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs)}
+		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs), Identities: ids}
 	r.gateways = DeriveFromNothing(d, NameServiceGateways, transforms.ServiceGateways(cfg, in.Services))
 	return r
 }
@@ -72,11 +72,11 @@ func buildRegistry(cfg collections.Config, d *Description, in collections.Inputs
 // buildRemote derives a remote cluster's collections from its inputs, as the local cluster's
 // are, with the cluster's ID: its registry, slice endpoints and one shard per service. They
 // stop when the cluster leaves.
-func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster) remoteGraph {
+func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster, ids *transforms.Identities) remoteGraph {
 	cfg.ClusterID = c.ID
 	sd := d.scoped(c.ID, krt.NewOptionsBuilder(c.Stop, c.ID, d.opts.Debugger()))
 	in := c.Inputs
-	reg := buildRegistry(cfg, sd, in)
+	reg := buildRegistry(cfg, sd, in, ids)
 	services, p1 := reg.services, reg.serviceProblems
 	sliceEndpoints, p2 := DeriveChecked(sd, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
 		Services: services, Workloads: reg.workloads,
@@ -99,12 +99,12 @@ func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster)
 // remoteClusters derives the remote clusters' collections and merges them by key: a service
 // several clusters have is the one of the lowest cluster ID; its shards are concatenated in
 // cluster order; problems are kept per cluster (their objects name it).
-func remoteClusters(cfg collections.Config, d *Description, clusters krt.Collection[*collections.Cluster]) (
+func remoteClusters(cfg collections.Config, d *Description, clusters krt.Collection[*collections.Cluster], ids *transforms.Identities) (
 	krt.Collection[*collections.ServiceInfo], krt.Collection[collections.ServiceEndpoints], krt.Collection[collections.ObjectProblems],
 	krt.Collection[collections.ClusterGateways],
 ) {
 	graphs := Derive(d, NameRemoteGraphs, clusters, transforms.Single[*collections.Cluster, remoteGraph]{Fn: func(_ krt.HandlerContext, c *collections.Cluster) *remoteGraph {
-		rg := c.Derived(func() any { return buildRemote(cfg, d, c) }).(remoteGraph)
+		rg := c.Derived(func() any { return buildRemote(cfg, d, c, ids) }).(remoteGraph)
 		return &rg
 	}})
 	services := nestedMerge(d, NameRemoteServices, graphs, func(r remoteGraph) krt.Collection[*collections.ServiceInfo] { return r.services },

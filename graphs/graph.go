@@ -93,6 +93,8 @@ type Graph struct {
 	Description *Description
 
 	empty *emptyCLAs
+	// identities are the workload identities the transforms have derived (transforms.Identities).
+	identities *transforms.Identities
 	// config is the configuration the graph was built with (explain reads the root namespace).
 	config collections.Config
 }
@@ -116,13 +118,13 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		in.WorkloadEntries = krt.NewStaticCollection[*networkingclient.WorkloadEntry](nil, nil, opts.WithName(collections.NameWorkloadEntries)...)
 	}
 	d := newDescription(opts)
-	g := &Graph{Inputs: in, Description: d, config: cfg, empty: newEmptyCLAs()}
+	g := &Graph{Inputs: in, Description: d, config: cfg, empty: newEmptyCLAs(), identities: transforms.NewIdentities()}
 	var problems []krt.Collection[collections.ObjectProblems]
 	checked := func(p krt.Collection[collections.ObjectProblems]) { problems = append(problems, p) }
 
 	// Inputs, and the registry every cluster derives alike: services and their endpoints. A
 	// Pod's workload (identity, topology) is derived where it is used, from the Pods fetched there.
-	reg := buildRegistry(cfg, d, in)
+	reg := buildRegistry(cfg, d, in, g.identities)
 	Input(d, collections.NameDestRules, in.DestinationRules)
 	Input(d, collections.NameSidecars, in.Sidecars)
 	Input(d, collections.NameServiceEntries, in.ServiceEntries)
@@ -154,7 +156,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		Input(d, collections.NameRemoteClusters, in.RemoteClusters)
 		var remoteServices krt.Collection[*collections.ServiceInfo]
 		var remoteGateways krt.Collection[collections.ClusterGateways]
-		remoteServices, remoteShards, p, remoteGateways = remoteClusters(cfg, d, in.RemoteClusters)
+		remoteServices, remoteShards, p, remoteGateways = remoteClusters(cfg, d, in.RemoteClusters, g.identities)
 		checked(p)
 		kubeServices = JoinFirst(d, NameAllKubeServices, kubeServices, remoteServices)
 		gatewaySources = append(gatewaySources, remoteGateways)

@@ -1,8 +1,6 @@
 package graphs
 
 import (
-	"sync"
-
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
@@ -287,8 +285,8 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 // resource and name). A relabelled entry of an outdated source is never hit again and goes with
 // the next reset.
 type emptyCLAs struct {
-	empty      memo[string, *collections.Resource]
-	relabelled memo[relabelKey, *collections.Resource]
+	empty      *collections.Memo[string, *collections.Resource]
+	relabelled *collections.Memo[relabelKey, *collections.Resource]
 }
 
 type relabelKey struct {
@@ -299,15 +297,15 @@ type relabelKey struct {
 func newEmptyCLAs() *emptyCLAs {
 	size := func(r *collections.Resource) int { return len(r.Body) }
 	return &emptyCLAs{
-		empty:      memo[string, *collections.Resource]{name: "empty CLAs of unknown names", maxEntries: 10000},
-		relabelled: memo[relabelKey, *collections.Resource]{name: "relabelled CLAs and listener aliases", maxEntries: 4096, maxBytes: 64 << 20, size: size},
+		empty:      collections.NewMemo[string, *collections.Resource]("empty CLAs of unknown names", 10000, 0, nil),
+		relabelled: collections.NewMemo[relabelKey]("relabelled CLAs and listener aliases", 4096, 64<<20, size),
 	}
 }
 
 // relabel is src under another name (relabel makes it: an unknown subset's CLA with its
 // cluster_name set to name, a listener under an alias); nil if relabel cannot.
 func (e *emptyCLAs) relabel(src *collections.Resource, name string, relabel func(*collections.Resource, string) *collections.Resource) *collections.Resource {
-	r, _ := e.relabelled.get(relabelKey{src, name}, func() (*collections.Resource, bool) {
+	r, _ := e.relabelled.Get(relabelKey{src, name}, func() (*collections.Resource, bool) {
 		r := relabel(src, name)
 		return r, r != nil
 	})
@@ -316,7 +314,7 @@ func (e *emptyCLAs) relabel(src *collections.Resource, name string, relabel func
 
 // get is the empty CLA of a name no proxy may have.
 func (e *emptyCLAs) get(name string) *collections.Resource {
-	r, _ := e.empty.get(name, func() (*collections.Resource, bool) {
+	r, _ := e.empty.Get(name, func() (*collections.Resource, bool) {
 		r := transforms.EmptyCLA(name)
 		r.Absent = true
 		return r, true
@@ -324,69 +322,8 @@ func (e *emptyCLAs) get(name string) *collections.Resource {
 	return r
 }
 
-// memo is a bounded cache, emptied when full: at maxEntries entries, or (with size) when its
-// values would hold more than maxBytes. The values must be worth keeping only while asked for.
-type memo[K comparable, V any] struct {
-	name                 string
-	maxEntries, maxBytes int
-	size                 func(V) int
-
-	mu     sync.Mutex
-	m      map[K]V
-	bytes  int
-	resets int
-}
-
-// get is the value of k, made (outside the lock) and kept when make says so.
-func (m *memo[K, V]) get(k K, make func() (V, bool)) (V, bool) {
-	m.mu.Lock()
-	v, ok := m.m[k]
-	m.mu.Unlock()
-	if ok {
-		return v, true
-	}
-	v, ok = make()
-	if !ok {
-		return v, false
-	}
-	n := 0
-	if m.size != nil {
-		n = m.size(v)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if o, ok := m.m[k]; ok {
-		return o, true // made meanwhile
-	}
-	if m.m == nil || len(m.m) >= m.maxEntries || (m.maxBytes > 0 && m.bytes+n > m.maxBytes) {
-		if m.m != nil {
-			m.resets++
-		}
-		m.m, m.bytes = map[K]V{}, 0
-	}
-	m.m[k] = v
-	m.bytes += n
-	return v, true
-}
-
-// MemoStats is one bounded cache of the graph, as /debug/memz shows it.
-type MemoStats struct {
-	Name       string `json:"name"`
-	Entries    int    `json:"entries"`
-	MaxEntries int    `json:"maxEntries"`
-	Bytes      int    `json:"bytes,omitempty"`
-	MaxBytes   int    `json:"maxBytes,omitempty"`
-	// Resets counts the times it was emptied because it was full.
-	Resets int `json:"resets"`
-}
-
-func (m *memo[K, V]) stats() MemoStats {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return MemoStats{Name: m.name, Entries: len(m.m), MaxEntries: m.maxEntries, Bytes: m.bytes, MaxBytes: m.maxBytes, Resets: m.resets}
-}
-
-// Memos are the graph's bounded caches of resources made per request.
-func (g *Graph) Memos() []MemoStats {
-	return []MemoStats{g.empty.empty.stats(), g.empty.relabelled.stats()}
+// Memos are the graph's bounded caches: of resources made per request, and of the workload
+// identities its transforms derive.
+func (g *Graph) Memos() []collections.MemoStats {
+	return []collections.MemoStats{g.empty.empty.Stats(), g.empty.relabelled.Stats(), g.identities.Stats()}
 }

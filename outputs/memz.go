@@ -50,8 +50,8 @@ type MemoryReport struct {
 	// accounted total leaves out process-wide state (protobuf metadata, loggers, the API client).
 	HeapAlloc uint64 `json:"heapAlloc"`
 	// Memos are the graph's bounded caches: what each holds against its bound.
-	Memos []graphs.MemoStats `json:"memos"`
-	Took  string             `json:"took"`
+	Memos []collections.MemoStats `json:"memos"`
+	Took  string                  `json:"took"`
 }
 
 // MemoryPage serves /debug/memz. A walk visits every object once (O(objects), seconds on a large

@@ -223,16 +223,22 @@ func SliceService(s collections.SliceEndpoints) []string { return []string{s.Ser
 // stable order.
 func ClusterShard(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[*collections.ServiceInfo, collections.ServiceEndpoints] {
 	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
-		ofService := bySvc.Fetch(ctx, svc.ResourceName())
-		n := 0
-		for _, s := range ofService {
-			n += len(s.Endpoints)
-		}
-		all := make([]*collections.Endpoint, 0, n)
-		for _, s := range ofService {
-			all = collections.AppendRefs(all, s.Endpoints)
-		}
 		return &collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,
-			ClusterID: cfg.ClusterID, Endpoints: collections.MergeEndpointsInPlace(all)}
+			ClusterID: cfg.ClusterID, Endpoints: collections.MergeEndpointsInPlace(serviceSliceEndpoints(ctx, bySvc, svc))}
 	}}
+}
+
+// serviceSliceEndpoints fetches the endpoints of a service's slices, in a new array of the
+// caller's own (to append to and merge in place).
+func serviceSliceEndpoints(ctx krt.HandlerContext, bySvc krt.Index[string, collections.SliceEndpoints], svc *collections.ServiceInfo) []*collections.Endpoint {
+	ofService := bySvc.Fetch(ctx, svc.ResourceName())
+	n := 0
+	for _, s := range ofService {
+		n += len(s.Endpoints)
+	}
+	all := make([]*collections.Endpoint, 0, n)
+	for _, s := range ofService {
+		all = collections.AppendRefs(all, s.Endpoints)
+	}
+	return all
 }

@@ -121,7 +121,7 @@ func ConvertWorkloadEntry(cfg collections.Config, name, namespace, workloadName 
 	if spec.ServiceAccount != "" {
 		identity = internedIdentity(cfg.TrustDomain, namespace, spec.ServiceAccount)
 	}
-	canonicalName, canonicalRevision := canonicalService(labels, workloadName)
+	canonicalName, canonicalRevision := canonicalService(func(k string) (string, bool) { v, ok := labels[k]; return v, ok }, workloadName)
 	out.Meta = collections.NewEndpointMeta(
 		collections.WorkloadMeta{
 			PodLabels:         collections.InternLabels(labels),
@@ -365,15 +365,7 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 		if svc.Registry == collections.RegistryServiceEntry {
 			all = collections.AppendRefs(nil, serviceEntryEndpoints(ctx, cfg, in, svc))
 		} else {
-			slicesOf := in.SlicesByService.Fetch(ctx, svc.ResourceName())
-			n := 0
-			for _, s := range slicesOf {
-				n += len(s.Endpoints)
-			}
-			all = make([]*collections.Endpoint, 0, n)
-			for _, s := range slicesOf {
-				all = collections.AppendRefs(all, s.Endpoints)
-			}
+			all = serviceSliceEndpoints(ctx, in.SlicesByService, svc)
 			if svc.Selector != nil && svc.Resolution == collections.ClientSideLB {
 				all = collections.AppendRefs(all, selectedByService(ctx, in, svc))
 			}

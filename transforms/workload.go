@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"istio.io/istio/pkg/kube/krt"
-	kubelabels "istio.io/istio/pkg/kube/labels"
 	"istio.io/istio/pkg/spiffe"
 	corev1 "k8s.io/api/core/v1"
 
@@ -25,6 +24,30 @@ type WorkloadInputs struct {
 	// ReadyPodsByIP indexes the Pods found by address (Running or Pending, not being deleted,
 	// Ready) by the IPBucket of each of their IPs.
 	ReadyPodsByIP krt.Index[string, *collections.Pod]
+	// Identities remembers the identities derived (nil: none is remembered).
+	Identities *Identities
+}
+
+// Identities remembers the interned workload identities the transforms derive: every recompute
+// of a slice derives the identity of each of its Pods (a rollout recomputes a slice at every
+// event of any of its Pods), and a mesh has few distinct ones. The graph owns one for all its
+// clusters (the key holds the trust domain and namespace); /debug/memz shows it.
+type Identities = collections.Memo[[3]string, string]
+
+// NewIdentities is an empty memo of identities, bounded to 65 536 (emptied when full).
+func NewIdentities() *Identities {
+	return collections.NewMemo[[3]string, string]("workload identities", 1<<16, 0, nil)
+}
+
+// identity is the workload identity of a service account, remembered in ids.
+func identity(ids *Identities, trustDomain, namespace, serviceAccount string) string {
+	if ids == nil {
+		return internedIdentity(trustDomain, namespace, serviceAccount)
+	}
+	id, _ := ids.Get([3]string{trustDomain, namespace, serviceAccount}, func() (string, bool) {
+		return internedIdentity(trustDomain, namespace, serviceAccount), true
+	})
+	return id
 }
 
 func (in WorkloadInputs) reads() []any { return []any{in.Pods, in.Nodes, in.SystemNetwork} }
@@ -119,7 +142,7 @@ func workloadsOf(ctx krt.HandlerContext, cfg collections.Config, in WorkloadInpu
 	}
 	out := make(Workloads, 0, len(pods))
 	for _, p := range pods {
-		if w, ok := workloadFrom(cfg, p, nodeOf(p.NodeName), systemNetwork); ok {
+		if w, ok := workloadFrom(cfg, in.Identities, p, nodeOf(p.NodeName), systemNetwork); ok {
 			out = append(out, w)
 		}
 	}
@@ -144,7 +167,7 @@ func needsNode(p *collections.Pod) bool {
 
 // workloadFrom derives a Pod's workload (none for a Failed Pod) from its node (nil: unknown) and
 // the default network (read only when the pod has neither a network label nor a known node).
-func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collections.NodeLocality, systemNetwork func() string) (collections.Workload, bool) {
+func workloadFrom(cfg collections.Config, ids *Identities, pod *collections.Pod, node *collections.NodeLocality, systemNetwork func() string) (collections.Workload, bool) {
 	if pod.Phase == corev1.PodFailed {
 		return collections.Workload{}, false
 	}
@@ -168,7 +191,7 @@ func workloadFrom(cfg collections.Config, pod *collections.Pod, node *collection
 		IPs:         ips,
 		Ready:       len(ips) > 0 && podReadyForIPLookup(pod),
 		HostNetwork: pod.HostNetwork,
-		Meta:        workloadMeta(cfg, pod, localityLabel, locality, network),
+		Meta:        workloadMeta(cfg, ids, pod, localityLabel, locality, network),
 	}, true
 }
 
@@ -225,17 +248,17 @@ func podReadyForIPLookup(pod *collections.Pod) bool {
 	return pod.Ready
 }
 
-func workloadMeta(cfg collections.Config, pod *collections.Pod, localityLabel string, locality collections.Locality, network string) *collections.EndpointMeta {
+func workloadMeta(cfg collections.Config, ids *Identities, pod *collections.Pod, localityLabel string, locality collections.Locality, network string) *collections.EndpointMeta {
 	workloadName := WorkloadName(pod)
 	tlsMode := collections.TLSModeDisabled
 	if v, ok := pod.Labels.Get(collections.LabelTLSMode); ok {
 		tlsMode = v
 	}
-	canonicalName, canonicalRevision := canonicalService(pod.Labels.Map(), workloadName)
+	canonicalName, canonicalRevision := canonicalService(pod.Labels.Get, workloadName)
 	m := collections.NewEndpointMeta(
 		collections.WorkloadMeta{
 			PodLabels:         pod.Labels,
-			ServiceAccount:    internedIdentity(cfg.TrustDomain, pod.Namespace(), pod.ServiceAccount),
+			ServiceAccount:    identity(ids, cfg.TrustDomain, pod.Namespace(), pod.ServiceAccount),
 			TLSMode:           tlsMode,
 			Namespace:         pod.Namespace(),
 			WorkloadName:      workloadName,
@@ -348,13 +371,34 @@ func WorkloadName(pod *collections.Pod) string {
 	return ref.Name
 }
 
+// The labels istiod's canonical name and revision come from, in order (kubelabels).
+var (
+	canonicalNameLabels     = []string{collections.LabelCanonicalName, collections.LabelAppName, collections.LabelApp}
+	canonicalRevisionLabels = []string{collections.LabelCanonicalRevision, collections.LabelAppVersion, collections.LabelVersion}
+)
+
 // canonicalService is istiod's canonical name and revision of a workload (kubelabels.CanonicalService,
 // as AppendLbEndpointMetadata calls it): the first present of service.istio.io/canonical-name,
 // app.kubernetes.io/name, app, else the workload name; of service.istio.io/canonical-revision,
 // app.kubernetes.io/version, version, else "latest", which is written as "". A label present
-// with an empty value is taken, as istiod takes it.
-func canonicalService(labels map[string]string, workloadName string) (name, revision string) {
-	name, revision = kubelabels.CanonicalService(labels, workloadName)
+// with an empty value is taken, as istiod takes it. It reads the labels through get rather than
+// calling kubelabels with a map: every slice recompute derives every one of its Pods' workloads,
+// and a map per Pod is what a rollout would pay for at each event (TestCanonicalServiceIsIstiods
+// holds it to the library).
+func canonicalService(get func(string) (string, bool), workloadName string) (name, revision string) {
+	name, revision = workloadName, ""
+	for _, k := range canonicalNameLabels {
+		if v, ok := get(k); ok {
+			name = v
+			break
+		}
+	}
+	for _, k := range canonicalRevisionLabels {
+		if v, ok := get(k); ok {
+			revision = v
+			break
+		}
+	}
 	if revision == "latest" {
 		revision = ""
 	}

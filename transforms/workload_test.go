@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"fmt"
+	kubelabels "istio.io/istio/pkg/kube/labels"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -260,6 +261,31 @@ func TestWorkloadsTakeTheirOwnNodes(t *testing.T) {
 		}
 		if got := w.Meta.Locality.Region; got != want {
 			t.Errorf("%s on %s: region %q, want %q", keys[i], n, got, want)
+		}
+	}
+}
+
+// TestCanonicalServiceIsIstiods holds krteds' reading of the canonical labels to the library's
+// (kubelabels.CanonicalService, then "latest" not written, as AppendLbEndpointMetadata).
+func TestCanonicalServiceIsIstiods(t *testing.T) {
+	for _, labels := range []map[string]string{
+		nil,
+		{"app": "a"},
+		{"app": "", "app.kubernetes.io/name": "n"},
+		{"app.kubernetes.io/name": "", "app": "a"},
+		{"service.istio.io/canonical-name": "c", "app": "a", "version": "v1"},
+		{"version": "", "app.kubernetes.io/version": "v2"},
+		{"service.istio.io/canonical-revision": "latest"},
+		{"service.istio.io/canonical-revision": "", "version": "v3"},
+		{"app.kubernetes.io/version": "latest", "version": "v4"},
+	} {
+		wantName, wantRev := kubelabels.CanonicalService(labels, "wl")
+		if wantRev == "latest" {
+			wantRev = ""
+		}
+		name, rev := canonicalService(func(k string) (string, bool) { v, ok := labels[k]; return v, ok }, "wl")
+		if name != wantName || rev != wantRev {
+			t.Errorf("%v: %q %q, istiod %q %q", labels, name, rev, wantName, wantRev)
 		}
 	}
 }
