@@ -82,6 +82,20 @@ type SliceEndpoints struct {
 	Endpoints []Endpoint `json:"endpoints"`
 	// PendingPods counts the slice's endpoints left out until the Pod they name exists.
 	PendingPods int `json:"pendingPods,omitempty"`
+	// Left are the slice's addresses that gave no endpoint, each with the rule that left it out:
+	// what krteds explain reports, as the transform decided it.
+	Left []LeftOut `json:"left,omitempty"`
+}
+
+// LeftOut is one address of a slice's endpoint that the slice transform made no endpoint of.
+type LeftOut struct {
+	// Endpoint is the index of the slice's endpoint; Address the address as the slice has it.
+	Endpoint int    `json:"endpoint"`
+	Address  string `json:"address"`
+	// Reason is a Reason* constant (ReasonPodPending for an address waiting for its Pod);
+	// Detail says it in words.
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
 }
 
 // ResourceName is "<namespace>/<slice name>", the slice's key.
@@ -93,7 +107,7 @@ func (s SliceEndpoints) ServiceKey() string { return s.Namespace + "/" + s.Servi
 // Equals compares every field.
 func (s SliceEndpoints) Equals(o SliceEndpoints) bool {
 	return s.Namespace == o.Namespace && s.Name == o.Name && s.Service == o.Service && s.PendingPods == o.PendingPods &&
-		slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
+		slices.Equal(s.Left, o.Left) && slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
 }
 
 // ServiceEndpoints is the merged, de-duplicated endpoint list of one service in one cluster: the

@@ -13,6 +13,10 @@ const (
 	ReasonInvalidPort        = "invalid_port"
 	ReasonUnknownPortName    = "unknown_port_name"
 	ReasonTargetRefKind      = "target_ref_not_pod"
+	// ReasonPodPending: a slice endpoint names a Pod that is not (yet) in the Pod collection; it
+	// is left out until the Pod arrives (istiod's pending-pod resync). Not a problem of the
+	// slice: only a LeftOut.
+	ReasonPodPending = "pod_pending"
 	ReasonInvalidManifest    = "invalid_manifest"
 	ReasonInvalidProtocol    = "invalid_protocol"
 	ReasonResourceTooLarge   = "resource_too_large"

@@ -242,6 +242,10 @@ func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceI
 ) {
 	key := slice.Key
 	produced := g.SliceEndpoints.GetKey(key)
+	var leftOut []collections.LeftOut
+	if produced != nil {
+		leftOut = produced.Left
+	}
 	var problems []collections.Problem
 	if op := g.Problems.GetKey("EndpointSlice/" + key); op != nil {
 		problems = op.Problems
@@ -268,16 +272,23 @@ func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceI
 				v.exclude("slice " + key + " has addressType FQDN: ignored, as by istiod")
 				continue
 			}
-			for _, pr := range problems {
-				if strings.HasPrefix(pr.Detail, fmt.Sprintf("endpoint %d: ", i)) && strings.Contains(pr.Detail, fmt.Sprintf("%q", addr)) {
-					v.exclude(fmt.Sprintf("skipped as invalid: %s (%s)", pr.Detail, pr.Reason))
-				}
-			}
-			if se.Pod != "" {
-				if pod := g.Inputs.Pods.GetKey(se.Pod); pod == nil {
-					v.exclude(fmt.Sprintf("targetRef Pod %s is not in the Pod collection: withheld until it appears", se.Pod))
+			// What the slice transform left out, and by which rule, as it recorded it.
+			left := false
+			for _, l := range leftOut {
+				if l.Endpoint != i || l.Address != addr {
 					continue
 				}
+				left = true
+				if l.Reason == collections.ReasonPodPending {
+					v.exclude(l.Detail)
+				} else {
+					v.exclude(fmt.Sprintf("skipped as invalid: %s (%s)", l.Detail, l.Reason))
+				}
+			}
+			if left {
+				continue
+			}
+			if se.Pod != "" {
 				v.fact("targetRef Pod %s found", se.Pod)
 			} else {
 				v.fact("no Pod targetRef: the Pod is looked up by its IP in %s", slice.Namespace)
@@ -291,9 +302,10 @@ func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceI
 				}
 			}
 			if len(mine) == 0 {
+				// The slice's own problems (its ports), not those of an address of it.
 				var why []string
 				for _, pr := range problems {
-					if !strings.HasPrefix(pr.Detail, "endpoint ") {
+					if !slices.ContainsFunc(leftOut, func(l collections.LeftOut) bool { return l.Detail == pr.Detail }) {
 						why = append(why, pr.Detail)
 					}
 				}

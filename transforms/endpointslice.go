@@ -69,11 +69,11 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*collectio
 			for _, addr := range e.Addresses {
 				ip, err := netip.ParseAddr(addr)
 				if err != nil {
-					pr.add(collections.ReasonInvalidAddress, fmt.Sprintf("endpoint %d: address %q is not an IP address", i, addr))
+					leave(out, pr, i, addr, collections.ReasonInvalidAddress, fmt.Sprintf("endpoint %d: address %q is not an IP address", i, addr))
 					continue
 				}
 				if reason, detail := addressProblem(slice.AddressType, ip); reason != "" {
-					pr.add(reason, fmt.Sprintf("endpoint %d: address %q %s; skipped", i, addr, detail))
+					leave(out, pr, i, addr, reason, fmt.Sprintf("endpoint %d: address %q %s; skipped", i, addr, detail))
 					continue
 				}
 				if canonical := ip.AppendTo(addrBuf[:0]); string(canonical) != addr {
@@ -87,6 +87,8 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*collectio
 						// The Pod has not arrived yet: leave the endpoint out; this transform is
 						// recomputed when it does.
 						pending = true
+						out.Left = append(out.Left, collections.LeftOut{Endpoint: i, Address: addr, Reason: collections.ReasonPodPending,
+							Detail: "targetRef Pod " + e.Pod + " is not in the Pod collection: withheld until it appears"})
 						continue
 					}
 					meta, podKey = w.Meta, w.Key
@@ -241,4 +243,11 @@ func serviceSliceEndpoints(ctx krt.HandlerContext, bySvc krt.Index[string, colle
 		all = collections.AppendRefs(all, s.Endpoints)
 	}
 	return all
+}
+
+// leave records that the slice's endpoint i gives no endpoint for addr, and reports it as a
+// problem of the slice.
+func leave(out *collections.SliceEndpoints, pr *problems, i int, addr, reason, detail string) {
+	out.Left = append(out.Left, collections.LeftOut{Endpoint: i, Address: addr, Reason: reason, Detail: detail})
+	pr.add(reason, detail)
 }

@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -441,6 +442,36 @@ func TestPendingPodsAreCounted(t *testing.T) {
 	out, _ := runSlice(t, slice, fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""))
 	if out.PendingPods != 2 || len(out.Endpoints) != 1 {
 		t.Fatalf("pending %d, endpoints %d; want 2 pending, 1 endpoint", out.PendingPods, len(out.Endpoints))
+	}
+}
+
+// TestSliceLeavesOutWithItsReason: every address the transform makes no endpoint of is recorded
+// with the rule that left it out (what krteds explain reports): a Pod not arrived (per address),
+// an address that is not an IP, one of the other family; the problems of the slice are the
+// same details.
+func TestSliceLeavesOutWithItsReason(t *testing.T) {
+	slice := fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
+		fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "not-an-ip", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "fd00::1", Cond: fixtures.Ready})
+	slice.Endpoints[1].Addresses = append(slice.Endpoints[1].Addresses, "10.0.0.3")
+	out, problems := runSlice(t, slice, fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""))
+	var got []string
+	for _, l := range out.Left {
+		got = append(got, fmt.Sprintf("%d %s %s", l.Endpoint, l.Address, l.Reason))
+	}
+	want := []string{"1 10.0.0.2 pod_pending", "1 10.0.0.3 pod_pending", "2 not-an-ip invalid_address", "3 fd00::1 " + collections.ReasonAddressFamily}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("left out (-want +got):\n%s", diff)
+	}
+	for _, l := range out.Left[2:] {
+		if !slices.ContainsFunc(problems, func(p collections.Problem) bool { return p.Detail == l.Detail && p.Reason == l.Reason }) {
+			t.Errorf("%s left out as %s but not reported as a problem (%v)", l.Address, l.Reason, problems)
+		}
+	}
+	if len(problems) != 2 {
+		t.Errorf("problems %v: a Pod not arrived is not a problem of the slice", problems)
 	}
 }
 
