@@ -1,0 +1,259 @@
+package graphs
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/transforms"
+)
+
+// slicesOf lists the EndpointSlices labelled for a Service, by name.
+func (g *Graph) slicesOf(svc *collections.ServiceInfo) []*collections.Slice {
+	var out []*collections.Slice
+	for _, s := range g.Inputs.EndpointSlices.List() {
+		if s.Namespace == svc.Namespace && s.Service == svc.Name {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *collections.Slice) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// explainSlice walks one slice's endpoints the way SliceEndpointsOf, the shard and PlanCLA do.
+func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceInfo, port collections.ServicePort, cp transforms.ClusterPolicy,
+	class collections.ProxyClass, shard *collections.ServiceEndpoints, want func(string) bool, verdict func(string) *EndpointVerdict,
+) {
+	key := slice.Key
+	produced := g.SliceEndpoints.GetKey(key)
+	var leftOut []collections.LeftOut
+	if produced != nil {
+		leftOut = produced.Left
+	}
+	var problems []collections.Problem
+	if op := g.Problems.GetKey("EndpointSlice/" + key); op != nil {
+		problems = op.Problems
+	}
+	for i, se := range slice.Endpoints {
+		for _, addr := range se.Addresses {
+			if !want(addr) {
+				if ip, err := netip.ParseAddr(addr); err != nil || !want(ip.String()) {
+					continue
+				}
+			}
+			ip, err := netip.ParseAddr(addr)
+			name := addr
+			if err == nil {
+				name = ip.String()
+			}
+			v := verdict(name)
+			v.fact("EndpointSlice %s endpoint %d (%s): %s", key, i, addr, conditions(se.Conditions))
+			if slice.MCS {
+				v.exclude("slice " + key + " belongs to a multi-cluster service (" + collections.LabelMCSServiceName + "): ignored, as by istiod")
+				continue
+			}
+			if slice.AddressType == discovery.AddressTypeFQDN {
+				v.exclude("slice " + key + " has addressType FQDN: ignored, as by istiod")
+				continue
+			}
+			// What the slice transform left out, and by which rule, as it recorded it.
+			left := false
+			for _, l := range leftOut {
+				if l.Endpoint != i || l.Address != addr {
+					continue
+				}
+				left = true
+				if l.Reason == collections.ReasonPodPending {
+					v.exclude(l.Detail)
+				} else {
+					v.exclude(fmt.Sprintf("skipped as invalid: %s (%s)", l.Detail, l.Reason))
+				}
+			}
+			if left {
+				continue
+			}
+			if se.Pod != "" {
+				v.fact("targetRef Pod %s found", se.Pod)
+			} else {
+				v.fact("no Pod targetRef: the Pod is looked up by its IP in %s", slice.Namespace)
+			}
+			var mine []collections.Endpoint
+			if produced != nil {
+				for _, e := range produced.Endpoints {
+					if e.Address == name {
+						mine = append(mine, e)
+					}
+				}
+			}
+			if len(mine) == 0 {
+				// The slice's own problems (its ports), not those of an address of it.
+				var why []string
+				for _, pr := range problems {
+					if !slices.ContainsFunc(leftOut, func(l collections.LeftOut) bool { return l.Detail == pr.Detail }) {
+						why = append(why, pr.Detail)
+					}
+				}
+				if len(why) == 0 {
+					why = []string{"its ports: " + slicePortNames(slice)}
+				}
+				v.exclude("slice " + key + " gives no endpoint for it: " + strings.Join(why, "; "))
+				continue
+			}
+			var onPort *collections.Endpoint
+			for i := range mine {
+				if mine[i].PortName == port.Name {
+					onPort = &mine[i]
+				}
+			}
+			if onPort == nil {
+				v.exclude(fmt.Sprintf("the slice has no port named %q (service port %d); its ports: %s", port.Name, port.Port, slicePortNames(slice)))
+				continue
+			}
+			e := *onPort
+			v.fact("health %s (from the conditions%s)", e.Health, persistent(svc))
+			if e.Pod != "" {
+				v.fact("workload %s, labels %v, locality %q", e.Pod, e.Meta.PodLabels.Map(), e.Meta.Locality.String())
+			}
+			if shard != nil && !slices.ContainsFunc(shard.Endpoints, func(o *collections.Endpoint) bool { return o.Key() == e.Key() && o.Slice == e.Slice }) {
+				v.exclude("another slice of the service has the same address and port name; the healthiest copy, then the lowest slice name, is kept")
+				continue
+			}
+			judge(v, e, svc, port, cp, class, verdict)
+		}
+	}
+}
+
+// judge applies PlanCLA's rules to one endpoint, then the network split horizon: an
+// endpoint reached through a gateway is not sent itself; the gateway is.
+func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceInfo, port collections.ServicePort, cp transforms.ClusterPolicy,
+	class collections.ProxyClass, verdict func(string) *EndpointVerdict,
+) {
+	if v.Reason != "" {
+		return
+	}
+	v.loc = &e.Meta.Locality
+	if r := exclusionReason(transforms.Exclude(svc, port, cp, class, e), e, port, cp, class); r != "" {
+		v.exclude(r)
+		return
+	}
+	if cp.LB.Networks == nil {
+		return
+	}
+	direct, gws := transforms.NetworkRoute(e, cp.LB.Networks, class.Network)
+	switch {
+	case direct:
+	case len(gws) == 0:
+		v.exclude(fmt.Sprintf("left out by the network split horizon: on network %q, the proxy on %q, and without mTLS (tlsMode %q) no gateway may carry it", e.Meta.Network, class.Network, e.Meta.TLSMode))
+	default:
+		var addrs []string
+		for _, gw := range gws {
+			addrs = append(addrs, fmt.Sprintf("%s:%d", gw.Addr, gw.Port))
+			gv := verdict(gw.Addr)
+			gv.fact("the gateway of network %q (cluster %s) for %s", gw.Network, orNone(gw.Cluster), e.Address)
+		}
+		v.exclude(fmt.Sprintf("left out by the network split horizon: on network %q, the proxy on %q; reached through the gateway %s instead", e.Meta.Network, class.Network, strings.Join(addrs, ", ")))
+	}
+}
+
+// distributeReason words the one locality rule that removes endpoints (the plan's distribute, transforms/locality.go):
+// the first distribute entry whose from matches the proxy's locality sends nothing to a locality
+// none of its to patterns matches.
+func distributeReason(cp transforms.ClusterPolicy, proxy collections.Locality, loc *collections.Locality) string {
+	if loc == nil || !cp.PostProcess() || cp.Setting == nil {
+		return ""
+	}
+	for _, d := range cp.Setting.Distribute {
+		if !transforms.LocalityMatch(proxy, d.From) {
+			continue
+		}
+		for to := range d.To {
+			if transforms.LocalityMatch(*loc, to) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("left out by the DestinationRule's localityLbSetting distribute: from %q (the proxy is in %q) no weight goes to %q",
+			d.From, proxy.String(), loc.String())
+	}
+	return ""
+}
+
+// exclusionReason words a rule of transforms.Exclude for one endpoint.
+func exclusionReason(x transforms.Exclusion, e collections.Endpoint, port collections.ServicePort, cp transforms.ClusterPolicy, class collections.ProxyClass) string {
+	switch x {
+	case transforms.ExcludedPort:
+		return fmt.Sprintf("its port is named %q, not %q (service port %d)", e.PortName, port.Name, port.Port)
+	case transforms.ExcludedNode:
+		return fmt.Sprintf("internalTrafficPolicy Local: it runs on node %q, the proxy on %q", e.Meta.NodeName, class.NodeName)
+	case transforms.ExcludedCluster:
+		return fmt.Sprintf("the service is local to each cluster: it is in cluster %q, the proxy in %q", e.Meta.ClusterID, class.ClusterID)
+	case transforms.ExcludedTerminating:
+		return "terminating: never sent"
+	case transforms.ExcludedUnhealthy:
+		return "not ready: UNHEALTHY endpoints are not sent where the DestinationRule's outlierDetection sets minHealthPercent > 0 (istiod's supportsUnhealthyEndpoints)"
+	case transforms.ExcludedDraining:
+		return "not ready but serving and terminating: DRAINING endpoints are sent only for persistent-session services"
+	case transforms.ExcludedSubset:
+		return fmt.Sprintf("its labels %v do not match the subset's %v", e.Meta.PodLabels.Map(), cp.SubsetLabels)
+	}
+	return ""
+}
+
+func conditions(c discovery.EndpointConditions) string {
+	b := func(p *bool) string {
+		if p == nil {
+			return "unset"
+		}
+		return fmt.Sprint(*p)
+	}
+	return "ready=" + b(c.Ready) + " serving=" + b(c.Serving) + " terminating=" + b(c.Terminating)
+}
+
+func slicePortNames(s *collections.Slice) string {
+	var names []string
+	for _, p := range s.Ports {
+		n := ""
+		if p.Name != nil {
+			n = *p.Name
+		}
+		names = append(names, fmt.Sprintf("%q", n))
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+func persistent(svc *collections.ServiceInfo) string {
+	if svc.SupportsDrainingEndpoints() {
+		return "; a persistent-session service"
+	}
+	return ""
+}
+
+func registryKind(svc *collections.ServiceInfo) string {
+	if svc.Registry == collections.RegistryKubernetes {
+		return "Service"
+	}
+	return "ServiceEntry host"
+}
+
+func sourceOf(e collections.Endpoint) string {
+	if e.Slice != "" {
+		return "slice " + e.Slice
+	}
+	if e.Pod != "" {
+		return "workload " + e.Pod
+	}
+	return "registry"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
