@@ -411,15 +411,21 @@ func (s *Server) subscribeSotw(c *conn, t typ, st *typeState, first bool, req re
 	}
 	st.subs.each(func(id nameID, sb sub) {
 		if _, ok := want[id]; !ok && sb.explicit {
-			if st.wildcard {
-				sb.explicit = false
-				st.subs.set(id, sb)
-			} else {
-				s.drop(c, t, st, id)
-			}
+			s.release(c, t, st, id, sb)
 		}
 	})
 	return nil
+}
+
+// release ends a name's explicit subscription (c.mu held): under a wildcard the name stays,
+// held through it; otherwise it is dropped.
+func (s *Server) release(c *conn, t typ, st *typeState, id nameID, sb sub) {
+	if st.wildcard {
+		sb.explicit = false
+		st.subs.set(id, sb)
+		return
+	}
+	s.drop(c, t, st, id)
 }
 
 // subscribeDelta applies a delta request's subscription changes (c.mu held).
@@ -478,12 +484,7 @@ func (s *Server) subscribeDelta(c *conn, t typ, st *typeState, first bool, req *
 				if t == tLbEndpoint && sb.explicit {
 					s.dropCollection(st, id)
 				}
-				if st.wildcard {
-					sb.explicit = false
-					st.subs.set(id, sb)
-				} else {
-					s.drop(c, t, st, id)
-				}
+				s.release(c, t, st, id, sb)
 			}
 		}
 	}
