@@ -345,8 +345,14 @@ func (r *rig) startReplica(i int) *replica {
 		r.replicas = append(r.replicas, &replica{r: r, i: len(r.replicas), xds: fmt.Sprintf("127.0.0.1:%d", freePort(r.t)), debug: fmt.Sprintf("127.0.0.1:%d", freePort(r.t))})
 	}
 	rep := r.replicas[i]
-	cmd, done := r.start(fmt.Sprintf("krteds-%d", i), r.buildKrteds(), "serve", "--kubeconfig="+r.kubeconfigFor(i), "--xds-addr="+rep.xds,
-		"--debug-addr="+rep.debug, "--cluster-secrets=false", "--drain-duration=2s", "--log-level=info")
+	bin, args := r.buildKrteds(), []string{"serve", "--kubeconfig=" + r.kubeconfigFor(i), "--xds-addr=" + rep.xds,
+		"--debug-addr=" + rep.debug, "--cluster-secrets=false", "--drain-duration=2s", "--log-level=info"}
+	if n := os.Getenv("KRTEDS_SCALE_REPLICA_NICE"); n != "" {
+		// The replicas at another scheduling priority than the control loop and the clients they
+		// share the machine with (a cluster gives krteds cores of its own).
+		bin, args = "nice", append([]string{"-n", n, bin}, args...)
+	}
+	cmd, done := r.start(fmt.Sprintf("krteds-%d", i), bin, args...)
 	r.mu.Lock()
 	rep.cmd, rep.done = cmd, done
 	r.mu.Unlock()

@@ -439,8 +439,10 @@ func (r *rig) waitRollout(timeout time.Duration) time.Time {
 func (r *rig) rollingUpdate(f *fleet, rep *report, v string) {
 	r.t.Helper()
 	sc := r.scenario(f, rep, fmt.Sprintf("Rolling update of a %d-pod Deployment (maxSurge 25%%, maxUnavailable 0)", r.sz.rollout))
+	profiled := r.profile("rollout", 10*time.Second, -1)
 	t0 := r.startRollout(v)
 	t1 := r.waitRollout(20 * time.Minute)
+	profiled()
 	rep.note("rollout complete in the API %v after the template change", t1.Sub(t0).Round(time.Millisecond))
 	r.apiLoad(rep, t0, t1)
 	sc.end()

@@ -33,6 +33,8 @@ type truth struct {
 	// addrPod is the Pod each ready address was last seen with; podSeen and podGone are when
 	// the rig's informer saw each Pod arrive and go (for the account of a violation).
 	addrPod map[uint32]string
+	// listed is when the slices first listed each address ready for the Pod it names now.
+	listed  map[uint32]time.Time
 	podSeen map[string]time.Time
 	podGone map[string]time.Time
 	// podChanged is, per Pod named by a slice, when the slices last changed its readiness (an
@@ -156,7 +158,7 @@ func ipString(a uint32) string {
 func newTruth() *truth {
 	tr := &truth{svcs: map[string]*svcTruth{}, changed: map[uint32]readyChange{}, addrReady: map[uint32]bool{},
 		pods: map[string]bool{}, podSvc: map[string]string{},
-		addrPod: map[uint32]string{}, podChanged: map[string]readyChange{}, podReady: map[string]bool{}, podSeen: map[string]time.Time{}, podGone: map[string]time.Time{}}
+		addrPod: map[uint32]string{}, listed: map[uint32]time.Time{}, podChanged: map[string]readyChange{}, podReady: map[string]bool{}, podSeen: map[string]time.Time{}, podGone: map[string]time.Time{}}
 	tr.cond = sync.NewCond(&tr.mu)
 	return tr
 }
@@ -232,6 +234,9 @@ func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 					ready = append(ready, readyEndpoint{ip: ip, pod: pod})
 					if pod != "" {
 						tr.podSvc[pod] = name
+						if tr.addrPod[ip] != pod {
+							tr.listed[ip] = now
+						}
 						tr.addrPod[ip] = pod
 					}
 				}
@@ -686,6 +691,9 @@ func (tr *truth) accountOf(a uint32) string {
 		return out
 	}
 	out += " pod " + pod
+	if t, ok := tr.listed[a]; ok {
+		out += " listed ready for it " + t.Format("15:04:05.000")
+	}
 	if t, ok := tr.podSeen[pod]; ok {
 		out += " seen " + t.Format("15:04:05.000")
 	}
