@@ -16,11 +16,11 @@ const (
 	// ReasonPodPending: a slice endpoint names a Pod that is not (yet) in the Pod collection; it
 	// is left out until the Pod arrives (istiod's pending-pod resync). Not a problem of the
 	// slice: only a LeftOut.
-	ReasonPodPending = "pod_pending"
-	ReasonInvalidManifest    = "invalid_manifest"
-	ReasonInvalidProtocol    = "invalid_protocol"
-	ReasonResourceTooLarge   = "resource_too_large"
-	ReasonMarshalFailed      = "marshal_failed"
+	ReasonPodPending       = "pod_pending"
+	ReasonInvalidManifest  = "invalid_manifest"
+	ReasonInvalidProtocol  = "invalid_protocol"
+	ReasonResourceTooLarge = "resource_too_large"
+	ReasonMarshalFailed    = "marshal_failed"
 
 	// ReasonAddressFamily: an IPv6 address in an IPv4 EndpointSlice, or the reverse.
 	ReasonAddressFamily = "address_family_mismatch"
