@@ -183,7 +183,7 @@ func (s *Files) read(p string) readResult {
 		r.problem = &collections.Problem{Reason: ReasonNotRegular, Detail: "replaced by something other than a regular file while opening"}
 		return r
 	}
-	if beingWritten(f) {
+	if beingWritten(f) && stillWritten(f) {
 		r.waiting = true
 		return r
 	}
@@ -226,4 +226,17 @@ func fileKind(m fs.FileMode) string {
 		return "folder"
 	}
 	return "special file"
+}
+
+// stillWritten checks again, for up to 10 ms, a file found open for writing: the kernel queues a
+// writer's close event before it drops the file's write access, so a read that event prompts
+// can find the file still held for a moment, and would then wait for a close that has been.
+func stillWritten(f *os.File) bool {
+	for i := 0; i < 10; i++ {
+		time.Sleep(time.Millisecond)
+		if !beingWritten(f) {
+			return false
+		}
+	}
+	return true
 }

@@ -76,7 +76,11 @@ func (h *harness) waitFor(what string, cond func() bool) {
 		select {
 		case <-h.changed:
 		case <-deadline:
-			h.t.Fatalf("timed out waiting for %s", what)
+			var ns []string
+			for _, n := range h.f.static.Namespaces.List() {
+				ns = append(ns, n.Name)
+			}
+			h.t.Fatalf("timed out waiting for %s (namespaces %v; files %+v)", what, ns, h.f.Status())
 		}
 	}
 }
