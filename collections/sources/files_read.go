@@ -52,8 +52,11 @@ func (s *Files) load(c *changes) {
 	results := make([]readResult, len(paths))
 	decoded := make([]*Decoded, len(paths))
 	errs := make([]error, len(paths))
+	// A file found open for writing is checked again until settle, once for the whole batch: a
+	// batch of many files held open costs 10 ms, not 10 ms a file.
+	settle := time.Now().Add(settleTime)
 	work := func(i int) {
-		r := s.read(paths[i])
+		r := s.read(paths[i], settle)
 		if c.asIs && r.waiting {
 			// Still being written after the wait: take it as it is now.
 			r = s.readAnyway(paths[i])
@@ -133,7 +136,7 @@ func (s *Files) load(c *changes) {
 
 // read reads one manifest file: a regular file, or a symlink to a regular file inside the
 // folder, at most MaxFileBytes. Anything else is a problem, and is never opened for reading.
-func (s *Files) read(p string) readResult {
+func (s *Files) read(p string, settle time.Time) readResult {
 	r := readResult{path: p}
 	target := p
 	fi, err := os.Lstat(p)
@@ -183,7 +186,7 @@ func (s *Files) read(p string) readResult {
 		r.problem = &collections.Problem{Reason: ReasonNotRegular, Detail: "replaced by something other than a regular file while opening"}
 		return r
 	}
-	if beingWritten(f) && stillWritten(f) {
+	if beingWritten(f) && stillWritten(f, settle) {
 		r.waiting = true
 		return r
 	}
@@ -228,15 +231,18 @@ func fileKind(m fs.FileMode) string {
 	return "special file"
 }
 
-// stillWritten checks again, for up to 10 ms, a file found open for writing: the kernel queues a
+// settleTime bounds how long a batch checks again the files it found open for writing.
+const settleTime = 10 * time.Millisecond
+
+// stillWritten checks again, until settle, a file found open for writing: the kernel queues a
 // writer's close event before it drops the file's write access, so a read that event prompts
 // can find the file still held for a moment, and would then wait for a close that has been.
-func stillWritten(f *os.File) bool {
-	for i := 0; i < 10; i++ {
+func stillWritten(f *os.File, settle time.Time) bool {
+	for time.Now().Before(settle) {
 		time.Sleep(time.Millisecond)
 		if !beingWritten(f) {
 			return false
 		}
 	}
-	return true
+	return beingWritten(f)
 }
