@@ -30,9 +30,19 @@ func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceI
 ) {
 	key := slice.Key
 	produced := g.SliceEndpoints.GetKey(key)
-	var leftOut []collections.LeftOut
+	// What the transform left out, by slice endpoint and address, and their details (a slice of
+	// many bad addresses is looked up once each, not scanned per address).
+	type at struct {
+		i    int
+		addr string
+	}
+	leftAt := map[at][]collections.LeftOut{}
+	leftDetails := map[string]bool{}
 	if produced != nil {
-		leftOut = produced.Left
+		for _, l := range produced.Left {
+			leftAt[at{l.Endpoint, l.Address}] = append(leftAt[at{l.Endpoint, l.Address}], l)
+			leftDetails[l.Detail] = true
+		}
 	}
 	var problems []collections.Problem
 	if op := g.Problems.GetKey("EndpointSlice/" + key); op != nil {
@@ -62,10 +72,7 @@ func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceI
 			}
 			// What the slice transform left out, and by which rule, as it recorded it.
 			left := false
-			for _, l := range leftOut {
-				if l.Endpoint != i || l.Address != addr {
-					continue
-				}
+			for _, l := range leftAt[at{i, addr}] {
 				left = true
 				if l.Reason == collections.ReasonPodPending {
 					v.exclude(l.Detail)
@@ -93,7 +100,7 @@ func (g *Graph) explainSlice(slice *collections.Slice, svc *collections.ServiceI
 				// The slice's own problems (its ports), not those of an address of it.
 				var why []string
 				for _, pr := range problems {
-					if !slices.ContainsFunc(leftOut, func(l collections.LeftOut) bool { return l.Detail == pr.Detail }) {
+					if !leftDetails[pr.Detail] {
 						why = append(why, pr.Detail)
 					}
 				}
