@@ -250,6 +250,10 @@ func TestDestinationRuleEditRecomputesOnlyItsHosts(t *testing.T) {
 		n, _ := r.g.Description.Snapshot().Node(graphs.NameCLAs)
 		return n.Recomputes
 	}
+	// The answer above needed the proxy's view, not its class: the class may still be on its
+	// way. A rule that makes foo's CLAs per class, applied before the class arrives, recomputes
+	// foo once for the rule and once more for the class; the baseline is taken once it is there.
+	waitClassOf(t, r)
 	before := count()
 	r.in.Apply(decode(t, drSubsets)[0], false)
 	resp := recv(t, s) // the new policy (failover priorities) reaches the proxy

@@ -183,6 +183,21 @@ func waitResolved(t *testing.T, r *rig, name string, want []string) {
 	})
 }
 
+// waitClassOf waits until the class of the rig's only client is among the graph's proxy classes.
+func waitClassOf(t *testing.T, r *rig) {
+	t.Helper()
+	w := fixtures.NewWaker()
+	fixtures.WakeOn(t, w, r.g.ProxyClasses)
+	fixtures.WakeOn(t, w, r.g.Views)
+	w.Await(t, wait, "the client's proxy class", func() (bool, string) {
+		st := r.srv.Status()
+		if len(st) != 1 || st[0].View == nil {
+			return false, fmt.Sprintf("%d clients, or no view yet", len(st))
+		}
+		return r.g.ProxyClasses.GetKey(st[0].View.ClassKey) != nil, "class " + st[0].View.ClassKey
+	})
+}
+
 // endpointsOf renders a CLA as "ip:port HEALTH p<priority> <region>/<zone>" lines.
 func endpointsOf(cla *endpoint.ClusterLoadAssignment) []string {
 	var out []string
