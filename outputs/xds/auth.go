@@ -73,7 +73,7 @@ func peerIdentity(ctx context.Context) (id Identity, ok bool, err error) {
 
 // ServerTLS loads the serving certificate and the CA bundle that client certificates must chain
 // to. With requireCert every connection must present one; otherwise a client may instead send a
-// service-account token (see SetTokenAuthenticator).
+// service-account token (see Options.Tokens).
 func ServerTLS(certFile, keyFile, caFile string, requireCert bool) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -104,10 +104,6 @@ func ServerTLS(certFile, keyFile, caFile string, requireCert bool) (*tls.Config,
 type TokenAuthenticator interface {
 	Authenticate(ctx context.Context, token string) (Identity, error)
 }
-
-// SetTokenAuthenticator lets TLS clients without a certificate authenticate with a bearer token
-// in the "authorization" gRPC metadata.
-func (s *Server) SetTokenAuthenticator(a TokenAuthenticator) { s.tokens = a }
 
 // bearerToken reads "authorization: Bearer <token>" from the stream's metadata.
 func bearerToken(ctx context.Context) string {

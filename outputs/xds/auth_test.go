@@ -51,13 +51,13 @@ type tokenServer struct {
 	tokens *countingTokens
 }
 
-func startTokenServer(t *testing.T, opts ...func(*Server)) *tokenServer {
+func startTokenServer(t *testing.T, opts ...func(*Options)) *tokenServer {
 	t.Helper()
 	tokens := &countingTokens{accept: map[string]string{}}
 	ts := &tokenServer{tokens: tokens}
-	ts.fakeServer = startFake(t, append([]func(*Server){func(s *Server) {
-		s.SetTokenAuthenticator(NewTokenCache(tokens))
-		s.SetTrustDomain("cluster.local")
+	ts.fakeServer = startFake(t, append([]func(*Options){func(o *Options) {
+		o.Tokens = NewTokenCache(tokens)
+		o.TrustDomain = "cluster.local"
 	}}, opts...)...)
 	ca, err := fixtures.NewCA()
 	if err != nil {
@@ -216,7 +216,7 @@ func TestTokenCacheExpiry(t *testing.T) {
 // TestStreamsPerIdentityAreBounded: one identity holds at most the streams its bound allows;
 // another identity is not affected, and a stream closing makes room.
 func TestStreamsPerIdentityAreBounded(t *testing.T) {
-	ts := startTokenServer(t, func(s *Server) { s.SetLimits(Limits{StreamsPerIdentity: 3}) })
+	ts := startTokenServer(t, func(o *Options) { o.Limits = Limits{StreamsPerIdentity: 3} })
 	ts.src.set(tEndpoint.url(), "e0")
 	a := jwtWith(`{"sub":"a"}`)
 	b := jwtWith(`{"sub":"b"}`)
@@ -261,7 +261,7 @@ func TestStreamsPerIdentityAreBounded(t *testing.T) {
 // it opens and may report only as a proxy of its identity's namespace.
 func TestLoadReportsAreAuthenticated(t *testing.T) {
 	l := NewLoadReports(time.Second, nil, nil)
-	ts := startTokenServer(t, func(s *Server) { s.SetLoadReports(l) })
+	ts := startTokenServer(t, func(o *Options) { o.LoadReports = l })
 	tok := jwtWith(`{"sub":"ns1"}`)
 	ts.tokens.accept[tok] = "ns1"
 	cc := ts.dial(t)

@@ -46,7 +46,7 @@ func sidecarNode(i int) adsclient.Node {
 // request is answered with an empty response while few are queued, and otherwise dropped.)
 func TestMadeUpTypeURLsLeaveNothingBehind(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	fs := startFake(t, func(s *Server) { s.metrics = NewMetrics(reg) })
+	fs := startFake(t, func(o *Options) { o.Metrics = NewMetrics(reg) })
 	fs.src.set(tEndpoint.url(), "e0")
 	// Warm up: one stream, so that lazily made state (gRPC transport, pools) is in the baseline.
 	warm, err := adsclient.Open(context.Background(), fs.cc, sidecarNode(0))
@@ -171,7 +171,7 @@ func TestHostileClientsGetBoundedLogs(t *testing.T) {
 	var logBytes, logLines int
 	core := countingCore{LevelEnabler: zapcore.DebugLevel, mu: &mu, bytes: &logBytes, lines: &logLines,
 		enc: zapcore.NewConsoleEncoder(zap.NewProductionEncoderConfig())}
-	fs := startFake(t, func(s *Server) { s.log = zap.New(core) })
+	fs := startFake(t, func(o *Options) { o.Log = zap.New(core) })
 	for i := 0; i < 20; i++ {
 		fs.src.set(tEndpoint.url(), "e0")
 	}
@@ -287,9 +287,10 @@ func TestClosedStreamsLeaveNoIndexBehind(t *testing.T) {
 				t.Fatalf("delta stream %d: %d resources, %v", i, len(dr.GetResources()), err)
 			}
 		}
-		fs.srv.mu.RLock()
-		streams := len(fs.srv.slots) - len(fs.srv.free)
-		fs.srv.mu.RUnlock()
+		x := fs.srv.index
+		x.mu.RLock()
+		streams := len(x.slots) - len(x.free)
+		x.mu.RUnlock()
 		if held := fs.srv.versions.size(); streams != 20 || held == 0 {
 			t.Fatalf("round %d: %d streams in slots, %d versions held", round, streams, held)
 		}
@@ -298,18 +299,18 @@ func TestClosedStreamsLeaveNoIndexBehind(t *testing.T) {
 			delta[i].Close()
 		}
 		waitStreams(t, fs, 0)
-		fs.srv.mu.RLock()
-		for ty, sets := range fs.srv.subscribers {
+		x.mu.RLock()
+		for ty, sets := range x.subscribers {
 			for id, set := range sets {
 				if len(set) != 0 {
 					t.Errorf("round %d: type %d name %d still has subscribers %v", round, ty, id, set)
 				}
 			}
 		}
-		if len(fs.srv.free) != len(fs.srv.slots) || len(fs.srv.slots) > 21 {
-			t.Errorf("round %d: %d slots, %d free", round, len(fs.srv.slots), len(fs.srv.free))
+		if len(x.free) != len(x.slots) || len(x.slots) > 21 {
+			t.Errorf("round %d: %d slots, %d free", round, len(x.slots), len(x.free))
 		}
-		fs.srv.mu.RUnlock()
+		x.mu.RUnlock()
 		if n, v := fs.srv.Subscriptions(), fs.srv.versions.size(); n != 0 || v != 0 {
 			t.Errorf("round %d: %d names and %d versions still interned", round, n, v)
 		}
@@ -324,7 +325,7 @@ func TestManyClientsGetBoundedLogs(t *testing.T) {
 	var logBytes, logLines int
 	core := countingCore{LevelEnabler: zapcore.DebugLevel, mu: &mu, bytes: &logBytes, lines: &logLines,
 		enc: zapcore.NewConsoleEncoder(zap.NewProductionEncoderConfig())}
-	fs := startFake(t, func(s *Server) { s.log = zap.New(core) })
+	fs := startFake(t, func(o *Options) { o.Log = zap.New(core) })
 	fs.src.set(tEndpoint.url(), "e0")
 	start := time.Now()
 	for i := 0; i < 500; i++ {

@@ -225,14 +225,14 @@ type fakeServer struct {
 	addr string
 }
 
-func startFake(t testing.TB, opts ...func(*Server)) *fakeServer {
+func startFake(t testing.TB, opts ...func(*Options)) *fakeServer {
 	t.Helper()
 	src := newFakeSource()
-	srv := NewServer(src, "Kubernetes", nil, nil)
-	srv.SetLimits(Limits{StreamRate: -1}) // tests open streams faster than any herd
-	for _, o := range opts {
-		o(srv)
+	o := Options{ClusterID: "Kubernetes", Limits: Limits{StreamRate: -1}} // tests open streams faster than any herd
+	for _, opt := range opts {
+		opt(&o)
 	}
+	srv := NewServer(src, o)
 	stop := make(chan struct{})
 	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -16,9 +16,8 @@ import (
 // unknown-subset set) is looked at again when a change names what it follows, and the index of
 // followers is emptied with the last subscriber.
 func TestFollowersChangeWithWhatTheyFollow(t *testing.T) {
-	fs := startFake(t, func(s *Server) {
-		s.src.(*fakeSource).follows = map[string]string{"follower": "leader"}
-	})
+	fs := startFake(t)
+	fs.src.follows = map[string]string{"follower": "leader"} // before any stream: read without a lock
 	eds := tEndpoint.url()
 	fs.src.set(eds, "follower")
 	quiet := func(body string) {
@@ -66,9 +65,9 @@ func TestFollowersChangeWithWhatTheyFollow(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		fs.srv.mu.RLock()
-		n := len(fs.srv.followers[tEndpoint])
-		fs.srv.mu.RUnlock()
+		fs.srv.index.mu.RLock()
+		n := len(fs.srv.index.followers[tEndpoint])
+		fs.srv.index.mu.RUnlock()
 		if n == 0 {
 			break
 		}

@@ -111,7 +111,7 @@ func follow(ctx context.Context, t *testing.T, fs *fakeServer, i int, typeURL st
 // within the bound (and acknowledged before the next); the client ends up holding everything.
 // A state-of-the-world list of clusters is never split.
 func TestLargeAnswersGoInParts(t *testing.T) {
-	fs := startFake(t, func(s *Server) { s.SetLimits(Limits{StreamRate: -1, ResponseBytes: 256 << 10}) })
+	fs := startFake(t, func(o *Options) { o.Limits = Limits{StreamRate: -1, ResponseBytes: 256 << 10} })
 	names := fs.src.setBig(tEndpoint.url(), 100, 20<<10) // 2 MB
 	f := follow(context.Background(), t, fs, 1, tEndpoint.url(), names, nil)
 	<-f.done
@@ -154,7 +154,7 @@ func TestLargeAnswersGoInParts(t *testing.T) {
 // TestNewStreamsPastTheRateRetry: past the stream rate a new stream is told to retry, except a
 // delta stream coming back with versions that are current, which is let in.
 func TestNewStreamsPastTheRateRetry(t *testing.T) {
-	fs := startFake(t, func(s *Server) { s.SetLimits(Limits{StreamRate: 0.001}) }) // one, then none
+	fs := startFake(t, func(o *Options) { o.Limits = Limits{StreamRate: 0.001} }) // one, then none
 	names := fs.src.setBig(tEndpoint.url(), 10, 100)
 	open := func(i int, initial map[string]string) error {
 		f := follow(context.Background(), t, fs, i, tEndpoint.url(), names, initial)
@@ -190,8 +190,8 @@ func TestNewStreamsPastTheRateRetry(t *testing.T) {
 // is whole again once everyone is gone.
 func TestBudgetHoldsWithClientsThatNeverRead(t *testing.T) {
 	const budget = 4 << 20
-	fs := startFake(t, func(s *Server) {
-		s.SetLimits(Limits{StreamRate: -1, SendBudget: budget, ResponseBytes: 512 << 10, SendTimeout: 2 * time.Second})
+	fs := startFake(t, func(o *Options) {
+		o.Limits = Limits{StreamRate: -1, SendBudget: budget, ResponseBytes: 512 << 10, SendTimeout: 2 * time.Second}
 	})
 	names := fs.src.setBig(tEndpoint.url(), 200, 50<<10) // 10 MB an answer
 	var peak atomic.Int64

@@ -39,7 +39,7 @@ func formFor(c *conn, t typ, r *collections.Resource) (*collections.Resource, bo
 // rejectedLEDS handles a rejected response of endpoints (c.mu held): if it held a LEDS form, the
 // client may not read LEDS (an Envoy without it), so the stream sends whole CLAs from then on,
 // starting with every CLA it holds.
-func (s *Server) rejectedLEDS(c *conn, st *typeState) {
+func (s *Server) rejectedLEDS(c *conn, st *subscription) {
 	if !c.ledsSent || c.noLEDS {
 		return
 	}
@@ -54,7 +54,7 @@ func (s *Server) rejectedLEDS(c *conn, st *typeState) {
 // the version the client holds: the members that changed or joined are sent, those gone are
 // removed. A collection the view does not have lists nothing; one whose CLA is being computed
 // for the view (after a change of the proxy's class) waits, as a pending CLA does.
-func (s *Server) nextCollections(c *conn, st *typeState) *response {
+func (s *Server) nextCollections(c *conn, st *subscription) *response {
 	cs, ok := s.src.(CollectionSource)
 	if !ok {
 		st.dirty, st.dirtyAll, st.force = nil, false, false
@@ -62,11 +62,7 @@ func (s *Server) nextCollections(c *conn, st *typeState) *response {
 	}
 	var globs []nameID
 	if st.force || st.dirtyAll {
-		st.subs.each(func(id nameID, sb sub) {
-			if sb.explicit {
-				globs = append(globs, id)
-			}
-		})
+		st.eachExplicit(func(id nameID) { globs = append(globs, id) })
 	} else {
 		for id := range st.dirty {
 			if sb, held := st.subs.get(id); held && sb.explicit {
@@ -148,10 +144,4 @@ func diffCollection(old, cur *collections.LEDSCollection, send func(m *collectio
 			remove(m.Name)
 		}
 	}
-}
-
-// dropCollection forgets a collection the client unsubscribed from (c.mu held); the client
-// forgets its members with it.
-func (s *Server) dropCollection(st *typeState, glob nameID) {
-	delete(st.members, glob)
 }

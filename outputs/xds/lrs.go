@@ -37,7 +37,7 @@ const (
 // LoadReports serves envoy.service.load_stats.v3.LoadReportingService: it asks each client for
 // the load of every cluster it holds at a fixed interval, and adds the reports up per cluster,
 // locality and drop category, as Prometheus metrics and for /debug/loadz. Its streams are
-// authenticated and authorised as the ADS server's are (Server.SetLoadReports ties them).
+// authenticated and authorised as the ADS server's are (Options.LoadReports ties them).
 type LoadReports struct {
 	lrs.UnimplementedLoadReportingServiceServer
 
@@ -97,7 +97,7 @@ type reporter struct {
 }
 
 // NewLoadReports makes the LRS server: clients report every interval. It serves once a Server
-// holds it (SetLoadReports): the server authenticates its streams and says what each proxy was
+// holds it (Options.LoadReports): the server authenticates its streams and says what each proxy was
 // sent.
 func NewLoadReports(interval time.Duration, reg prometheus.Registerer, log *zap.Logger) *LoadReports {
 	if log == nil {

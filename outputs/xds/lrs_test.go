@@ -19,10 +19,10 @@ import (
 )
 
 // lrsServer is the fake source's server with load reporting.
-func lrsServer(t *testing.T, opts ...func(*Server)) (*fakeServer, *LoadReports) {
+func lrsServer(t *testing.T, opts ...func(*Options)) (*fakeServer, *LoadReports) {
 	t.Helper()
 	l := NewLoadReports(time.Second, prometheus.NewRegistry(), nil)
-	return startFake(t, append([]func(*Server){func(s *Server) { s.SetLoadReports(l) }}, opts...)...), l
+	return startFake(t, append([]func(*Options){func(o *Options) { o.LoadReports = l }}, opts...)...), l
 }
 
 // sentCLA opens an ADS stream as node and has it sent the CLAs of names.

@@ -5,11 +5,45 @@ import (
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
+
+// request is one discovery request, of either variant, as a subscription reads it.
+type request struct {
+	delta       bool
+	node        *core.Node
+	typeURL     string
+	nonce       string
+	errorDetail *rpcstatus.Status
+	// list is a state-of-the-world request's list of names, read only if it is needed.
+	list *sotwRequest
+	// subscribe, unsubscribe and initial are a delta request's.
+	subscribe, unsubscribe []string
+	initial                map[string]string
+}
+
+func sotwRequestOf(m *sotwRequest) request {
+	r := &m.req
+	return request{node: r.GetNode(), typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(), errorDetail: r.GetErrorDetail(), list: m}
+}
+
+func deltaRequestOf(r *discovery.DeltaDiscoveryRequest) request {
+	return request{delta: true, node: r.GetNode(), typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(), errorDetail: r.GetErrorDetail(),
+		subscribe: r.GetResourceNamesSubscribe(), unsubscribe: r.GetResourceNamesUnsubscribe(), initial: r.GetInitialResourceVersions()}
+}
+
+// names are the resource names a request subscribes to.
+func (r request) names(table *nameTable) ([]string, error) {
+	if r.list != nil {
+		return r.list.names(table)
+	}
+	return r.subscribe, nil
+}
 
 // Requests are decoded with their resource names interned: a name the server already holds (a
 // subscription of another stream) takes the table's copy instead of a new string. A proxy that
@@ -269,4 +303,25 @@ func (m *sotwRequest) names(table *nameTable) ([]string, error) {
 		return nil, err
 	}
 	return m.list, nil
+}
+
+// parseVersion reads a version krteds sent (hexadecimal, at most 16 digits).
+func parseVersion(v string) (uint64, bool) {
+	var n uint64
+	if v == "" || len(v) > 16 {
+		return 0, false
+	}
+	for _, ch := range []byte(v) {
+		var d byte
+		switch {
+		case ch >= '0' && ch <= '9':
+			d = ch - '0'
+		case ch >= 'a' && ch <= 'f':
+			d = ch - 'a' + 10
+		default:
+			return 0, false
+		}
+		n = n<<4 | uint64(d)
+	}
+	return n, true
 }

@@ -1,11 +1,15 @@
 // Package xds serves resources over ADS, state of the world and delta. It keeps the protocol
 // state of each stream (subscriptions, versions held, nonces, ACKs and NACKs) and nothing else:
 // which bytes a proxy gets for a name comes from a Source.
+//
+// The files, in the order a request meets them: stream.go (the gRPC streams, the loop that
+// sends), admission.go (who may open a stream), subscription.go (the protocol rules of one
+// stream's subscription to one type), index.go (which streams hold which names), response.go
+// (what is sent next), wire.go and requests.go (the bytes), flight.go (the send budget).
 package xds
 
 import (
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,25 +26,51 @@ import (
 	"github.com/krteds/krteds/collections"
 )
 
+// Options configure a server. Only ClusterID matters to every server; the zero value of each
+// other field is a working default.
+type Options struct {
+	// ClusterID is the cluster the server runs in (istiod's CLUSTER_ID).
+	ClusterID string
+	// TrustDomain is the trust domain authenticated identities must belong to ("": any).
+	TrustDomain string
+	// Log and Metrics: nil for none (metrics then go to an unregistered set).
+	Log     *zap.Logger
+	Metrics *Metrics
+	// Limits bound what the server holds and how fast it takes on new streams.
+	Limits Limits
+	// LoadReports serves LRS on the gRPC servers made by NewGRPCServer (nil: LRS off); its
+	// streams are authenticated as ADS streams are, and count only what the server sent their
+	// proxy.
+	LoadReports *LoadReports
+	// Tokens lets TLS clients without a certificate authenticate with a bearer token in the
+	// "authorization" gRPC metadata (nil: certificates only).
+	Tokens TokenAuthenticator
+	// For the xDS debug types: the system namespace (its identities see every proxy), the
+	// control plane identifier sent with istio.io/debug/syncz (istiod's JSON of component,
+	// instance ID and build), and the debug pages istio.io/debug reads (nil: none).
+	SystemNamespace string
+	ControlPlaneID  string
+	DebugPages      http.Handler
+}
+
 // Server is krteds' ADS server.
 type Server struct {
-	src         Source
-	clusterID   string
-	trustDomain string
-	// For the xDS debug types (SetDebug).
+	src             Source
+	clusterID       string
+	trustDomain     string
 	systemNamespace string
 	controlPlane    *core.ControlPlane
 	debugPages      http.Handler
-	// loadReports serves LRS on the same gRPC servers (nil: LRS off).
-	loadReports *LoadReports
-	tokens      TokenAuthenticator
-	log         *zap.Logger
-	logs        *serverLogs
-	metrics     *Metrics
-	names       *nameTable
-	versions    *versionTable
-	// limits are the server's bounds (SetLimits); budget the send budget, streamRate the
-	// admission of new streams (nil: unlimited).
+	loadReports     *LoadReports
+	tokens          TokenAuthenticator
+	log             *zap.Logger
+	logs            *serverLogs
+	metrics         *Metrics
+	names           *nameTable
+	versions        *versionTable
+	index           *subscriberIndex
+	// limits are the server's bounds; budget the send budget, streamRate the admission of new
+	// streams (nil: unlimited).
 	limits     Limits
 	budget     *sendBudget
 	streamRate *rate.Limiter
@@ -58,33 +88,31 @@ type Server struct {
 	byNode map[string][]*conn
 	// clientConns are the connections of the gRPC servers serving s, by remote address.
 	clientConns *connTracker
-	// slots numbers the streams: a stream's slot is its bit in the subscriber sets; free lists
-	// the slots of closed streams, reused first so that the sets stay short.
-	slots []*conn
-	free  []uint32
-	// subscribers indexes, per type and nameID, the streams subscribed to (or holding) each
-	// name; wildcard lists the streams subscribed to all of a type.
-	subscribers [numTypes][]connSet
-	wildcard    [numTypes]map[*conn]struct{}
-	// followers indexes, per type, the subscribed names whose resources follow another name
-	// (Source.Follows), by that name; an entry lives as long as its name has subscribers.
-	followers [numTypes]map[string][]nameID
 }
 
 // NewServer builds a server over a source. Call Start before serving streams.
-func NewServer(src Source, clusterID string, log *zap.Logger, m *Metrics) *Server {
-	if log == nil {
-		log = zap.NewNop()
+func NewServer(src Source, o Options) *Server {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
 	}
-	if m == nil {
-		m = NewMetrics(nil)
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
 	}
-	s := &Server{src: src, clusterID: clusterID, log: log, logs: newServerLogs(), metrics: m, names: newNameTable(), versions: newVersionTable(),
+	s := &Server{src: src, clusterID: o.ClusterID, trustDomain: o.TrustDomain, systemNamespace: o.SystemNamespace, debugPages: o.DebugPages,
+		loadReports: o.LoadReports, tokens: o.Tokens, log: o.Log, logs: newServerLogs(), metrics: o.Metrics,
+		names: newNameTable(), versions: newVersionTable(),
 		conns: map[string]*conn{}, identities: map[Identity]int{}, byNode: map[string][]*conn{}, clientConns: newConnTracker()}
-	s.SetLimits(Limits{})
-	for t := range numTypes {
-		s.wildcard[t] = map[*conn]struct{}{}
-		s.followers[t] = map[string][]nameID{}
+	if o.ControlPlaneID != "" {
+		s.controlPlane = &core.ControlPlane{Identifier: o.ControlPlaneID}
+	}
+	s.index = newSubscriberIndex(s.names, src.Follows)
+	s.limits = o.Limits.WithDefaults()
+	s.budget = newSendBudget(s.limits.SendBudget, s.limits.LargeResponses, s.metrics)
+	if r := s.limits.StreamRate; r > 0 {
+		s.streamRate = rate.NewLimiter(rate.Limit(r), max(1, int(r)))
+	}
+	if o.LoadReports != nil {
+		o.LoadReports.srv = s
 	}
 	return s
 }
@@ -115,86 +143,6 @@ func (s *Server) Serving() bool { return s.synced.Load() && !s.closing.Load() }
 // Close makes the server take no new stream (it answers the open ones until Drain ends them).
 func (s *Server) Close() { s.closing.Store(true) }
 
-// Limits bound what the server holds and how fast it takes on new streams. Zero fields take the
-// defaults.
-type Limits struct {
-	// StreamsPerIdentity bounds the open streams of one authenticated identity (a namespace's
-	// service account: a Deployment of thousands of replicas shares one).
-	StreamsPerIdentity int
-	// SendBudget bounds the bytes of responses handed to gRPC and not yet written, or being
-	// encoded, all streams together (flight.go).
-	SendBudget int64
-	// ResponseBytes bounds one response: a larger answer of a type that may be split (any type
-	// on delta streams but LEDS, endpoints and routes on state of the world) goes out in parts,
-	// each acknowledged before the next; a single resource larger than it goes alone.
-	ResponseBytes int
-	// SendTimeout is how long a client may take to read a response before its stream is closed
-	// (its budget is held meanwhile); negative: no limit.
-	SendTimeout time.Duration
-	// StreamRate is the new streams per second let in; past it a new stream is told to retry
-	// (RESOURCE_EXHAUSTED), unless it is a delta stream coming back with versions that are
-	// current. Negative: no limit.
-	StreamRate float64
-	// LargeResponses bounds the responses over 64 KiB in flight at once (the next part of an
-	// answer under way goes first); negative: no bound.
-	LargeResponses int
-}
-
-// Default limits.
-const (
-	DefaultMaxStreamsPerIdentity = 20000
-	DefaultResponseBytes         = 1 << 20
-	DefaultSendTimeout           = time.Minute
-)
-
-// DefaultStreamRate is the new streams per second let in by default: 500 per CPU (a herd of a
-// thousand proxies is let in within a second on two cores; the send budget paces what they
-// are sent).
-func DefaultStreamRate() float64 { return 500 * float64(runtime.GOMAXPROCS(0)) }
-
-// WithDefaults fills the zero fields of l.
-func (l Limits) WithDefaults() Limits {
-	if l.StreamsPerIdentity <= 0 {
-		l.StreamsPerIdentity = DefaultMaxStreamsPerIdentity
-	}
-	if l.SendBudget <= 0 {
-		l.SendBudget = DefaultSendBudget
-	}
-	if l.ResponseBytes <= 0 {
-		l.ResponseBytes = DefaultResponseBytes
-	}
-	if l.SendTimeout == 0 {
-		l.SendTimeout = DefaultSendTimeout
-	}
-	if l.StreamRate == 0 {
-		l.StreamRate = DefaultStreamRate()
-	}
-	if l.LargeResponses == 0 {
-		l.LargeResponses = DefaultLargeResponses()
-	}
-	return l
-}
-
-// SetLimits sets the server's bounds; call it before serving streams.
-func (s *Server) SetLimits(l Limits) {
-	s.limits = l.WithDefaults()
-	s.budget = newSendBudget(s.limits.SendBudget, s.limits.LargeResponses, s.metrics)
-	s.streamRate = nil
-	if r := s.limits.StreamRate; r > 0 {
-		s.streamRate = rate.NewLimiter(rate.Limit(r), max(1, int(r)))
-	}
-}
-
-// SetTrustDomain sets the trust domain authenticated identities must belong to.
-func (s *Server) SetTrustDomain(td string) { s.trustDomain = td }
-
-// SetLoadReports serves LRS with l on the gRPC servers made after (NewGRPCServer): its streams
-// are authenticated as ADS streams are, and count only what the server sent their proxy.
-func (s *Server) SetLoadReports(l *LoadReports) {
-	s.loadReports = l
-	l.srv = s
-}
-
 // sentTo is what the server sent the proxy of a node id (on a stream of the same identity): a
 // function reporting whether a cluster or CLA of a name is one of them. It reads the streams
 // once; the function reads only those streams.
@@ -213,21 +161,11 @@ func (s *Server) sentTo(nodeID string, idn *Identity) func(name string) bool {
 			return false
 		}
 		for _, c := range cs {
-			if c.sent(id) {
+			if c.hasSent(id) {
 				return true
 			}
 		}
 		return false
-	}
-}
-
-// SetDebug sets what the xDS debug types need: the system namespace (its identities see every
-// proxy), the control plane identifier sent with istio.io/debug/syncz (istiod's JSON of
-// component, instance ID and build), and the debug pages istio.io/debug reads.
-func (s *Server) SetDebug(systemNamespace, controlPlaneID string, pages http.Handler) {
-	s.systemNamespace, s.debugPages = systemNamespace, pages
-	if controlPlaneID != "" {
-		s.controlPlane = &core.ControlPlane{Identifier: controlPlaneID}
 	}
 }
 
@@ -254,42 +192,8 @@ func (s *Server) onChange(ch collections.Change) {
 	if !ok || len(ch.Names) == 0 {
 		return
 	}
-	touched := map[*conn][]nameID{}
-	var ids []nameID
-	var idNames []string // the name of each of ids, as looked up
-	s.mu.RLock()
-	for _, n := range ch.Names {
-		id, known := s.names.lookup(n)
-		if known {
-			ids, idNames = append(ids, id), append(idNames, n)
-			s.subscribersLocked(t, id).each(func(slot uint32) {
-				c := s.slots[slot]
-				touched[c] = append(touched[c], id)
-			})
-		}
-		// The subscribed names whose resources follow n.
-		for _, fid := range s.followers[t][n] {
-			if !slices.Contains(ids, fid) {
-				ids, idNames = append(ids, fid), append(idNames, s.names.name(fid))
-			}
-			s.subscribersLocked(t, fid).each(func(slot uint32) {
-				c := s.slots[slot]
-				if !slices.Contains(touched[c], fid) {
-					touched[c] = append(touched[c], fid)
-				}
-			})
-		}
-		for c := range s.wildcard[t] {
-			if !known {
-				// A resource new to every stream: the wildcard streams list everything again.
-				touched[c] = nil
-			} else if !slices.Contains(touched[c], id) {
-				touched[c] = append(touched[c], id)
-			}
-		}
-	}
-	s.mu.RUnlock()
-	for c, ids := range touched {
+	streams, ids, idNames := s.index.touched(t, ch.Names)
+	for c, ids := range streams {
 		c.markDirty(t, ids, at)
 	}
 	// Recorded once every stream holding the names has been told (LastChange says so), for the
@@ -310,15 +214,8 @@ func (s *Server) register(c *conn) error {
 		s.identities[*c.identity]++
 	}
 	s.conns[c.id] = c
-	if n := len(s.free); n > 0 {
-		c.slot = s.free[n-1]
-		s.free = s.free[:n-1]
-		s.slots[c.slot] = c
-	} else {
-		c.slot = uint32(len(s.slots))
-		s.slots = append(s.slots, c)
-	}
 	s.mu.Unlock()
+	s.index.addStream(c)
 	return nil
 }
 
@@ -330,26 +227,13 @@ func (s *Server) unregister(c *conn) {
 	if p := c.unwritten; p != nil {
 		p.abandon()
 	}
-	c.mu.Lock()
-	c.closed = true
-	var held [numTypes][]nameID
-	for t, st := range c.types {
-		if st == nil {
-			continue
-		}
-		st.subs.each(func(id nameID, _ sub) { held[t] = append(held[t], id) })
-		st.subs.reset()
-	}
-	registered := c.proxy != nil
-	proxyType, istioVersion := "", c.istioVersion
-	if registered {
-		proxyType = c.proxy.Type
+	held, proxy := c.close()
+	if proxy != nil {
 		s.src.Disconnect(c.id)
 	}
-	c.mu.Unlock()
 	s.mu.Lock()
 	delete(s.conns, c.id)
-	if registered {
+	if proxy != nil {
 		s.unindexNodeLocked(c)
 	}
 	if c.identity != nil {
@@ -357,24 +241,10 @@ func (s *Server) unregister(c *conn) {
 			delete(s.identities, *c.identity)
 		}
 	}
-	for t := range numTypes {
-		delete(s.wildcard[t], c)
-		for _, id := range held[t] {
-			s.unindexLocked(typ(t), id, c)
-		}
-	}
-	// The names are released before the stream leaves the index, so that a server without
-	// streams holds no names.
-	for t := range numTypes {
-		for _, id := range held[t] {
-			s.names.release(id)
-		}
-	}
-	s.slots[c.slot] = nil
-	s.free = append(s.free, c.slot)
 	s.mu.Unlock()
-	if registered {
-		s.metrics.clients(proxyType, istioVersion, -1)
+	s.index.removeStream(c, &held)
+	if proxy != nil {
+		s.metrics.clients(proxy.Type, c.istioVersion, -1)
 		if ok, held := s.logs.disconnects.allow(time.Now()); ok {
 			s.log.Info("xDS client disconnected", zap.String("conn", c.id), zap.Int("suppressedLogLines", held))
 		}
@@ -394,62 +264,6 @@ func (s *Server) unindexNodeLocked(c *conn) {
 		delete(s.byNode, c.proxy.ID)
 	} else {
 		s.byNode[c.proxy.ID] = cs
-	}
-}
-
-// subscribersLocked is the set of streams holding name id of type t (s.mu held).
-func (s *Server) subscribersLocked(t typ, id nameID) connSet {
-	if int(id) < len(s.subscribers[t]) {
-		return s.subscribers[t][id]
-	}
-	return nil
-}
-
-// indexLocked records that c holds name id of type t (s.mu held).
-func (s *Server) indexLocked(t typ, id nameID, c *conn) {
-	if n := int(id) + 1; n > len(s.subscribers[t]) {
-		s.subscribers[t] = append(s.subscribers[t], make([]connSet, n-len(s.subscribers[t]))...)
-	}
-	set := &s.subscribers[t][id]
-	if len(*set) == 0 {
-		s.followLocked(t, id, true)
-	}
-	set.add(c.slot)
-}
-
-func (s *Server) unindexLocked(t typ, id nameID, c *conn) {
-	if int(id) >= len(s.subscribers[t]) {
-		return
-	}
-	set := &s.subscribers[t][id]
-	if len(*set) == 0 {
-		return
-	}
-	if set.remove(c.slot) {
-		s.followLocked(t, id, false)
-	}
-}
-
-// followLocked adds (on) or removes name id of type t from the followers of the name its
-// resource follows, if any (s.mu held; the name is interned).
-func (s *Server) followLocked(t typ, id nameID, on bool) {
-	leader := s.src.Follows(t.url(), s.names.name(id))
-	if leader == "" {
-		return
-	}
-	fs := s.followers[t][leader]
-	if on {
-		s.followers[t][leader] = append(fs, id)
-		return
-	}
-	if i := slices.Index(fs, id); i >= 0 {
-		fs[i] = fs[len(fs)-1]
-		fs = fs[:len(fs)-1]
-	}
-	if len(fs) == 0 {
-		delete(s.followers[t], leader)
-	} else {
-		s.followers[t][leader] = fs
 	}
 }
 

@@ -175,7 +175,7 @@ func TestWireCodec(t *testing.T) {
 // client.
 func TestCallerCodecDoesNotReplaceTheWireCodec(t *testing.T) {
 	src := newFakeSource()
-	srv := NewServer(src, "Kubernetes", nil, nil)
+	srv := NewServer(src, Options{ClusterID: "Kubernetes"})
 	stop := make(chan struct{})
 	defer close(stop)
 	srv.Start(stop)

@@ -64,7 +64,7 @@ func start(b testing.TB, m *Mesh, extra ...any) *running {
 // serveXDS serves the graph over ADS on a loopback port until stop closes (the caller stops gs).
 func serveXDS(tb testing.TB, g *graphs.Graph, stop <-chan struct{}) (*xds.Server, *grpc.Server, string) {
 	tb.Helper()
-	srv := xds.NewServer(g, "Kubernetes", nil, nil)
+	srv := xds.NewServer(g, xds.Options{ClusterID: "Kubernetes"})
 	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -360,7 +360,7 @@ func BenchmarkMemory(b *testing.B) {
 		}
 		m = nil
 		withGraph := heap()
-		srv := xds.NewServer(g, "Kubernetes", nil, nil)
+		srv := xds.NewServer(g, xds.Options{ClusterID: "Kubernetes"})
 		srv.Start(stop)
 		lis, _ := net.Listen("tcp", "127.0.0.1:0")
 		gs := xds.NewGRPCServer(context.Background(), srv, nil)

@@ -35,8 +35,7 @@ func issue(t *testing.T, ca *fixtures.CA, uri string, server bool) tls.Certifica
 }
 
 func TestAuthenticatedXDS(t *testing.T) {
-	r := newRig(t, mesh()...)
-	r.srv.SetTrustDomain("cluster.local")
+	r := newRig(t, mesh()...) // its server takes identities of the default trust domain only
 	ca := newCA(t)
 	pool := ca.Pool()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

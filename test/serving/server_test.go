@@ -61,8 +61,8 @@ func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Stat
 
 func startRigWithMetrics(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static, m *xds.Metrics) *rig {
 	t.Helper()
-	srv := xds.NewServer(g, "Kubernetes", nil, m)
-	srv.SetLimits(xds.Limits{StreamRate: -1}) // the tests open streams faster than any herd
+	srv := xds.NewServer(g, xds.Options{ClusterID: "Kubernetes", TrustDomain: collections.DefaultTrustDomain, Metrics: m,
+		Limits: xds.Limits{StreamRate: -1}}) // the tests open streams faster than any herd
 	srv.Start(stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -187,31 +187,37 @@ func Start(o Options) (*App, error) {
 	a.Graph = graphs.Build(o.Config, in, opts)
 	problems.Watch(a.Graph.Problems)
 	cfg := o.Config.WithDefaults()
-	a.XDS = xds.NewServer(a.Graph, cfg.ClusterID, log.Named("xds"), xds.NewMetrics(reg))
-	a.XDS.SetLimits(o.Limits)
 	reg.MustRegister(outputs.NewCollector(a.Graph.Description))
 	outputs.RegisterIstioRegistryMetrics(reg, a.Graph)
-	a.XDS.SetTrustDomain(cfg.TrustDomain)
 	if cfg.LRS {
 		interval := o.LRSInterval
 		if interval <= 0 {
 			interval = 10 * time.Second
 		}
 		a.LoadReports = xds.NewLoadReports(interval, reg, log.Named("lrs"))
-		a.XDS.SetLoadReports(a.LoadReports)
 	}
+	var tokens xds.TokenAuthenticator
 	var debugAuth func(*http.Request) (xds.Identity, error)
 	if len(o.TokenAudiences) > 0 && o.Cluster != nil {
-		tr := xds.NewTokenCache(xds.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain})
-		a.XDS.SetTokenAuthenticator(tr)
+		tokens = xds.NewTokenCache(xds.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain})
 		debugAuth = func(r *http.Request) (xds.Identity, error) {
 			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok {
 				return xds.Identity{}, errors.New("no bearer token")
 			}
-			return tr.Authenticate(r.Context(), strings.TrimSpace(tok))
+			return tokens.Authenticate(r.Context(), strings.TrimSpace(tok))
 		}
 	}
+	// The debug pages read the server, and istio.io/debug serves them over xDS: the server is
+	// given a handler that reaches them once they are built, below.
+	var pages http.Handler = http.NotFoundHandler()
+	xo := xds.Options{
+		ClusterID: cfg.ClusterID, TrustDomain: cfg.TrustDomain, Log: log.Named("xds"), Metrics: xds.NewMetrics(reg),
+		Limits: o.Limits, LoadReports: a.LoadReports, Tokens: tokens, SystemNamespace: cfg.SystemNamespace,
+		ControlPlaneID: outputs.ControlPlaneID(),
+		DebugPages:     http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { pages.ServeHTTP(w, r) }),
+	}
+	a.XDS = xds.NewServer(a.Graph, xo)
 	a.XDS.Start(a.stop)
 	if o.SecureListener != nil {
 		if o.SecureTLS == nil {
@@ -221,8 +227,8 @@ func Start(o Options) (*App, error) {
 	}
 	a.grpc = xds.NewGRPCServer(ctx, a.XDS, nil, o.GRPCOptions...)
 	// The debug pages exist without a debug port too: istioctl reads them over xDS.
-	pages, served := a.debugMux(cfg, o, reg, debugAuth)
-	a.XDS.SetDebug(cfg.SystemNamespace, outputs.ControlPlaneID(), pages)
+	var served http.Handler
+	pages, served = a.debugMux(cfg, o, reg, debugAuth)
 	if a.secure != nil {
 		go func() {
 			if err := a.secure.Serve(o.SecureListener); err != nil {

@@ -1,0 +1,198 @@
+package xds
+
+import (
+	"slices"
+	"sync"
+)
+
+// subscriberIndex is the server's one index of who holds what: per type and interned name, the
+// streams that subscribe to it or hold it; per type, the streams subscribed to everything; and
+// the subscribed names whose resources follow another name. A change of the source is turned
+// into the streams it touches here (touched), and nowhere else. Streams are numbered by slot, a
+// stream's bit in the sets.
+//
+// Lock order: a stream's lock (conn.mu), then the index's, then the name table's.
+type subscriberIndex struct {
+	names *nameTable
+	// follows is Source.Follows.
+	follows func(typeURL, name string) string
+
+	mu sync.RWMutex
+	// slots numbers the streams; free lists the slots of closed streams, reused first so that
+	// the sets stay short.
+	slots []*conn
+	free  []uint32
+	// subscribers indexes, per type and nameID, the streams subscribed to (or holding) each
+	// name; wildcard lists the streams subscribed to all of a type.
+	subscribers [numTypes][]connSet
+	wildcard    [numTypes]map[*conn]struct{}
+	// followers indexes, per type, the subscribed names whose resources follow another name
+	// (Source.Follows), by that name; an entry lives as long as its name has subscribers.
+	followers [numTypes]map[string][]nameID
+}
+
+func newSubscriberIndex(names *nameTable, follows func(typeURL, name string) string) *subscriberIndex {
+	x := &subscriberIndex{names: names, follows: follows}
+	for t := range numTypes {
+		x.wildcard[t] = map[*conn]struct{}{}
+		x.followers[t] = map[string][]nameID{}
+	}
+	return x
+}
+
+// addStream gives a new stream its slot.
+func (x *subscriberIndex) addStream(c *conn) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if n := len(x.free); n > 0 {
+		c.slot = x.free[n-1]
+		x.free = x.free[:n-1]
+		x.slots[c.slot] = c
+		return
+	}
+	c.slot = uint32(len(x.slots))
+	x.slots = append(x.slots, c)
+}
+
+// removeStream takes a closed stream out of the index, with the names it held (released: a
+// server without streams holds no names), and frees its slot.
+func (x *subscriberIndex) removeStream(c *conn, held *[numTypes][]nameID) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for t := range numTypes {
+		delete(x.wildcard[t], c)
+		for _, id := range held[t] {
+			x.unwatchLocked(typ(t), id, c)
+		}
+	}
+	for t := range numTypes {
+		for _, id := range held[t] {
+			x.names.release(id)
+		}
+	}
+	x.slots[c.slot] = nil
+	x.free = append(x.free, c.slot)
+}
+
+// watch records that c holds the names ids of type t. Called before the stream's state records
+// them, so that no change of a name can be missed.
+func (x *subscriberIndex) watch(t typ, c *conn, ids ...nameID) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, id := range ids {
+		if n := int(id) + 1; n > len(x.subscribers[t]) {
+			x.subscribers[t] = append(x.subscribers[t], make([]connSet, n-len(x.subscribers[t]))...)
+		}
+		set := &x.subscribers[t][id]
+		if len(*set) == 0 {
+			x.followLocked(t, id, true)
+		}
+		set.add(c.slot)
+	}
+}
+
+// unwatch records that c no longer holds name id of type t.
+func (x *subscriberIndex) unwatch(t typ, c *conn, id nameID) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.unwatchLocked(t, id, c)
+}
+
+func (x *subscriberIndex) unwatchLocked(t typ, id nameID, c *conn) {
+	if int(id) >= len(x.subscribers[t]) {
+		return
+	}
+	set := &x.subscribers[t][id]
+	if len(*set) == 0 {
+		return
+	}
+	if set.remove(c.slot) {
+		x.followLocked(t, id, false)
+	}
+}
+
+// setWildcard records whether c subscribes to every name of type t.
+func (x *subscriberIndex) setWildcard(t typ, c *conn, on bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if on {
+		x.wildcard[t][c] = struct{}{}
+	} else {
+		delete(x.wildcard[t], c)
+	}
+}
+
+// subscribersLocked is the set of streams holding name id of type t (x.mu held).
+func (x *subscriberIndex) subscribersLocked(t typ, id nameID) connSet {
+	if int(id) < len(x.subscribers[t]) {
+		return x.subscribers[t][id]
+	}
+	return nil
+}
+
+// followLocked adds (on) or removes name id of type t from the followers of the name its
+// resource follows, if any (x.mu held; the name is interned).
+func (x *subscriberIndex) followLocked(t typ, id nameID, on bool) {
+	leader := x.follows(t.url(), x.names.name(id))
+	if leader == "" {
+		return
+	}
+	fs := x.followers[t][leader]
+	if on {
+		x.followers[t][leader] = append(fs, id)
+		return
+	}
+	if i := slices.Index(fs, id); i >= 0 {
+		fs[i] = fs[len(fs)-1]
+		fs = fs[:len(fs)-1]
+	}
+	if len(fs) == 0 {
+		delete(x.followers[t], leader)
+	} else {
+		x.followers[t][leader] = fs
+	}
+}
+
+// touched is what a change of names of type t touches: per stream, the interned names it must
+// look at again (nil: every name, for a wildcard stream and a name new to every stream); and the
+// interned names changed (the names themselves and those that follow them), with their names.
+func (x *subscriberIndex) touched(t typ, names []string) (streams map[*conn][]nameID, ids []nameID, idNames []string) {
+	streams = map[*conn][]nameID{}
+	var everything []*conn // wildcard streams told of a name new to every stream
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, n := range names {
+		id, known := x.names.lookup(n)
+		if known {
+			ids, idNames = append(ids, id), append(idNames, n)
+			x.subscribersLocked(t, id).each(func(slot uint32) {
+				c := x.slots[slot]
+				streams[c] = append(streams[c], id)
+			})
+		}
+		// The subscribed names whose resources follow n.
+		for _, fid := range x.followers[t][n] {
+			if !slices.Contains(ids, fid) {
+				ids, idNames = append(ids, fid), append(idNames, x.names.name(fid))
+			}
+			x.subscribersLocked(t, fid).each(func(slot uint32) {
+				c := x.slots[slot]
+				if !slices.Contains(streams[c], fid) {
+					streams[c] = append(streams[c], fid)
+				}
+			})
+		}
+		for c := range x.wildcard[t] {
+			if !known {
+				// A resource new to every stream: the wildcard streams list everything again.
+				everything = append(everything, c)
+			} else if !slices.Contains(streams[c], id) {
+				streams[c] = append(streams[c], id)
+			}
+		}
+	}
+	for _, c := range everything {
+		streams[c] = nil // after the names known: nil stays "every name"
+	}
+	return streams, ids, idNames
+}

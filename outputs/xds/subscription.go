@@ -1,0 +1,368 @@
+package xds
+
+import (
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The protocol rules of a subscription, for both xDS variants, live in this file: what a
+// request's nonce says (ACK, NACK, a stale answer, a new request), what its names subscribe to
+// (lists, wildcards, delta subscriptions and initial versions), and what a stream holds of each
+// name. What a response sends is decided in response.go from the state kept here.
+
+// sub is what a stream holds of one name of one type.
+type sub struct {
+	// version is what the client holds (0: nothing).
+	version uint64
+	// explicit: the client asked for the name (otherwise it came with a wildcard subscription).
+	explicit bool
+}
+
+// subscription is one stream's subscription to one type: what its client asked for, what it
+// holds of each name, where the exchange of responses and ACKs stands, and what must be looked
+// at again. Its fields are read and written under the stream's lock (conn.mu).
+type subscription struct {
+	t     typ
+	owner *conn
+	index *subscriberIndex
+
+	wildcard bool
+	subs     subSet
+	// dirty names must be looked at again, each with the input change behind its mark (unix ns,
+	// 0 if none: a new subscription); dirtyAll: every name (dirty then only carries times).
+	dirty    map[nameID]int64
+	dirtyAll bool
+	// inflight: a response was sent and is neither ACKed nor NACKed; changes wait for it.
+	inflight bool
+	// force answers even if nothing changed: the first response, and endpoints after clusters.
+	force bool
+	// forceNext forces the answer to the next request (endpoints, after a clusters response).
+	forceNext bool
+	// members are, for LEDS, what the client holds of each collection subscribed to.
+	members map[nameID]heldCollection
+	// deferred are, for endpoints, the names whose cluster is being removed: their emptied CLA
+	// waits for the clusters response that removes the cluster, as istiod sends them.
+	deferred map[nameID]int64
+	// sweep are the names a look at every name has still to look at (next takes them a part at
+	// a time, the last first).
+	sweep []nameID
+	// listHash is, on state of the world, the hash of the names of the last request applied
+	// (listed: there was one): an ACK repeating them changes nothing.
+	listHash uint64
+	listed   bool
+	st       TypeStatus
+}
+
+func newSubscription(t typ, owner *conn, index *subscriberIndex, vt *versionTable) *subscription {
+	return &subscription{t: t, owner: owner, index: index, force: true, subs: newSubSet(vt)}
+}
+
+// reply is what a request's nonce says of the response it answers.
+type reply int
+
+const (
+	// replyNone: a new request (the first of its type on the stream, or without a nonce).
+	replyNone reply = iota
+	replyACK
+	replyNACK
+	// replyStale: it answers an older response than the latest.
+	replyStale
+)
+
+// apply applies a request: its nonce to the exchange, then its names to the subscription. A
+// state-of-the-world request answering an older response is ignored: the client will answer the
+// newest one with its full subscription; a delta request's changes apply whatever it answers.
+func (sb *subscription) apply(req request, first bool) (reply, error) {
+	r := sb.replyOf(req, first)
+	defer sb.subs.compact()
+	if req.delta {
+		return r, sb.applyDelta(req, first)
+	}
+	if r == replyStale {
+		return r, nil
+	}
+	if err := sb.applySotw(req, first); err != nil {
+		return r, err
+	}
+	if sb.t == tEndpoint && sb.forceNext {
+		sb.force, sb.forceNext = true, false
+	}
+	return r, nil
+}
+
+// replyOf reads a request's nonce. The first request of a type on a stream is a new
+// subscription whatever nonce it carries, as istiod's shouldRespond takes it: an Envoy before
+// 1.29 reconnecting sends the previous stream's nonce and version with it (envoyproxy/envoy#30155).
+func (sb *subscription) replyOf(req request, first bool) reply {
+	switch {
+	case first || req.nonce == "":
+		return replyNone
+	case req.nonce != sb.st.SentNonce:
+		return replyStale
+	}
+	sb.inflight = false
+	if e := req.errorDetail; e != nil {
+		sb.st.NACKs++
+		sb.st.LastError = clip(e.GetMessage())
+		return replyNACK
+	}
+	sb.st.AckedNonce, sb.st.AckedVersion, sb.st.LastError = sb.st.SentNonce, sb.st.SentVersion, ""
+	return replyACK
+}
+
+// applySotw makes the subscription the request's list. Every ACK repeats the whole list: the
+// list of the previous request again changes nothing, and is told by its hash without reading
+// its names.
+func (sb *subscription) applySotw(req request, first bool) error {
+	t := sb.t
+	if req.list.n > MaxSubscriptions {
+		return status.Errorf(codes.InvalidArgument, "%d %s names in one request; at most %d", req.list.n, t.short(), MaxSubscriptions)
+	}
+	if !first && sb.listed && req.list.hash == sb.listHash {
+		return nil
+	}
+	names, err := req.names(sb.index.names)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "%s request: %v", t.short(), err)
+	}
+	sb.listed, sb.listHash = true, req.list.hash
+	// An empty list is a wildcard on a first request of the types that had one before "*"
+	// (legacy), and keeps a wildcard subscription; "*" subscribes to everything.
+	wildcard := (first && len(names) == 0 && t.legacyWildcard()) || slices.Contains(names, "*") || (sb.wildcard && len(names) == 0)
+	if wildcard != sb.wildcard {
+		sb.dirtyAll = true
+		sb.setWildcard(wildcard)
+	}
+	want := make(map[nameID]struct{}, len(names))
+	var added []string
+	for _, n := range names {
+		if n == "*" {
+			continue
+		}
+		if id, ok := sb.index.names.lookup(n); ok {
+			if held, ok := sb.subs.get(id); ok && held.explicit {
+				want[id] = struct{}{}
+				continue
+			}
+		}
+		added = append(added, n)
+	}
+	for _, id := range sb.add(added) {
+		want[id] = struct{}{}
+	}
+	sb.subs.each(func(id nameID, held sub) {
+		if _, ok := want[id]; !ok && held.explicit {
+			sb.release(id, held)
+		}
+	})
+	return nil
+}
+
+// applyDelta applies a delta request's subscription changes. On the first request of a type the
+// initial versions say what the client holds already (a client coming back to this or another
+// replica), and an empty subscription is a wildcard for the types that had one before "*".
+func (sb *subscription) applyDelta(req request, first bool) error {
+	t := sb.t
+	if len(req.subscribe)+sb.subs.len() > MaxSubscriptions {
+		return status.Errorf(codes.InvalidArgument, "more than %d %s names on one stream", MaxSubscriptions, t.short())
+	}
+	if first {
+		if (len(req.subscribe) == 0 && t.legacyWildcard()) || slices.Contains(req.subscribe, "*") {
+			sb.setWildcard(true)
+		}
+		sb.holdInitial(req.initial)
+	} else if slices.Contains(req.subscribe, "*") && !sb.wildcard {
+		sb.dirtyAll = true
+		sb.setWildcard(true)
+	}
+	if len(req.subscribe) > 0 {
+		sb.add(slices.DeleteFunc(slices.Clone(req.subscribe), func(n string) bool { return n == "*" }))
+	}
+	for _, n := range req.unsubscribe {
+		if n == "*" {
+			sb.setWildcard(false)
+			continue
+		}
+		if id, ok := sb.index.names.lookup(n); ok {
+			if held, ok := sb.subs.get(id); ok {
+				if t == tLbEndpoint && held.explicit {
+					delete(sb.members, id) // the client forgets the collection's members with it
+				}
+				sb.release(id, held)
+			}
+		}
+	}
+	return nil
+}
+
+// holdInitial records the versions a delta client says it holds (at most MaxSubscriptions).
+func (sb *subscription) holdInitial(iv map[string]string) {
+	if len(iv) == 0 {
+		return
+	}
+	names := make([]string, 0, min(len(iv), MaxSubscriptions))
+	for n := range iv {
+		if len(names) == MaxSubscriptions {
+			break
+		}
+		names = append(names, n)
+	}
+	ids := sb.index.names.acquireAll(names)
+	sb.index.watch(sb.t, sb.owner, ids...)
+	for i, id := range ids {
+		ver, _ := parseVersion(iv[names[i]])
+		sb.subs.set(id, sub{version: ver, explicit: !sb.wildcard})
+	}
+}
+
+// setWildcard subscribes to every name of the type, or ends that: the names held only through
+// the wildcard are then dropped.
+func (sb *subscription) setWildcard(on bool) {
+	if on == sb.wildcard {
+		return
+	}
+	sb.wildcard = on
+	sb.index.setWildcard(sb.t, sb.owner, on)
+	if !on {
+		sb.subs.each(func(id nameID, held sub) {
+			if !held.explicit {
+				sb.drop(id)
+			}
+		})
+	}
+}
+
+// add subscribes to names explicitly and marks them to be looked at, interning and indexing
+// them under one lock each. The index is updated before the state, so no change of a name can
+// be missed.
+func (sb *subscription) add(names []string) []nameID {
+	ids := sb.index.names.acquireAll(names)
+	var fresh []nameID
+	seen := make(map[nameID]struct{}, len(ids))
+	for _, id := range ids {
+		if _, dup := seen[id]; dup {
+			sb.index.names.release(id) // named twice in the request
+			continue
+		}
+		seen[id] = struct{}{}
+		if held, ok := sb.subs.get(id); ok {
+			sb.index.names.release(id)
+			held.explicit = true
+			sb.subs.set(id, held)
+			continue
+		}
+		fresh = append(fresh, id)
+	}
+	if len(fresh) > 0 {
+		sb.index.watch(sb.t, sb.owner, fresh...)
+		sb.subs.addAll(fresh, sub{explicit: true})
+	}
+	if sb.t.splittable(sb.owner.delta) {
+		// Swept (4 bytes a name) rather than marked (a map entry each): a first subscription
+		// of every cluster of a large mesh, held until its last part is sent, by every stream
+		// of a herd.
+		for id := range seen {
+			sb.sweep = append(sb.sweep, id)
+		}
+		return ids
+	}
+	if sb.dirty == nil {
+		sb.dirty = make(map[nameID]int64, len(seen))
+	}
+	for id := range seen {
+		if _, marked := sb.dirty[id]; !marked {
+			sb.dirty[id] = 0
+		}
+	}
+	return ids
+}
+
+// hold adds a name held through the wildcard subscription. The index is updated before the
+// state, so no change of the name can be missed.
+func (sb *subscription) hold(name string) nameID {
+	id := sb.index.names.acquire(name)
+	sb.index.watch(sb.t, sb.owner, id)
+	sb.subs.set(id, sub{})
+	return id
+}
+
+// release ends a name's explicit subscription: under a wildcard the name stays, held through it;
+// otherwise it is dropped.
+func (sb *subscription) release(id nameID, held sub) {
+	if sb.wildcard {
+		held.explicit = false
+		sb.subs.set(id, held)
+		return
+	}
+	sb.drop(id)
+}
+
+// drop forgets a name.
+func (sb *subscription) drop(id nameID) {
+	if !sb.subs.del(id) {
+		return
+	}
+	sb.index.unwatch(sb.t, sb.owner, id)
+	sb.index.names.release(id)
+}
+
+// holds reports whether the subscription holds id, explicitly or through the wildcard.
+func (sb *subscription) holds(id nameID) bool { return sb.subs.has(id) }
+
+// mark records that names must be looked at again, for an input change at at (unix ns).
+func (sb *subscription) mark(ids map[nameID]int64, all bool) {
+	if all {
+		sb.dirtyAll = true
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if sb.dirty == nil {
+		sb.dirty = ids
+		return
+	}
+	for id, at := range ids {
+		sb.dirty[id] = at
+	}
+}
+
+// sent records the versions a response sends and forgets what it removed through the wildcard
+// (a name subscribed to explicitly stays, held in no version).
+func (sb *subscription) sent(items []item, removed []nameID) {
+	sb.force = false
+	for i, it := range items {
+		held, _ := sb.subs.get(it.id)
+		items[i].update = held.version != 0 && held.version != it.res.Version
+		held.version = it.res.Version
+		sb.subs.set(it.id, held)
+	}
+	for _, id := range removed {
+		if held, _ := sb.subs.get(id); held.explicit {
+			held.version = 0
+			sb.subs.set(id, held)
+		} else {
+			sb.drop(id)
+		}
+	}
+	sb.subs.compact()
+}
+
+// ended forgets every name, returning them (the stream has closed; the caller takes them out of
+// the index).
+func (sb *subscription) ended() []nameID {
+	var held []nameID
+	sb.subs.each(func(id nameID, _ sub) { held = append(held, id) })
+	sb.subs.reset()
+	return held
+}
+
+// eachExplicit calls f with each name the client asked for.
+func (sb *subscription) eachExplicit(f func(id nameID)) {
+	sb.subs.each(func(id nameID, held sub) {
+		if held.explicit {
+			f(id)
+		}
+	})
+}
