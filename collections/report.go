@@ -3,7 +3,21 @@ package collections
 import (
 	"fmt"
 	"slices"
+	"strconv"
 )
+
+// Truncate shortens s to at most n bytes (on a rune boundary), saying how much was cut: what
+// krteds does to any text a client or a file gave it before it logs or echoes it.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
+}
 
 // Reasons for skipping input, used as the metric label of skipped objects.
 const (

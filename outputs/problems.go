@@ -2,7 +2,6 @@ package outputs
 
 import (
 	"slices"
-	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -57,7 +56,7 @@ func (l *ProblemLog) handle(e krt.Event[collections.ObjectProblems]) {
 		}
 		l.skipped.WithLabelValues(p.Kind, p.Reason).Inc()
 		l.log.Warn("skipped invalid input", zap.String("kind", p.Kind), zap.String("object", p.Object),
-			zap.String("reason", p.Reason), zap.String("detail", Truncate(p.Detail, maxDetailBytes)))
+			zap.String("reason", p.Reason), zap.String("detail", collections.Truncate(p.Detail, maxDetailBytes)))
 	}
 }
 
@@ -65,16 +64,4 @@ func (l *ProblemLog) handle(e krt.Event[collections.ObjectProblems]) {
 // detail (collections.Problem.Same): such a change is not logged or counted again.
 func containsProblem(ps []collections.Problem, p collections.Problem) bool {
 	return slices.ContainsFunc(ps, p.Same)
-}
-
-// Truncate shortens s to at most n bytes (on a rune boundary), saying how much was cut.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
 }

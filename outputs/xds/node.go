@@ -3,7 +3,6 @@ package xds
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -17,16 +16,7 @@ import (
 const maxClientText = 256
 
 // clip shortens client-supplied text to maxClientText bytes, saying how much was cut.
-func clip(s string) string {
-	if len(s) <= maxClientText {
-		return s
-	}
-	cut := maxClientText
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…(+" + strconv.Itoa(len(s)-cut) + " bytes)"
-}
+func clip(s string) string { return collections.Truncate(s, maxClientText) }
 
 // ProxyFromNode parses an Envoy node as istiod does.
 func ProxyFromNode(connID string, node *core.Node) (collections.ConnectedProxy, error) {

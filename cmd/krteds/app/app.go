@@ -284,7 +284,7 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 				if len(f.Problems) > 0 {
 					reason = f.Problems[0].Reason + ": " + f.Problems[0].Detail
 				}
-				out = append(out, fmt.Sprintf("manifest %s not applied (%s)", f.Path, outputs.Truncate(reason, 200)))
+				out = append(out, fmt.Sprintf("manifest %s not applied (%s)", f.Path, collections.Truncate(reason, 200)))
 			}
 			return out
 		}
