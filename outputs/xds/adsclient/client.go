@@ -124,36 +124,55 @@ func (r receiver[T]) sent(err error) error {
 	}
 }
 
-// Stream is one state-of-the-world ADS stream.
-type Stream struct {
-	receiver[*discovery.DiscoveryResponse]
+// stream is what both variants of ADS stream share: responses read on their own goroutine, the
+// node sent with the first request, and how the stream ends.
+type stream[Req, Resp any] struct {
+	receiver[Resp]
 	node     *core.Node
-	s        discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	send     func(Req) error
+	setNode  func(Req, *core.Node)
 	cancel   context.CancelFunc
 	sentNode bool
 }
 
-// Open starts a SotW ADS stream as node.
-func Open(ctx context.Context, cc *grpc.ClientConn, node Node) (*Stream, error) {
+// open starts a stream of either variant as node.
+func open[Req, Resp any](ctx context.Context, node Node, what string,
+	start func(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[Req, Resp], error), setNode func(*Req, *core.Node),
+) (stream[*Req, *Resp], error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	s, err := start(ctx)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("opening ADS stream: %w", err)
+		return stream[*Req, *Resp]{}, fmt.Errorf("opening %s: %w", what, err)
 	}
-	return &Stream{receiver: receive(s.Recv), node: node.Proto(), s: s, cancel: cancel}, nil
+	return stream[*Req, *Resp]{receiver: receive(s.Recv), node: node.Proto(), send: s.Send, setNode: setNode, cancel: cancel}, nil
 }
 
 // Close ends the stream.
-func (s *Stream) Close() { s.cancel() }
+func (s *stream[Req, Resp]) Close() { s.cancel() }
 
 // Send sends a request; the node goes with the first one.
-func (s *Stream) Send(req *discovery.DiscoveryRequest) error {
+func (s *stream[Req, Resp]) Send(req Req) error {
 	if !s.sentNode {
-		req.Node = s.node
+		s.setNode(req, s.node)
 		s.sentNode = true
 	}
-	return s.sent(s.s.Send(req))
+	return s.sent(s.send(req))
+}
+
+// Stream is one state-of-the-world ADS stream.
+type Stream struct {
+	stream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse]
+}
+
+// Open starts a SotW ADS stream as node.
+func Open(ctx context.Context, cc *grpc.ClientConn, node Node) (*Stream, error) {
+	s, err := open(ctx, node, "ADS stream", discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources,
+		func(r *discovery.DiscoveryRequest, n *core.Node) { r.Node = n })
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{s}, nil
 }
 
 // Request subscribes to names of typeURL (an initial request, no nonce).

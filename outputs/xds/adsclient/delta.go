@@ -2,7 +2,6 @@ package adsclient
 
 import (
 	"context"
-	"fmt"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -17,34 +16,17 @@ func statusProto(msg string) *rpcstatus.Status {
 
 // DeltaStream is one incremental ADS stream.
 type DeltaStream struct {
-	receiver[*discovery.DeltaDiscoveryResponse]
-	node     *core.Node
-	s        discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-	cancel   context.CancelFunc
-	sentNode bool
+	stream[*discovery.DeltaDiscoveryRequest, *discovery.DeltaDiscoveryResponse]
 }
 
 // OpenDelta starts a delta ADS stream as node.
 func OpenDelta(ctx context.Context, cc *grpc.ClientConn, node Node) (*DeltaStream, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	s, err := open(ctx, node, "delta ADS stream", discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources,
+		func(r *discovery.DeltaDiscoveryRequest, n *core.Node) { r.Node = n })
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("opening delta ADS stream: %w", err)
+		return nil, err
 	}
-	return &DeltaStream{receiver: receive(s.Recv), node: node.Proto(), s: s, cancel: cancel}, nil
-}
-
-// Close ends the stream.
-func (s *DeltaStream) Close() { s.cancel() }
-
-// Send sends a request; the node goes with the first one.
-func (s *DeltaStream) Send(req *discovery.DeltaDiscoveryRequest) error {
-	if !s.sentNode {
-		req.Node = s.node
-		s.sentNode = true
-	}
-	return s.sent(s.s.Send(req))
+	return &DeltaStream{s}, nil
 }
 
 // Subscribe changes the subscription of typeURL.
