@@ -80,22 +80,23 @@ func (m *IstioMetrics) versionLabel(v string) string {
 // NewMetrics creates the metrics and registers them with reg (when not nil). Every series exists
 // from the start, at zero.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	byType := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"type"})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
 	m := &Metrics{
 		Clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "krteds_xds_clients", Help: "Connected xDS clients by proxy type.",
 		}, []string{"proxy_type"}),
-		Pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "krteds_xds_pushes_total", Help: "xDS responses sent, by resource type.",
-		}, []string{"type"}),
-		PushErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "krteds_xds_push_errors_total", Help: "xDS responses that could not be sent, by resource type.",
-		}, []string{"type"}),
-		NACKs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "krteds_xds_rejects_total", Help: "xDS responses rejected (NACKed) by clients, by resource type.",
-		}, []string{"type"}),
-		ExpiredNonces: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "krteds_xds_expired_nonces_total", Help: "xDS requests answering a response older than the latest sent, by resource type.",
-		}, []string{"type"}),
+		Pushes:        byType("krteds_xds_pushes_total", "xDS responses sent, by resource type."),
+		PushErrors:    byType("krteds_xds_push_errors_total", "xDS responses that could not be sent, by resource type."),
+		NACKs:         byType("krteds_xds_rejects_total", "xDS responses rejected (NACKed) by clients, by resource type."),
+		ExpiredNonces: byType("krteds_xds_expired_nonces_total", "xDS requests answering a response older than the latest sent, by resource type."),
 		ConfigSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "krteds_xds_config_size_bytes", Help: "Size of the resources in one xDS response, by resource type.",
 			Buckets: prometheus.ExponentialBuckets(256, 4, 10),
@@ -104,42 +105,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "krteds_xds_convergence_seconds", Help: "Time from an input change to the xDS response that carries it to a client holding an older version, by resource type.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"type"}),
-		RejectedNodes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "krteds_xds_rejected_nodes_total", Help: "Streams refused: unauthenticated, over a bound, or with a node id or metadata malformed or not authorized.",
-		}),
-		UnknownTypes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "krteds_xds_unknown_type_requests_total", Help: "Requests for resource types krteds does not serve.",
-		}),
-		SendBudget: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "krteds_xds_send_budget_bytes", Help: "The bytes of responses the server may have handed to gRPC and not seen written, or be encoding.",
-		}),
-		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "krteds_xds_inflight_bytes", Help: "Bytes of responses handed to gRPC and not yet written, or being encoded.",
-		}),
-		WaitingStreams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "krteds_xds_budget_waiting_streams", Help: "Streams whose next response waits for the send budget.",
-		}),
+		RejectedNodes:  counter("krteds_xds_rejected_nodes_total", "Streams refused: unauthenticated, over a bound, or with a node id or metadata malformed or not authorized."),
+		UnknownTypes:   counter("krteds_xds_unknown_type_requests_total", "Requests for resource types krteds does not serve."),
+		SendBudget:     gauge("krteds_xds_send_budget_bytes", "The bytes of responses the server may have handed to gRPC and not seen written, or be encoding."),
+		InFlight:       gauge("krteds_xds_inflight_bytes", "Bytes of responses handed to gRPC and not yet written, or being encoded."),
+		WaitingStreams: gauge("krteds_xds_budget_waiting_streams", "Streams whose next response waits for the send budget."),
 		BudgetWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "krteds_xds_budget_wait_seconds", Help: "Time a response waited for the send budget.",
 			Buckets: []float64{.001, .01, .1, .5, 1, 3, 10, 30},
 		}),
-		Throttled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "krteds_xds_throttled_streams_total", Help: "New streams told to retry (RESOURCE_EXHAUSTED) because more came than the stream rate allows.",
-		}),
-		Resumed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "krteds_xds_resumed_streams_total", Help: "New delta streams let in past the stream rate because the versions they hold are current.",
-		}),
-		Stalled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "krteds_xds_stalled_streams_total", Help: "Streams closed because their client read nothing of a response for the send timeout.",
-		}),
+		Throttled: counter("krteds_xds_throttled_streams_total", "New streams told to retry (RESOURCE_EXHAUSTED) because more came than the stream rate allows."),
+		Resumed:   counter("krteds_xds_resumed_streams_total", "New delta streams let in past the stream rate because the versions they hold are current."),
+		Stalled:   counter("krteds_xds_stalled_streams_total", "Streams closed because their client read nothing of a response for the send timeout."),
 	}
 	m.Istio = IstioMetrics{
 		Clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pilot_xds", Help: "Number of endpoints connected to this pilot using XDS.",
 		}, []string{"version"}),
-		Pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilot_xds_pushes", Help: "Pilot build and send errors for lds, rds, cds and eds.",
-		}, []string{"type"}),
+		Pushes: byType("pilot_xds_pushes", "Pilot build and send errors for lds, rds, cds and eds."),
 		PushTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "pilot_xds_push_time", Help: "Total time in seconds Pilot takes to push lds, rds, cds and eds.",
 			Buckets: []float64{.01, .1, 1, 3, 5, 10, 20, 30},
@@ -148,13 +131,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pilot_proxy_convergence_time", Help: "Delay in seconds between config change and a proxy receiving all required configuration.",
 			Buckets: []float64{.1, .5, 1, 3, 5, 10, 20, 30},
 		}),
-		Rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilot_total_xds_rejects", Help: "Total number of XDS responses from pilot rejected by proxy.",
-		}, []string{"type"}),
-		ExpiredNonces: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilot_xds_expired_nonce", Help: "Total number of XDS requests with an expired nonce.",
-		}, []string{"type"}),
-		versions: map[string]bool{},
+		Rejects:       byType("pilot_total_xds_rejects", "Total number of XDS responses from pilot rejected by proxy."),
+		ExpiredNonces: byType("pilot_xds_expired_nonce", "Total number of XDS requests with an expired nonce."),
+		versions:      map[string]bool{},
 	}
 	for _, t := range istioTypes {
 		m.Istio.Pushes.WithLabelValues(t)
