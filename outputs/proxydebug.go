@@ -18,7 +18,8 @@ import (
 )
 
 // ProxyPages are istiod's per-proxy and connection debug pages: /debug/edsz?proxyID=,
-// /debug/config_dump?proxyID=, /debug/connections, /debug/push_status.
+// /debug/config_dump?proxyID=, /debug/adsz[?proxyID=], /debug/connections, /debug/push_status,
+// and krteds' /debug/explain?proxyID=.
 func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 	return map[string]DebugPage{
 		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<connection id, node id or pod.namespace>",
@@ -65,6 +66,16 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 				}
 				WriteJSON(w, r, ex)
 			})},
+		"/debug/adsz": {Help: "connected xDS clients, their class and what they watch; ?proxyID= for one", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("proxyID") == "" {
+				WriteJSON(w, r, srv.Adsz())
+				return
+			}
+			// As istiod's adsz: the one connection ?proxyID= names, 404 when it names none.
+			proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
+				WriteJSON(w, r, srv.AdszOf(c))
+			}).ServeHTTP(w, r)
+		})},
 		"/debug/connections": {Help: "connected clients: connection id, address, connected since", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			type conn struct {
 				ConnectionID string `json:"connectionId"`
@@ -104,9 +115,9 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 	}
 }
 
-// proxyHandler finds the connection ?proxyID= names (a connection id, a node id, or istiod's
-// <pod>.<namespace>) among those the caller may read; a request that came over xDS names the
-// connection it was resolved to already.
+// proxyHandler finds the connection ?proxyID= names (a connection id, a node id, istiod's
+// <pod>.<namespace> or a part of it naming one proxy: xds.Server.FindProxy) among those the
+// caller may read; a request that came over xDS names the connection it was resolved to already.
 func proxyHandler(srv *xds.Server, f func(http.ResponseWriter, *http.Request, xds.ConnStatus)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		caller, ok := xds.CallerFrom(r.Context())
@@ -119,12 +130,12 @@ func proxyHandler(srv *xds.Server, f func(http.ResponseWriter, *http.Request, xd
 			id = caller.ConnID
 		}
 		if id == "" {
-			http.Error(w, "?proxyID= (a connection id, a node id, or <pod>.<namespace>) is required", http.StatusBadRequest)
+			http.Error(w, "You must provide a proxyID in the query string: a connection id, a node id, or <pod>.<namespace>", http.StatusBadRequest)
 			return
 		}
-		c, found := srv.FindProxy(id, caller.Scope)
-		if !found {
-			http.Error(w, fmt.Sprintf("no connected proxy %q", id), http.StatusNotFound)
+		c, err := srv.FindProxy(id, caller.Scope)
+		if err != nil {
+			http.Error(w, err.Error(), xds.ProxyLookupStatus(err))
 			return
 		}
 		f(w, r, c)

@@ -38,9 +38,10 @@ subset's labels, the proxy's node, network and namespace), each naming the objec
 it, and the verdict: sent (health, locality, priority, weight) or not sent, with the first rule
 that left it out. The verdict "sent" is read from the CLA krteds serves that proxy.
 
-With --proxy it explains for a proxy connected to krteds (its node id, <pod>.<namespace> or
-connection id). Without, it connects to --xds as the proxy --node-id names (as krteds endpoints
-does), asks for the cluster, and explains for that connection.`,
+With --proxy it explains for a proxy connected to krteds (its node id, <pod>.<namespace>,
+connection id, or, as istiod takes it, a part of <pod>.<namespace> that names one proxy).
+Without, it connects to --xds as the proxy --node-id names (as krteds endpoints does), asks for
+the cluster, and explains for that connection.`,
 		Example: `  krteds explain --cluster 'outbound|9080||reviews.shop.svc.cluster.local' --endpoint 10.10.1.15
   krteds explain --proxy productpage-v1-abc.shop --cluster 'outbound|9080|v1|reviews.shop.svc.cluster.local'`,
 		Args: cobra.NoArgs,
@@ -56,7 +57,7 @@ does), asks for the cluster, and explains for that connection.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.debug, "debug", "localhost:15014", "address of krteds' debug port (it answers loopback clients)")
-	f.StringVar(&o.proxy, "proxy", "", "a proxy connected to krteds: node id, <pod>.<namespace> or connection id (default: connect as --node-id)")
+	f.StringVar(&o.proxy, "proxy", "", "a proxy connected to krteds: node id, <pod>.<namespace> (or a part naming one proxy) or connection id (default: connect as --node-id)")
 	f.StringVar(&o.cluster, "cluster", "", "the EDS cluster, outbound|<port>|<subset>|<hostname> (required)")
 	f.StringVar(&o.endpoint, "endpoint", "", "only this endpoint address (default: every endpoint the service has)")
 	f.StringVar(&o.xds, "xds", "localhost:15010", "address of krteds' xDS port, to connect as --node-id")

@@ -90,8 +90,17 @@ type AdsClients struct {
 
 // Adsz lists the connections and what each watches.
 func (s *Server) Adsz() AdsClients {
+	return adsz(s.Status())
+}
+
+// AdszOf is /debug/adsz?proxyID=: the one connection FindProxy found.
+func (s *Server) AdszOf(c ConnStatus) AdsClients {
+	return adsz([]ConnStatus{c})
+}
+
+func adsz(conns []ConnStatus) AdsClients {
 	out := AdsClients{}
-	for _, c := range s.Status() {
+	for _, c := range conns {
 		if c.Proxy == nil {
 			continue
 		}

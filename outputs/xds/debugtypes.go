@@ -146,8 +146,8 @@ func istioProxyID(nodeID string) string {
 // configDump is istiod's connectionConfigDump without EDS: the clusters, listeners and routes a
 // proxy watches, as the graph resolves them for its view now, each with the version last sent.
 func (s *Server) configDump(proxyID string, scope Scope) []*discovery.Resource {
-	st, ok := s.FindProxy(proxyID, scope)
-	if !ok {
+	st, err := s.FindProxy(proxyID, scope)
+	if err != nil {
 		return nil
 	}
 	resolved := func(typeURL string, add func(name, version string, a *anypb.Any, at *timestamppb.Timestamp)) {
@@ -214,7 +214,8 @@ func (s *Server) Watched(st ConnStatus, typeURL string) []*collections.Resource 
 // debugPage answers istio.io/debug: the body of the debug page /debug/<name>, as istiod's
 // DebugGen does. Outside the system namespace only the pages of NamespacePages, for a proxy of
 // the caller's namespace: the proxy is resolved here, under the caller's scope, and the page is
-// handed that one connection.
+// handed that one connection; a proxyID that names none the caller sees is answered as the page
+// answers it (404, the same for a proxy of another namespace as for no proxy at all).
 func (s *Server) debugPage(name string, scope Scope) []*discovery.Resource {
 	if s.debugPages == nil || name == "" {
 		return nil
@@ -228,11 +229,15 @@ func (s *Server) debugPage(name string, scope Scope) []*discovery.Resource {
 		if !NamespacePages[u.Path] {
 			return nil
 		}
-		st, ok := s.FindProxy(u.Query().Get("proxyID"), scope)
-		if !ok {
-			return nil
+		if id := u.Query().Get("proxyID"); id != "" {
+			st, err := s.FindProxy(id, scope)
+			if err != nil {
+				code := ProxyLookupStatus(err)
+				body := fmt.Sprintf("%d %s: %s\n", code, http.StatusText(code), err)
+				return []*discovery.Resource{{Name: name, Resource: &anypb.Any{TypeUrl: TypeDebug, Value: []byte(body)}}}
+			}
+			caller.ConnID = st.ConnID
 		}
-		caller.ConnID = st.ConnID
 	}
 	// http.NewRequest, not httptest's, which panics on a name it cannot parse.
 	req, err := http.NewRequestWithContext(WithCaller(context.Background(), caller), http.MethodGet, "/debug/"+strings.TrimPrefix(name, "/"), nil)

@@ -21,7 +21,9 @@ func TestDebugCallerScope(t *testing.T) {
 		{"loopback", &conn{loopback: true}, Everything, true, "connections", "page /debug/connections"},
 		{"system namespace", &conn{identity: &Identity{Namespace: "istio-system"}}, Everything, true, "push_status", "page /debug/push_status"},
 		{"other namespace", &conn{identity: &Identity{Namespace: "ns1"}}, Scope{Namespace: "ns1"}, true, "connections", ""},
-		{"other namespace, a proxy not its own", &conn{identity: &Identity{Namespace: "ns1"}}, Scope{Namespace: "ns1"}, true, "edsz?proxyID=sidecar~1.2.3.4~a.ns2~ns2.svc.cluster.local", ""},
+		// As istiod's errorHandler: a 404, the same as for no proxy at all.
+		{"other namespace, a proxy not its own", &conn{identity: &Identity{Namespace: "ns1"}}, Scope{Namespace: "ns1"}, true, "edsz?proxyID=sidecar~1.2.3.4~a.ns2~ns2.svc.cluster.local",
+			"404 Not Found: " + (&ProxyLookupError{ID: "sidecar~1.2.3.4~a.ns2~ns2.svc.cluster.local"}).Error() + "\n"},
 		{"unauthenticated remote", &conn{}, Scope{}, false, "connections", ""},
 		{"an identity over loopback: the identity decides", &conn{loopback: true, identity: &Identity{Namespace: "ns1"}}, Scope{Namespace: "ns1"}, true, "connections", ""},
 	} {

@@ -2,6 +2,9 @@ package xds
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -68,13 +71,21 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 	return c, ok
 }
 
-// FindProxy finds, among the connected proxies the scope sees, the one id names: a connection
-// id, else a node id, else istiod's proxy ID (<pod>.<namespace>, the node id's third field).
-// Where several connections match a node id or a proxy ID (a proxy reconnecting before its
-// old stream closed), the latest wins. Only the one connection found is read.
-func (s *Server) FindProxy(id string, scope Scope) (ConnStatus, bool) {
+// FindProxy finds, among the connected proxies the scope sees, the one id names. The forms, the
+// first that matches deciding:
+//  1. a connection id of krteds ("sotw-12", "delta-3": /debug/connections);
+//  2. a node id (sidecar~<ip>~<pod>.<namespace>~<namespace>.svc.<domain>);
+//  3. istiod's proxy ID, the node id's third field: <pod>.<namespace>;
+//  4. a part of it (a bare pod name, a Deployment's prefix such as "istio-ingressgateway"):
+//     istiod's getProxyConnection takes the first connection whose id contains the string.
+//     krteds takes it only when it names one proxy, and otherwise names the candidates.
+//
+// Where several connections match a node id or a proxy ID (a proxy reconnecting before its old
+// stream closed), the latest wins. Proxies the scope does not see are never compared, so an
+// answer never tells whether one exists. The error is a *ProxyLookupError.
+func (s *Server) FindProxy(id string, scope Scope) (ConnStatus, error) {
 	if id == "" {
-		return ConnStatus{}, false
+		return ConnStatus{}, &ProxyLookupError{ID: id}
 	}
 	s.mu.RLock()
 	exact := s.conns[id]
@@ -88,34 +99,80 @@ func (s *Server) FindProxy(id string, scope Scope) (ConnStatus, bool) {
 	s.mu.RUnlock()
 	if exact != nil {
 		if p := exact.connectedProxy(); p != nil && scope.Sees(p.Namespace) {
-			return exact.status(s.names), true
+			return exact.status(s.names), nil
 		}
 	}
 	var best *conn
 	bestLevel := 0
+	partOf := map[string]bool{} // the proxy IDs a level-4 id is part of
 	for _, c := range all {
 		p := c.connectedProxy()
 		if p == nil || !scope.Sees(p.Namespace) {
 			continue
 		}
+		pid := istioProxyID(p.ID)
 		level := 0
-		switch id {
-		case p.ID:
+		switch {
+		case id == p.ID:
+			level = 3
+		case id == pid:
 			level = 2
-		case istioProxyID(p.ID):
+		case strings.Contains(pid, id):
 			level = 1
+			partOf[pid] = true
 		}
-		if level == 0 {
+		if level == 0 || level < bestLevel {
 			continue
 		}
-		if level > bestLevel || (level == bestLevel && connSeq(c.id) > connSeq(best.id)) {
+		if level > bestLevel || connSeq(c.id) > connSeq(best.id) {
 			best, bestLevel = c, level
 		}
 	}
 	if best == nil {
-		return ConnStatus{}, false
+		return ConnStatus{}, &ProxyLookupError{ID: id}
 	}
-	return best.status(s.names), true
+	if bestLevel == 1 && len(partOf) > 1 {
+		return ConnStatus{}, &ProxyLookupError{ID: id, Matches: collections.SortedKeys(partOf)}
+	}
+	return best.status(s.names), nil
+}
+
+// ProxyLookupError says why a proxyID names no proxy: none the caller sees matches it, or it is
+// a part of the proxy IDs of several.
+type ProxyLookupError struct {
+	ID string
+	// Matches are the proxy IDs (<pod>.<namespace>) the id is a part of, when more than one.
+	Matches []string
+}
+
+// maxListedMatches bounds the proxy IDs an ambiguous lookup's message lists.
+const maxListedMatches = 10
+
+func (e *ProxyLookupError) Error() string {
+	if len(e.Matches) == 0 {
+		return fmt.Sprintf("no connected proxy %q (proxyID takes a connection id, a node id, <pod>.<namespace>, "+
+			"or a part of <pod>.<namespace> that names one proxy); with several krteds replicas it may be connected to another", clip(e.ID))
+	}
+	listed := e.Matches[:min(len(e.Matches), maxListedMatches)]
+	more := ""
+	if n := len(e.Matches) - len(listed); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	return fmt.Sprintf("proxyID %q is a part of %d proxies' <pod>.<namespace>: %s%s; name one by its <pod>.<namespace>, node id or connection id",
+		clip(e.ID), len(e.Matches), strings.Join(listed, ", "), more)
+}
+
+// ProxyLookupStatus is the status a debug page answers a FindProxy error with: 404 for no
+// proxy, 409 for several.
+func ProxyLookupStatus(err error) int {
+	var e *ProxyLookupError
+	switch {
+	case !errors.As(err, &e):
+		return http.StatusInternalServerError
+	case len(e.Matches) > 0:
+		return http.StatusConflict
+	}
+	return http.StatusNotFound
 }
 
 // connSeq is the sequence number of a connection id ("delta-12" → 12).

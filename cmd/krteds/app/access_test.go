@@ -57,7 +57,13 @@ type tlsRig struct {
 
 func startTLSRig(t *testing.T) *tlsRig {
 	t.Helper()
-	objs, err := sources.ObjectsOf([]byte(appManifests + "\n---\n" + secretManifests))
+	return startTLSRigWith(t, appManifests+"\n---\n"+secretManifests)
+}
+
+// startTLSRigWith is startTLSRig serving the objects of manifests.
+func startTLSRigWith(t *testing.T, manifests string) *tlsRig {
+	t.Helper()
+	objs, err := sources.ObjectsOf([]byte(manifests))
 	if err != nil {
 		t.Fatal(err)
 	}

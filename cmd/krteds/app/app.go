@@ -259,9 +259,6 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 		"/debug/syncz": {Help: "per proxy: sent and acknowledged nonces per type, last NACK; ?namespace=", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			outputs.WriteJSON(w, r, a.XDS.Syncz(r.URL.Query().Get("namespace")))
 		})},
-		"/debug/adsz": {Help: "connected xDS clients, their class and what they watch", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			outputs.WriteJSON(w, r, a.XDS.Adsz())
-		})},
 		"/debug/loadz": {Help: "the load clients report (LRS, with --lrs): per cluster, locality and drop category, and the reporters", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if a.LoadReports == nil {
 				http.Error(w, "load reporting is off (krteds serve --lrs turns it on)", http.StatusNotFound)
