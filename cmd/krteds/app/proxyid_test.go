@@ -157,7 +157,7 @@ func TestProxyIDFormsOnEveryPage(t *testing.T) {
 	// Each row: what each caller is shown: a proxy, "404" (no proxy the caller sees), "409"
 	// (a part of several proxies' <pod>.<namespace>).
 	for _, tc := range []struct {
-		form, why              string
+		form, why          string
 		loopback, ns1, ns2 string
 	}{
 		{conns["aOld"], "a connection id: that connection, though a later one has the same node id", "aOld", "aOld", "404"},
