@@ -104,7 +104,7 @@ func (s *Server) FindProxy(id string, scope Scope) (ConnStatus, error) {
 	}
 	var best *conn
 	bestLevel := 0
-	partOf := map[string]bool{} // the proxy IDs a level-4 id is part of
+	partOf := map[string]bool{} // the proxy IDs id is a part of (form 4)
 	for _, c := range all {
 		p := c.connectedProxy()
 		if p == nil || !scope.Sees(p.Namespace) {
