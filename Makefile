@@ -1,5 +1,5 @@
 # The README's commands are the entry points; these are conveniences.
-.PHONY: test bench bench-medium bench-large scale scale-medium scale-large build image manifests tools
+.PHONY: test bench bench-medium bench-large scale scale-medium scale-large build image docker-image manifests tools
 
 VERSION ?= dev
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -9,7 +9,14 @@ LDFLAGS := -X github.com/krteds/krteds/outputs.Version=$(VERSION) -X github.com/
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o krteds ./cmd/krteds
 
+# The image without a container daemon: an OCI layout archive, krteds-image.tar, built from a
+# static binary by test/image (go-containerregistry) and checked (config, filesystem, and
+# `krteds serve --demo` run from it); see "Deploying" in the README.
 image:
+	VERSION=$(VERSION) COMMIT=$(COMMIT) bash test/image/build.sh
+
+# The same image with Docker, from the Dockerfile.
+docker-image:
 	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t krteds:$(VERSION) .
 
 test:
