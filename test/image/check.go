@@ -219,8 +219,9 @@ func Inspect(o *Opened, want Spec) []error {
 	if ports := slices.Sorted(maps.Keys(c.Config.ExposedPorts)); !slices.Equal(ports, Ports) {
 		fail("exposed ports %q, want %q", ports, Ports)
 	}
-	for k, v := range want.Labels() {
-		if got, ok := c.Config.Labels[k]; !ok || got != v {
+	labels := want.Labels()
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if got, v := c.Config.Labels[k], labels[k]; got != v {
 			fail("label %s is %q, want %q", k, got, v)
 		}
 	}

@@ -15,11 +15,11 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -94,7 +94,11 @@ func checkCommand(args []string) error {
 	}
 	defer o.Close()
 	if errs := Inspect(o, want); len(errs) > 0 {
-		return fmt.Errorf("%s is not krteds' image:\n  %w", *archive, errors.Join(errs...))
+		lines := make([]string, len(errs))
+		for i, e := range errs {
+			lines[i] = "  " + e.Error()
+		}
+		return fmt.Errorf("%s is not krteds' image:\n%s", *archive, strings.Join(lines, "\n"))
 	}
 	fmt.Printf("%s: %s, %s/%s, user %s, entrypoint %q, cmd %q, ports %d, labels %s %s; files: %d, no shell; /krteds static\n",
 		*archive, o.Digest, o.Config.OS, o.Config.Architecture, o.Config.Config.User, o.Config.Config.Entrypoint, o.Config.Config.Cmd,
