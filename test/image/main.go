@@ -88,6 +88,9 @@ func checkCommand(args []string) error {
 	run := fs.Bool("run", true, "run krteds serve --demo from the image's filesystem")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long krteds serve --demo may take to be ready")
 	_ = fs.Parse(args)
+	if want.Version == "" || want.Revision == "" {
+		return fmt.Errorf("--version and --revision are required: the image's labels are checked against them")
+	}
 	o, err := Open(*archive)
 	if err != nil {
 		return err
