@@ -22,7 +22,7 @@ import (
 // and krteds' /debug/explain?proxyID=.
 func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 	return map[string]DebugPage{
-		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<connection id, node id or pod.namespace>",
+		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<connection id, node id, pod.namespace or a part of it naming one proxy>",
 			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
 				writeResources(w, srv, c, transforms.TypeCLA, func() proto.Message { return &endpoint.ClusterLoadAssignment{} })
 			})},
