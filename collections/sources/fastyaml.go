@@ -82,6 +82,17 @@ func (c *yconv) open() bool {
 	return c.depth <= maxFastDepth
 }
 
+// close ends the block node at indent with end ('}' or ']'): a line indented deeper than the
+// node left over after it is not the fast path's to read.
+func (c *yconv) close(indent int, end byte) bool {
+	if c.i < len(c.lines) && c.lines[c.i].indent > indent {
+		return false
+	}
+	c.out = append(c.out, end)
+	c.depth--
+	return true
+}
+
 // smallMapping is the number of keys up to which a mapping's duplicate check is a linear scan
 // (most mappings are small); past it the keys go into a map, so that a wide mapping costs linear
 // time instead of quadratic.
@@ -231,12 +242,7 @@ func (c *yconv) mapping(indent int) bool {
 			return false
 		}
 	}
-	if c.i < len(c.lines) && c.lines[c.i].indent > indent {
-		return false
-	}
-	c.out = append(c.out, '}')
-	c.depth--
-	return true
+	return c.close(indent, '}')
 }
 
 func (c *yconv) seq(indent int) bool {
@@ -272,12 +278,7 @@ func (c *yconv) seq(indent int) bool {
 			return false
 		}
 	}
-	if c.i < len(c.lines) && c.lines[c.i].indent > indent {
-		return false
-	}
-	c.out = append(c.out, ']')
-	c.depth--
-	return true
+	return c.close(indent, ']')
 }
 
 func isKeyLine(t []byte) bool {
