@@ -194,6 +194,13 @@ func sizeString(num protowire.Number, s string) int {
 	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
 }
 
+// lengthOf writes the tag of a length-delimited field and its length, n: its value follows.
+func (w *wireWriter) lengthOf(num protowire.Number, n int) {
+	w.hdr = protowire.AppendTag(w.hdr, num, protowire.BytesType)
+	w.hdr = protowire.AppendVarint(w.hdr, uint64(n))
+}
+
+// string writes a string field, unless it is empty (proto3's default is not written).
 func (w *wireWriter) string(num protowire.Number, s string) {
 	if s == "" {
 		return
@@ -223,8 +230,7 @@ func anyFraming(r *collections.Resource) int {
 func (w *wireWriter) any(r *collections.Resource) {
 	w.string(fAnyTypeURL, r.TypeURL)
 	if len(r.Body) > 0 {
-		w.hdr = protowire.AppendTag(w.hdr, fAnyValue, protowire.BytesType)
-		w.hdr = protowire.AppendVarint(w.hdr, uint64(len(r.Body)))
+		w.lengthOf(fAnyValue, len(r.Body))
 		w.body(r.Body)
 	}
 }
@@ -249,8 +255,7 @@ func encodeSotw(r *response, pool mem.BufferPool) *wireMessage {
 	w := newWireWriter(framing, len(r.items), pool)
 	w.string(fSotwVersion, r.version)
 	for _, it := range r.items {
-		w.hdr = protowire.AppendTag(w.hdr, fSotwResources, protowire.BytesType)
-		w.hdr = protowire.AppendVarint(w.hdr, uint64(anySize(it.res)))
+		w.lengthOf(fSotwResources, anySize(it.res))
 		w.any(it.res)
 	}
 	w.string(fSotwTypeURL, r.t.url())
@@ -315,14 +320,11 @@ func encodeDelta(r *response, pool mem.BufferPool) *wireMessage {
 	w := newWireWriter(framing, len(r.items), pool)
 	w.string(fDeltaVersion, r.version)
 	for _, it := range r.items {
-		w.hdr = protowire.AppendTag(w.hdr, fDeltaResources, protowire.BytesType)
-		w.hdr = protowire.AppendVarint(w.hdr, uint64(deltaResourceSize(it.res)))
-		w.hdr = protowire.AppendTag(w.hdr, fResourceVersion, protowire.BytesType)
-		w.hdr = protowire.AppendVarint(w.hdr, uint64(hexLen(it.res.Version)))
+		w.lengthOf(fDeltaResources, deltaResourceSize(it.res))
+		w.lengthOf(fResourceVersion, hexLen(it.res.Version))
 		w.hdr = strconv.AppendUint(w.hdr, it.res.Version, 16)
 		w.string(fResourceName, it.res.Name)
-		w.hdr = protowire.AppendTag(w.hdr, fResourceResource, protowire.BytesType)
-		w.hdr = protowire.AppendVarint(w.hdr, uint64(anySize(it.res)))
+		w.lengthOf(fResourceResource, anySize(it.res))
 		w.any(it.res)
 	}
 	w.string(fDeltaTypeURL, r.t.url())
