@@ -105,33 +105,25 @@ func (o *Opened) open(archive string) error {
 	}
 	defer rc.Close()
 	o.Files, o.Bodies = map[string]*tar.Header{}, map[string][]byte{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading the layer: %w", err)
-		}
+	return eachEntry(rc, "the layer", func(h *tar.Header, body io.Reader) error {
 		name := strings.TrimPrefix(h.Name, "./")
 		if _, dup := o.Files[name]; dup {
 			return fmt.Errorf("the layer has %s twice", name)
 		}
 		o.Files[name] = h
 		if h.Typeflag == tar.TypeReg {
-			b, err := io.ReadAll(io.LimitReader(tr, maxEntry))
+			b, err := io.ReadAll(io.LimitReader(body, maxEntry))
 			if err != nil {
 				return fmt.Errorf("reading %s from the layer: %w", name, err)
 			}
 			o.Bodies[name] = b
 		}
-	}
+		return nil
+	})
 }
 
-// untarLayout unpacks an archive of an OCI layout: regular files and directories only, every
-// name inside dir.
-func untarLayout(r io.Reader, dir string) error {
+// eachEntry calls f with each entry of a tar archive (what names it in errors) and its body.
+func eachEntry(r io.Reader, what string, f func(h *tar.Header, body io.Reader) error) error {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -139,8 +131,18 @@ func untarLayout(r io.Reader, dir string) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading the archive: %w", err)
+			return fmt.Errorf("reading %s: %w", what, err)
 		}
+		if err := f(h, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// untarLayout unpacks an archive of an OCI layout: regular files and directories only, every
+// name inside dir.
+func untarLayout(r io.Reader, dir string) error {
+	return eachEntry(r, "the archive", func(h *tar.Header, body io.Reader) error {
 		name := path.Clean(h.Name)
 		if !filepath.IsLocal(name) {
 			return fmt.Errorf("the archive names %q, outside the layout", h.Name)
@@ -148,20 +150,15 @@ func untarLayout(r io.Reader, dir string) error {
 		target := filepath.Join(dir, filepath.FromSlash(name))
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
+			return os.MkdirAll(target, 0o755)
 		case tar.TypeReg:
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 				return err
 			}
-			if err := writeFile(target, io.LimitReader(tr, maxEntry), 0o644); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("the archive's %s is neither a file nor a directory", h.Name)
+			return writeFile(target, io.LimitReader(body, maxEntry), 0o644)
 		}
-	}
+		return fmt.Errorf("the archive's %s is neither a file nor a directory", h.Name)
+	})
 }
 
 func writeFile(target string, r io.Reader, mode os.FileMode) error {
