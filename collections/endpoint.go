@@ -6,10 +6,16 @@ import (
 	"strings"
 )
 
-// HealthStatus of an endpoint, with istiod's numbering (model.HealthStatus).
+// HealthStatus of an endpoint, with istiod's numbering (model.HealthStatus), which is also
+// Envoy's (core.HealthStatus): the wire value is the number.
 type HealthStatus int
 
 const (
+	// Unknown is istiod's zero value, the health of the endpoints nothing sets one for: a
+	// ServiceEntry's inline endpoints, WorkloadEntries (also where a Service selects them) and
+	// the network gateways of the split horizon. It goes on the wire as no health_status at all
+	// (UNKNOWN), which clients use as they use HEALTHY unless they check health themselves.
+	Unknown     HealthStatus = 0
 	Healthy     HealthStatus = 1
 	UnHealthy   HealthStatus = 2
 	Draining    HealthStatus = 3
@@ -30,17 +36,23 @@ func (h HealthStatus) String() string {
 	return "Unknown"
 }
 
-// rank orders health from best to worst, used to pick between duplicate copies.
+// rank orders health from best to worst, used to pick between duplicate copies (istiod has no
+// such rule: it keeps whichever copy its map order gives, and sends a WorkloadEntry a Service
+// selects beside a slice endpoint of the same address). An endpoint known to be ready beats one
+// of unknown health, which beats one shutting down or failing its checks; both of the first two
+// take requests.
 func (h HealthStatus) rank() int {
 	switch h {
 	case Healthy:
 		return 0
-	case Draining:
+	case Unknown:
 		return 1
-	case UnHealthy:
+	case Draining:
 		return 2
+	case UnHealthy:
+		return 3
 	}
-	return 3
+	return 4
 }
 
 // Endpoint is one (address, port) of a service, built from one EndpointSlice entry.

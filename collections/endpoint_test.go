@@ -51,7 +51,7 @@ func TestMergeEndpointsOrder(t *testing.T) {
 				Address:  addressCases[rng.IntN(len(addressCases))],
 				PortName: []string{"http", "grpc"}[rng.IntN(2)],
 				Port:     uint32(8080 + rng.IntN(2)),
-				Health:   HealthStatus(1 + rng.IntN(4)),
+				Health:   HealthStatus(rng.IntN(5)), // Unknown (0) to Terminating (4)
 				Slice:    []string{"s1", "s2"}[rng.IntN(2)],
 			})
 		}
@@ -81,5 +81,30 @@ func TestMergeEndpointsOrder(t *testing.T) {
 				t.Fatalf("round %d, endpoint %d: %+v, want %+v", round, i, *g, w)
 			}
 		}
+	}
+}
+
+// TestBetterRanksHealth: of two copies of one (address, port name), the one a client can use
+// wins: HEALTHY, then UNKNOWN (an entry nothing health-checks, which clients use), then
+// DRAINING, UNHEALTHY, TERMINATING. istiod has no such rule (its map order decides, and a
+// WorkloadEntry a Service selects is sent beside a slice endpoint of the same address); krteds'
+// rule is deterministic.
+func TestBetterRanksHealth(t *testing.T) {
+	order := []HealthStatus{Healthy, Unknown, Draining, UnHealthy, Terminating}
+	for i, a := range order {
+		for j, b := range order {
+			ea := Endpoint{Address: "10.0.0.1", PortName: "http", Health: a, Slice: "z"}
+			eb := Endpoint{Address: "10.0.0.1", PortName: "http", Health: b, Slice: "a"}
+			if got, want := Better(ea, eb), i < j; i != j && got != want {
+				t.Errorf("Better(%s, %s) = %v, want %v", a, b, got, want)
+			}
+		}
+		got := MergeEndpoints([]Endpoint{{Address: "10.0.0.1", PortName: "http", Health: Terminating, Slice: "a"}, {Address: "10.0.0.1", PortName: "http", Health: a, Slice: "b"}})
+		if len(got) != 1 || got[0].Health != a {
+			t.Errorf("merging %s with a terminating copy kept %+v", a, got)
+		}
+	}
+	if s := Unknown.String(); s != "Unknown" {
+		t.Errorf("Unknown.String() = %q", s)
 	}
 }

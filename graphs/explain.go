@@ -166,6 +166,8 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 			switch s.health {
 			case "UNHEALTHY":
 				v.Facts = append(v.Facts, "sent as UNHEALTHY, as by istiod: clients keep it and send it no requests (no outlierDetection minHealthPercent asks otherwise)")
+			case "UNKNOWN":
+				v.Facts = append(v.Facts, "sent with no health status (UNKNOWN), as istiod sends ServiceEntry and WorkloadEntry endpoints and network gateways: clients use it as healthy unless they check its health themselves")
 			case "DRAINING":
 				v.Facts = append(v.Facts, "sent as DRAINING: a persistent-session service keeps its terminating sessions reachable")
 			}

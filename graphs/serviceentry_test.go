@@ -21,13 +21,16 @@ import (
 )
 
 // sep is one expected lb endpoint: address, port, weight, tlsMode ("" = no
-// envoy.transport_socket_match) and the istio.workload metadata.
+// envoy.transport_socket_match), the istio.workload metadata and the health status (UNKNOWN, the
+// zero value, for what istiod sets none on: inline endpoints and WorkloadEntries; HEALTHY for a
+// Pod a workloadSelector selects, as istiod's pod cache builds its workload instance).
 type sep struct {
 	addr     string
 	port     uint32
 	weight   uint32
 	tls      string
 	workload string
+	health   core.HealthStatus
 }
 
 type sloc struct {
@@ -36,7 +39,7 @@ type sloc struct {
 }
 
 // seCLA writes a whole ClusterLoadAssignment as istiod's endpoint builder does: localities sorted
-// by label, each weighted by the sum of its endpoints' weights, every endpoint HEALTHY with its
+// by label, each weighted by the sum of its endpoints' weights, every endpoint with its health,
 // weight, the istio workload metadata and, for a tlsMode other than disabled, the transport
 // socket match.
 func seCLA(name string, locs ...sloc) *endpoint.ClusterLoadAssignment {
@@ -55,7 +58,7 @@ func seCLA(name string, locs ...sloc) *endpoint.ClusterLoadAssignment {
 				HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: &core.Address{
 					Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{Address: e.addr, PortSpecifier: &core.SocketAddress_PortValue{PortValue: e.port}}},
 				}}},
-				HealthStatus:        core.HealthStatus_HEALTHY,
+				HealthStatus:        e.health,
 				LoadBalancingWeight: wrapperspb.UInt32(w),
 				Metadata:            &core.Metadata{FilterMetadata: fm},
 			})
@@ -230,7 +233,7 @@ status:
 				sloc{eps: []sep{
 					{addr: "10.2.0.1", port: 9000, tls: "istio", workload: "vm-a-wl;ns1;vm;v2;Kubernetes"},
 					{addr: "10.2.0.4", port: 8081, workload: "vm-group;ns1;vm;;Kubernetes"},
-					{addr: "10.2.0.6", port: 8080, workload: "vm-pod;ns1;vm;;Kubernetes"},
+					{addr: "10.2.0.6", port: 8080, workload: "vm-pod;ns1;vm;;Kubernetes", health: core.HealthStatus_HEALTHY},
 				}},
 				sloc{region: "r2", zone: "z2", eps: []sep{{addr: "10.2.0.2", port: 8081, workload: "vm-b;ns1;vm;;Kubernetes"}}}),
 		},

@@ -139,6 +139,14 @@ func TestPlanCLA(t *testing.T) {
 			),
 		},
 		{
+			// istiod's convertWorkloadEntryToWorkloadInstance and convertServiceEntryToInstances set
+			// no HealthStatus: buildEnvoyLbEndpoint writes core.HealthStatus(0), UNKNOWN.
+			name: "an endpoint of unknown health (a WorkloadEntry's) is sent with no health status",
+			svc:  plainSvc,
+			eps:  []collections.Endpoint{ep("10.1.0.1", H, r1z1, "n1"), ep("10.1.0.2", collections.Unknown, r1z1, "n1")},
+			want: wantCLA(fooName, wantGroup{loc: r1z1, eps: []wantEP{{ip: "10.1.0.1", health: HE}, {ip: "10.1.0.2", health: core.HealthStatus_UNKNOWN}}}),
+		},
+		{
 			name: "endpoints of other port names are not in this cluster",
 			svc:  plainSvc,
 			eps: []collections.Endpoint{ep("10.1.0.1", H, r1z1, "n1"), func() collections.Endpoint {
@@ -289,6 +297,28 @@ func checkClientLimits(t *testing.T, cla *endpoint.ClusterLoadAssignment) {
 	}
 	if len(cla.Endpoints) > 0 && len(prios) != int(maxP)+1 {
 		t.Fatalf("priorities have gaps: %v", prios)
+	}
+}
+
+// TestUnknownHealthIsUsable: istiod's filterIstioEndpoint drops UnHealthy endpoints only where
+// supportsUnhealthyEndpoints is false (outlierDetection.minHealthPercent > 0), Terminating ones
+// always and Draining ones without a persistent session; an endpoint of unknown health (zero) is
+// none of these and is always kept.
+func TestUnknownHealthIsUsable(t *testing.T) {
+	port := collections.ServicePort{Name: "http", Port: 80}
+	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1"}
+	for _, supports := range []bool{true, false} {
+		policy := LBPolicy{SupportsUnhealthy: supports}
+		if got := exclude(svc, port, policy, collections.ProxyClass{}, ep("10.1.0.1", collections.Unknown, r1z1, "n1")); got != Kept {
+			t.Errorf("SupportsUnhealthy %v: an endpoint of unknown health is excluded (%d)", supports, got)
+		}
+		want := Kept
+		if !supports {
+			want = ExcludedUnhealthy
+		}
+		if got := exclude(svc, port, policy, collections.ProxyClass{}, ep("10.1.0.1", collections.UnHealthy, r1z1, "n1")); got != want {
+			t.Errorf("SupportsUnhealthy %v: an unhealthy endpoint gives %d, want %d", supports, got, want)
+		}
 	}
 }
 

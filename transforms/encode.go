@@ -288,7 +288,11 @@ func appendStringField(b []byte, num protowire.Number, s string) []byte {
 	return protowire.AppendString(b, s)
 }
 
+// healthOf is an endpoint's health_status: UNKNOWN (0, so not written) for an endpoint of
+// unknown health, as istiod sends ServiceEntry and WorkloadEntry endpoints and gateways.
+// Terminating endpoints are never encoded.
 var healthOf = map[collections.HealthStatus]core.HealthStatus{
+	collections.Unknown:   core.HealthStatus_UNKNOWN,
 	collections.Healthy:   core.HealthStatus_HEALTHY,
 	collections.UnHealthy: core.HealthStatus_UNHEALTHY,
 	collections.Draining:  core.HealthStatus_DRAINING,

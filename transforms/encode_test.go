@@ -20,6 +20,7 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	eps := syntheticEndpoints(300)
 	eps[1].Health = collections.UnHealthy
 	eps[2].Health = collections.Draining
+	eps[12].Health = collections.Unknown // a WorkloadEntry's: no health_status on the wire
 	eps[3].Meta = RegistryOnlyMeta(collections.DefaultConfig(), "")
 	eps[4].Address = "fd00::4"
 	eps[5].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "disabled"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r9", Subzone: "s"}}, "", "")
@@ -29,7 +30,7 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	eps[9].Meta = eps[9].Meta.Edit(func(m *collections.EndpointMeta) { m.Weight = 300 }) // a two-byte varint
 	eps[10].Port = 0                                                                     // a DNS ServiceEntry's endpoint
 	eps[11].Meta = eps[11].Meta.Edit(func(m *collections.EndpointMeta) { m.ClusterID = "other" })
-	for i := 12; i < 40; i++ { // more workloads than the encoder scans before it keeps a map
+	for i := 13; i < 40; i++ { // more workloads than the encoder scans before it keeps a map
 		eps[i].Meta = eps[i].Meta.Edit(func(m *collections.EndpointMeta) { m.WorkloadName = fmt.Sprintf("w%d", i) })
 	}
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
@@ -51,5 +52,36 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestUnknownHealthIsNotWritten: an endpoint of unknown health (istiod's zero HealthStatus, a
+// ServiceEntry's or WorkloadEntry's) has no health_status on the wire, so it decodes as UNKNOWN,
+// as istiod's buildEnvoyLbEndpoint writes core.HealthStatus(0); a HEALTHY one carries it.
+func TestUnknownHealthIsNotWritten(t *testing.T) {
+	port := collections.ServicePort{Name: "http", Port: 80}
+	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1"}
+	eps := syntheticEndpoints(2)
+	eps[0].Health = collections.Unknown
+	plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), collections.ProxyClass{})
+	body := plan.Encode()
+	var cla endpoint.ClusterLoadAssignment
+	if err := proto.Unmarshal(body, &cla); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, l := range cla.Endpoints {
+		for _, e := range l.LbEndpoints {
+			got[e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()] = e.HealthStatus.String()
+		}
+	}
+	if got[eps[0].Address] != "UNKNOWN" || got[eps[1].Address] != "HEALTHY" || len(got) != 2 {
+		t.Errorf("health on the wire: %v", got)
+	}
+	// Not written at all: one byte pair (tag, value) shorter than the same endpoint HEALTHY.
+	eps[0].Health = collections.Healthy
+	healthy := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), collections.ProxyClass{}).Encode()
+	if len(healthy)-len(body) != 2 {
+		t.Errorf("an UNKNOWN endpoint is %d bytes shorter than a HEALTHY one, want 2 (the absent field)", len(healthy)-len(body))
 	}
 }

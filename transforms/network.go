@@ -178,7 +178,8 @@ func CrossesNetworks(gws *collections.NetworkGateways, eps []*collections.Endpoi
 // network and the endpoint's has gateways) is kept; any other is dropped unless it carries mTLS,
 // and its weight is split evenly (integer division) among its network's gateways (of its cluster
 // if it has any, else of the network), each gateway then one endpoint carrying the sum (at
-// least 1), in address order, with tlsMode istio and the gateway's cluster and network.
+// least 1), in address order, with tlsMode istio, the gateway's cluster and network and no
+// health status.
 // NetworkRoute is how the split horizon sends an endpoint to a proxy on proxyNetwork: directly,
 // through the gateways of the endpoint's network, or (neither) not at all: an endpoint on another
 // network with gateways is reached through them only with mTLS (istiod's isMtlsEnabled: its
@@ -231,7 +232,8 @@ func filterByNetwork(eps []*collections.Endpoint, nf *NetworkFilter, proxyNetwor
 		if w == 0 {
 			w = 1
 		}
-		out = append(out, &collections.Endpoint{Address: g.Addr, Port: g.Port, PortName: port.Name, Health: collections.Healthy,
+		// istiod's gateway endpoint carries no health (UNKNOWN on the wire).
+		out = append(out, &collections.Endpoint{Address: g.Addr, Port: g.Port, PortName: port.Name, Health: collections.Unknown,
 			Meta: collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: collections.TLSModeIstio, Weight: w}, collections.TopologyMeta{ClusterID: g.Cluster, Network: g.Network}, "", "")})
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
@@ -19,7 +20,7 @@ import (
 // a network without gateways, or without a network, sent directly; others dropped unless mTLS,
 // their weight split (integer division) among their network's gateways of their cluster (else
 // of the network), one endpoint per gateway in address order with the summed weight, tlsMode
-// istio and the workload ";;;;<gateway cluster>".
+// istio, the workload ";;;;<gateway cluster>" and no health status.
 func TestSplitHorizon(t *testing.T) {
 	gwsIn := krt.NewStaticCollection(nil, []collections.ClusterGateways{{Source: "cluster/c2", Gateways: []collections.NetworkGateway{
 		{Network: "net2", Cluster: "c2", Addr: "2.2.2.3", Port: 15443},
@@ -70,6 +71,10 @@ func TestSplitHorizon(t *testing.T) {
 			for _, e := range l.LbEndpoints {
 				sa := e.GetEndpoint().GetAddress().GetSocketAddress()
 				md := e.GetMetadata().GetFilterMetadata()
+				// istiod's gateway endpoint has no HealthStatus (UNKNOWN); the others keep theirs.
+				if gateway := sa.GetPortValue() == 15443; (gateway && e.HealthStatus != core.HealthStatus_UNKNOWN) || (!gateway && e.HealthStatus != core.HealthStatus_HEALTHY) {
+					t.Errorf("network %q: %s is %s", tc.network, sa.GetAddress(), e.HealthStatus)
+				}
 				if md["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue() != "istio" && sa.GetAddress() != "10.0.0.4" {
 					t.Errorf("network %q: %s has no tlsMode istio", tc.network, sa.GetAddress())
 				}

@@ -85,7 +85,7 @@ func lbEndpoint(e collections.Endpoint, tlsMode string) *endpoint.LbEndpoint {
 				PortSpecifier: &core.SocketAddress_PortValue{PortValue: e.Port},
 			}}},
 		}},
-		HealthStatus:        healthOf[e.Health],
+		HealthStatus:        core.HealthStatus(e.Health), // istiod's buildEnvoyLbEndpoint: the number as it is
 		LoadBalancingWeight: wrapperspb.UInt32(m.LBWeight()),
 		Metadata:            &core.Metadata{FilterMetadata: fm},
 	}

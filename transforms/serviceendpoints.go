@@ -103,7 +103,8 @@ func selectedByService(ctx krt.HandlerContext, in ServiceEndpointInputs, svc *co
 			} else if explicit {
 				continue
 			}
-			out = append(out, collections.Endpoint{Address: we.Address, Port: num, PortName: p.Name, Health: collections.Healthy, Meta: we.Meta})
+			// istiod sets no health on a WorkloadEntry's endpoint (UNKNOWN on the wire).
+			out = append(out, collections.Endpoint{Address: we.Address, Port: num, PortName: p.Name, Health: collections.Unknown, Meta: we.Meta})
 		}
 	}
 	return out
@@ -119,18 +120,21 @@ func serviceEntryEndpoints(ctx krt.HandlerContext, cfg collections.Config, in Se
 	}
 	dns := svc.Resolution.IsDNS()
 	var out []collections.Endpoint
-	add := func(addr string, ports func(string) uint32, pod string, meta *collections.EndpointMeta) {
+	// A selected Pod is Healthy, as istiod's pod cache builds its workload instance; an inline
+	// endpoint, a WorkloadEntry and the host itself carry no health (UNKNOWN), as
+	// convertWorkloadEntryToWorkloadInstance and convertServiceEntryToInstances leave it.
+	add := func(addr string, ports func(string) uint32, pod string, health collections.HealthStatus, meta *collections.EndpointMeta) {
 		for _, p := range svc.Ports {
 			num := ports(p.Name)
 			if num == 0 {
 				num = targetPortOf(p)
 			}
-			out = append(out, collections.Endpoint{Address: addr, Port: num, PortName: p.Name, Health: collections.Healthy, Pod: pod, Meta: meta})
+			out = append(out, collections.Endpoint{Address: addr, Port: num, PortName: p.Name, Health: health, Pod: pod, Meta: meta})
 		}
 	}
 	if se.Selector == nil {
 		for _, we := range se.Endpoints {
-			add(we.Address, func(n string) uint32 { return we.Ports[n] }, "", we.Meta)
+			add(we.Address, func(n string) uint32 { return we.Ports[n] }, "", collections.Unknown, we.Meta)
 		}
 		if len(se.Endpoints) == 0 && dns {
 			// istiod's hostnameToServiceInstance: Envoy resolves the host itself.
@@ -145,7 +149,7 @@ func serviceEntryEndpoints(ctx krt.HandlerContext, cfg collections.Config, in Se
 					ClusterID: cfg.ClusterID,
 				},
 				"", "")
-			add(svc.Hostname, func(string) uint32 { return 0 }, "", meta)
+			add(svc.Hostname, func(string) uint32 { return 0 }, "", collections.Unknown, meta)
 		}
 		return out
 	}
@@ -162,7 +166,7 @@ func serviceEntryEndpoints(ctx krt.HandlerContext, cfg collections.Config, in Se
 		for _, p := range pods {
 			// The selector is matched again on the augmented labels, as istiod matches them.
 			if w := workloads.Get(p.Key); w != nil && subsetMatch(w.Meta.Label, se.Selector) {
-				add(p.IPs[0], p.Port, p.Key, w.Meta)
+				add(p.IPs[0], p.Port, p.Key, collections.Healthy, w.Meta)
 			}
 		}
 	}
@@ -170,7 +174,7 @@ func serviceEntryEndpoints(ctx krt.HandlerContext, cfg collections.Config, in Se
 		if we.DNSOnly && !dns {
 			continue
 		}
-		add(we.Address, func(n string) uint32 { return we.Ports[n] }, "", we.Meta)
+		add(we.Address, func(n string) uint32 { return we.Ports[n] }, "", collections.Unknown, we.Meta)
 	}
 	return out
 }

@@ -116,7 +116,7 @@ prints the endpoints of every cluster it is sent, like istioctl proxy-config end
 	f.StringVar(&o.namespace, "namespace", "", "node metadata NAMESPACE (default: from the node id)")
 	f.StringVar(&o.locality, "locality", "", "node locality, region/zone/subzone")
 	f.StringSliceVar(&o.clusters, "cluster", nil, "only these clusters (repeatable); default: every cluster CDS lists")
-	f.StringVar(&o.status, "status", "", "only endpoints with this health status (HEALTHY, UNHEALTHY, DRAINING)")
+	f.StringVar(&o.status, "status", "", "only endpoints with this health status (HEALTHY, UNHEALTHY, DRAINING, or UNKNOWN: none set, as for ServiceEntry and WorkloadEntry endpoints)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json, yaml, or raw (the ClusterLoadAssignments as protojson)")
 	f.BoolVarP(&o.watch, "watch", "w", false, "keep the stream open and print the endpoints again each time they change")
 	f.StringVar(&o.generator, "generator", "", "node metadata GENERATOR (grpc for a proxyless client)")

@@ -151,11 +151,13 @@ func (w *watcher) record(resp *discovery.DiscoveryResponse) {
 	}
 }
 
+// healthy is the addresses of a CLA's endpoints a client sends requests to: HEALTHY ones, and
+// those of unknown health (a WorkloadEntry's, which istiod sends with no health status).
 func healthy(cla *endpoint.ClusterLoadAssignment) []string {
 	var out []string
 	for _, l := range cla.GetEndpoints() {
 		for _, e := range l.LbEndpoints {
-			if e.HealthStatus.String() == "HEALTHY" {
+			if s := e.HealthStatus.String(); s == "HEALTHY" || s == "UNKNOWN" {
 				out = append(out, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress())
 			}
 		}
