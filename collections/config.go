@@ -2,7 +2,7 @@
 // dataflow: ServiceInfo, Workload, Endpoint, ...) and the constructors of its input collections.
 package collections
 
-import "strings"
+import "slices"
 
 // Config carries the mesh-wide settings that transforms read. It is immutable once the graph is
 // built; changing it means building a new graph.
@@ -16,10 +16,18 @@ type Config struct {
 	// SystemNamespace is the namespace whose topology.istio.io/network label gives the default
 	// network, default "istio-system".
 	SystemNamespace string
-	// ClusterLocalHosts are hostnames (a leading "*." matches any prefix) whose endpoints a proxy
-	// sees only from its own cluster; default istiod's: "*.kube-system.svc.<domain>" and
-	// "kubernetes.default.svc.<domain>". They matter only when the mesh has remote clusters.
+	// DiscoveryAddress is mesh config's defaultConfig.discoveryAddress ("host:port"), whose host
+	// is cluster-local; "" is DefaultDiscoveryAddress(SystemNamespace).
+	DiscoveryAddress string
+	// ServiceSettings are mesh config's serviceSettings: hosts made cluster-local, or not (which
+	// removes a default), over istiod's defaults (NewClusterLocalHosts).
+	ServiceSettings []ServiceSetting
+	// ClusterLocalHosts are more hostnames (a leading "*" is a wildcard) whose endpoints a proxy
+	// sees only from its own cluster, as one more serviceSettings entry with clusterLocal true.
+	// Cluster-local hosts matter only when the mesh has remote clusters.
 	ClusterLocalHosts []string
+	// clusterLocal is what the settings above give, built by WithDefaults.
+	clusterLocal *ClusterLocalHosts
 	// MultiCluster is set by the graph when the mesh has (or may get) remote clusters.
 	MultiCluster bool
 	// RegistryNetworks are meshNetworks' fromRegistry entries: the network of each cluster's
@@ -36,14 +44,36 @@ type Config struct {
 	LEDSThreshold int
 }
 
-// IsClusterLocal reports whether a hostname is cluster-local (ClusterLocalHosts).
+// IsClusterLocal reports whether a hostname is cluster-local: istiod's defaults and the
+// discovery address's host, changed by ServiceSettings and ClusterLocalHosts.
 func (c Config) IsClusterLocal(hostname string) bool {
-	for _, h := range c.ClusterLocalHosts {
-		if h == hostname || (strings.HasPrefix(h, "*.") && strings.HasSuffix(hostname, h[1:])) {
-			return true
-		}
+	if c.clusterLocal == nil {
+		cl, _ := c.ClusterLocal()
+		return cl.IsClusterLocal(hostname)
 	}
-	return false
+	return c.clusterLocal.IsClusterLocal(hostname)
+}
+
+// ClusterLocal builds the cluster-local hosts of the configuration; the error says why the
+// discovery address gave no host (the rest is built without it, as istiod does).
+func (c Config) ClusterLocal() (ClusterLocalHosts, error) {
+	addr := c.DiscoveryAddress
+	if addr == "" {
+		ns := c.SystemNamespace
+		if ns == "" {
+			ns = DefaultSystemNamespace
+		}
+		addr = DefaultDiscoveryAddress(ns)
+	}
+	domain := c.Domain
+	if domain == "" {
+		domain = DefaultDomain
+	}
+	settings := c.ServiceSettings
+	if len(c.ClusterLocalHosts) > 0 {
+		settings = append(slices.Clip(settings), ServiceSetting{Hosts: c.ClusterLocalHosts, ClusterLocal: true})
+	}
+	return NewClusterLocalHosts(domain, addr, settings)
 }
 
 // Defaults used by istiod and by krteds.
@@ -79,9 +109,11 @@ func (c Config) WithDefaults() Config {
 	if c.SystemNamespace == "" {
 		c.SystemNamespace = d.SystemNamespace
 	}
-	if c.ClusterLocalHosts == nil {
-		c.ClusterLocalHosts = []string{"*.kube-system.svc." + c.Domain, "kubernetes.default.svc." + c.Domain}
+	if c.DiscoveryAddress == "" {
+		c.DiscoveryAddress = DefaultDiscoveryAddress(c.SystemNamespace)
 	}
+	cl, _ := c.ClusterLocal() // an unusable discovery address is left out, as istiod leaves it
+	c.clusterLocal = &cl
 	return c
 }
 

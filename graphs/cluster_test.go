@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
@@ -202,5 +203,126 @@ func TestSplitHorizonAcrossClusters(t *testing.T) {
 	}
 	if set := g.CLAs.GetKey("outbound|80||bar.ns1.svc.cluster.local"); set == nil || set.Shared == nil {
 		t.Fatalf("a service on no gateway's network must share one CLA across networks: %+v", set)
+	}
+}
+
+// TestClusterLocalHostsAcrossClusters holds which services show each proxy only its own
+// cluster's endpoints to istiod's cluster-local hosts (clusterLocalProvider.onMeshUpdated, read
+// by the endpoint builder's snapshotShards): by default *.kube-system.svc, kubernetes.default.svc
+// and the discovery address's host (istiod.istio-system.svc); another discovery address moves
+// that one; mesh config's serviceSettings make hosts cluster-local (a ServiceEntry host too: its
+// endpoints are the config cluster's) or global (removing a default). A proxy of each of two
+// clusters asks for every service; a global one gets both clusters' endpoints.
+func TestClusterLocalHostsAcrossClusters(t *testing.T) {
+	const (
+		istiod     = "outbound|15012||istiod.istio-system.svc.cluster.local"
+		canary     = "outbound|15012||istiod-canary.istio-system.svc.cluster.local"
+		kubernetes = "outbound|80||kubernetes.default.svc.cluster.local"
+		dns        = "outbound|80||dns.kube-system.svc.cluster.local"
+		foo        = "outbound|80||foo.ns1.svc.cluster.local"
+		ext        = "outbound|80||api.example.com"
+	)
+	grpc := fixtures.Port{Name: "grpc", Port: 15012, Target: 15012}
+	// cluster gives a cluster's objects, its endpoints at 10.<n>.x.y.
+	cluster := func(n int) []any {
+		ip := func(host int) string { return fmt.Sprintf("10.%d.0.%d", n, host) }
+		var out []any
+		for i, s := range []struct {
+			ns, name string
+			port     fixtures.Port
+		}{{"istio-system", "istiod", grpc}, {"istio-system", "istiod-canary", grpc}, {"default", "kubernetes", fixtures.HTTP[0]},
+			{"kube-system", "dns", fixtures.HTTP[0]}, {"ns1", "foo", fixtures.HTTP[0]}} {
+			pod := s.name + "-pod"
+			slicePorts := []fixtures.SlicePort{{Name: s.port.Name, Port: s.port.Target}}
+			out = append(out, fixtures.Service(s.ns, s.name, s.port), fixtures.Pod(s.ns, pod, s.name, ip(i+1), ""),
+				fixtures.Slice(s.ns, s.name+"-a", s.name, slicePorts, fixtures.Endpoint{IP: ip(i + 1), Pod: pod, Cond: fixtures.Ready}))
+		}
+		return out
+	}
+	entry, err := sources.ObjectsOf([]byte(`
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: api, namespace: ns1}
+spec:
+  hosts: [api.example.com]
+  resolution: STATIC
+  ports: [{number: 80, name: http}]
+  endpoints: [{address: 192.0.2.1}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, remote := []string{"10.0.0"}, []string{"10.1.0"}
+	both := []string{"10.0.0", "10.1.0"}
+	for _, tc := range []struct {
+		name string
+		cfg  collections.Config
+		// want maps a cluster name to the address prefixes each proxy gets, the local proxy's
+		// first; nil for the remote proxy: none (a ServiceEntry's endpoints are local).
+		want map[string][2][]string
+	}{{
+		name: "istiod's defaults",
+		cfg:  collections.DefaultConfig(),
+		want: map[string][2][]string{istiod: {local, remote}, canary: {both, both}, kubernetes: {local, remote}, dns: {local, remote}, foo: {both, both},
+			ext: {{"192.0.2"}, {"192.0.2"}}},
+	}, {
+		name: "another discovery address",
+		cfg:  collections.Config{DiscoveryAddress: "istiod-canary.istio-system.svc:15012"},
+		want: map[string][2][]string{istiod: {both, both}, canary: {local, remote}, kubernetes: {local, remote}},
+	}, {
+		name: "serviceSettings: a host made cluster-local, a ServiceEntry host too, a default made global",
+		cfg: collections.Config{ServiceSettings: []collections.ServiceSetting{
+			{Hosts: []string{"*.ns1.svc.cluster.local", "api.example.com"}, ClusterLocal: true},
+			{Hosts: []string{"kubernetes.default.svc.cluster.local"}},
+		}},
+		want: map[string][2][]string{foo: {local, remote}, kubernetes: {both, both}, istiod: {local, remote}, dns: {local, remote}, ext: {{"192.0.2"}, nil}},
+	}, {
+		name: "--cluster-local-host adds to the defaults",
+		cfg:  collections.Config{ClusterLocalHosts: []string{"foo.ns1.svc.cluster.local"}},
+		want: map[string][2][]string{foo: {local, remote}, kubernetes: {local, remote}, istiod: {local, remote}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			stop := test.NewStop(t)
+			debugger := new(krt.DebugHandler)
+			opts := krt.NewOptionsBuilder(stop, "", debugger)
+			in := sources.NewStatic(opts, nil, append(cluster(0), entry...)...)
+			inputs := in.Inputs()
+			clusters := krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
+			inputs.RemoteClusters = clusters
+			g := Build(tc.cfg, inputs, opts)
+			if !g.WaitUntilSynced(stop) {
+				t.Fatal("not synced")
+			}
+			rc, _ := newRemote(t, debugger, "cluster-2", cluster(1)...)
+			clusters.UpdateObject(rc)
+			g.Connect(collections.ConnectedProxy{ConnID: "local", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+				IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes"})
+			g.Connect(collections.ConnectedProxy{ConnID: "remote", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+				IP: "10.1.0.50", Namespace: "ns1", ClusterID: "cluster-2"})
+			w := fixtures.NewWaker()
+			fixtures.WakeOn(t, w, g.CLAs)
+			fixtures.WakeOn(t, w, g.Proxies)
+			for name, want := range tc.want {
+				for i, conn := range []string{"local", "remote"} {
+					w.Await(t, 10*time.Second, conn+"'s CLA of "+name, func() (bool, string) {
+						v := g.View(conn)
+						if v == nil {
+							return false, "no view"
+						}
+						r, pending := g.Resolve(v, transforms.TypeCLA, name)
+						if pending {
+							return false, "pending"
+						}
+						var got []string
+						for _, e := range claEndpoints(t, r) {
+							if p := e[:strings.LastIndexByte(e[:strings.IndexByte(e, ':')], '.')]; !slices.Contains(got, p) {
+								got = append(got, p)
+							}
+						}
+						return slices.Equal(got, want[i]), fmt.Sprintf("%v, want %v", got, want[i])
+					})
+				}
+			}
+		})
 	}
 }

@@ -141,7 +141,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.WorkloadEntries, p = DeriveChecked(d, NameWorkloadEntries, in.WorkloadEntries, transforms.WorkloadEntries(cfg, g.SystemNetwork))
 	checked(p)
 	entryServices := Derive(d, NameEntryServices,
-		Index(d, NameEntriesByHost, NameServiceEntries, krt.NewIndex(g.ServiceEntries, "byHost", transforms.EntryHosts)), transforms.ServiceEntryServices())
+		Index(d, NameEntriesByHost, NameServiceEntries, krt.NewIndex(g.ServiceEntries, "byHost", transforms.EntryHosts)), transforms.ServiceEntryServices(cfg))
 	// Remote clusters: each its own services and endpoint shards, merged by service; the local
 	// cluster's Service wins over a remote one.
 	var remoteShards krt.Collection[collections.ServiceEndpoints]

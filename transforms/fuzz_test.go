@@ -197,7 +197,7 @@ func FuzzServiceEntries(f *testing.F) {
 			if hostProblem(cfg, h) != "" {
 				t.Fatalf("host %q kept", h)
 			}
-			svc := *ServiceEntryServices().Fn(krt.TestingDummyContext{}, krt.IndexObject[string, collections.ServiceEntry]{Key: h, Objects: []collections.ServiceEntry{*entry}})
+			svc := *ServiceEntryServices(collections.DefaultConfig()).Fn(krt.TestingDummyContext{}, krt.IndexObject[string, collections.ServiceEntry]{Key: h, Objects: []collections.ServiceEntry{*entry}})
 			for _, p := range svc.Ports {
 				if p.Port < 1 || p.Port > 65535 {
 					t.Fatalf("port %d kept", p.Port)

@@ -170,7 +170,7 @@ func olderEntry(ctx krt.HandlerContext, in ServiceEntryInputs, se *networkingcli
 // ServiceEntryServices gives each host the ServiceEntries define one service, from the oldest
 // entry defining it (creation time, then name, then namespace), as istiod's convertServices
 // builds it. Keyed by host, a host changing hands is one update, never two services at once.
-func ServiceEntryServices() Single[krt.IndexObject[string, collections.ServiceEntry], *collections.ServiceInfo] {
+func ServiceEntryServices(cfg collections.Config) Single[krt.IndexObject[string, collections.ServiceEntry], *collections.ServiceInfo] {
 	return Single[krt.IndexObject[string, collections.ServiceEntry], *collections.ServiceInfo]{Fn: func(_ krt.HandlerContext, byHost krt.IndexObject[string, collections.ServiceEntry]) **collections.ServiceInfo {
 		if len(byHost.Objects) == 0 {
 			return nil
@@ -193,6 +193,8 @@ func ServiceEntryServices() Single[krt.IndexObject[string, collections.ServiceEn
 			ExportTo:            se.ExportTo,
 			TrafficDistribution: se.TrafficDistribution,
 			Type:                "ServiceEntry",
+			// istiod's cluster-local rule reads the hostname, whatever registry defines it.
+			ClusterLocal: cfg.MultiCluster && cfg.IsClusterLocal(h),
 		}
 		return &si
 	}}

@@ -49,6 +49,7 @@ type serveOptions struct {
 	remoteManifests  []string
 	clusterSecrets   bool
 	meshNetworks     string
+	meshConfig       string
 	demo             bool
 	sendBudget       string
 	responseBytes    string
@@ -95,7 +96,8 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.BoolVar(&o.demo, "demo", false, "serve the bundled example mesh (two clusters on two networks), written to a temporary folder whose files stay live")
 	f.StringVar(&o.meshNetworks, "mesh-networks", "", "istiod's meshNetworks file: the network of each cluster (fromRegistry) and the network gateways given by address")
 	f.BoolVar(&o.clusterSecrets, "cluster-secrets", true, "against a cluster, follow remote clusters in the system namespace's Secrets labelled istio/multiCluster=true (key: cluster ID, value: kubeconfig)")
-	f.StringArrayVar(&o.cfg.ClusterLocalHosts, "cluster-local-host", nil, "a hostname (\"*.\" prefix allowed) whose endpoints proxies see only from their own cluster; repeatable (default *.kube-system.svc.<domain>, kubernetes.default.svc.<domain>)")
+	f.StringVar(&o.meshConfig, "mesh-config", "", "istiod's mesh config file (the istio ConfigMap's mesh key): its defaultConfig.discoveryAddress and serviceSettings decide the cluster-local hosts")
+	f.StringArrayVar(&o.cfg.ClusterLocalHosts, "cluster-local-host", nil, "one more hostname (\"*\" prefix allowed) whose endpoints proxies see only from their own cluster, as a serviceSettings entry with clusterLocal true; repeatable (istiod's defaults stay: *.kube-system.svc.<domain>, kubernetes.default.svc.<domain>, the discovery address's host)")
 	f.StringVar(&o.sendBudget, "xds-send-budget", "", "bytes of xDS responses in flight at once, all clients together, e.g. 512Mi (default: a quarter of the memory limit, GOMEMLIMIT or the container's, else 1Gi)")
 	f.StringVar(&o.responseBytes, "xds-max-response-bytes", "1Mi", "larger answers go out in parts of at most this size, each acknowledged before the next")
 	f.DurationVar(&o.sendTimeout, "xds-send-timeout", xds.DefaultSendTimeout, "a client that reads nothing of a response for this long is disconnected (0: never)")
@@ -194,6 +196,14 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			return fmt.Errorf("--mesh-networks %s: %w", o.meshNetworks, err)
 		}
 		o.cfg.RegistryNetworks, o.cfg.MeshGateways = transforms.MeshNetworkSettings(mn)
+	}
+	if err := readMeshConfig(o); err != nil {
+		return err
+	}
+	// Which services a proxy of a remote cluster sees from its own cluster only.
+	cl, _ := o.cfg.WithDefaults().ClusterLocal()
+	for _, s := range cl.Hosts() {
+		log.Info("cluster-local hosts", zap.Bool("clusterLocal", s.ClusterLocal), zap.Strings("hosts", s.Hosts))
 	}
 	if o.lrsInterval <= 0 {
 		return fmt.Errorf("--lrs-interval %s: want a positive duration", o.lrsInterval)
@@ -359,4 +369,24 @@ func clusterClient(ctx context.Context, o *serveOptions) (kube.Client, error) {
 
 func noCluster(err error) error {
 	return fmt.Errorf("no Kubernetes cluster reachable (%v); to try krteds without one, run: krteds serve --demo", err)
+}
+
+// readMeshConfig reads --mesh-config, as istiod reads its mesh config (defaults applied,
+// validated): the discovery address and serviceSettings, which decide the cluster-local hosts.
+func readMeshConfig(o *serveOptions) error {
+	if o.meshConfig != "" {
+		b, err := os.ReadFile(o.meshConfig)
+		if err != nil {
+			return fmt.Errorf("--mesh-config: %w", err)
+		}
+		mc, err := mesh.ApplyMeshConfigDefaults(string(b))
+		if err != nil {
+			return fmt.Errorf("--mesh-config %s: %w", o.meshConfig, err)
+		}
+		o.cfg.DiscoveryAddress, o.cfg.ServiceSettings = transforms.MeshClusterLocalSettings(mc)
+	}
+	if _, err := o.cfg.WithDefaults().ClusterLocal(); err != nil {
+		return fmt.Errorf("cluster-local hosts: %w", err)
+	}
+	return nil
 }

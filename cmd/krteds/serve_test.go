@@ -80,3 +80,83 @@ func TestREADMEListsEveryServeFlag(t *testing.T) {
 		t.Errorf("the README lists %s, which krteds serve does not have", f)
 	}
 }
+
+// TestMeshConfigClusterLocal: --mesh-config is read as istiod reads its mesh config (defaults
+// applied, validated): defaultConfig.discoveryAddress (istiod's istio-system fallback when the
+// file sets none) and serviceSettings decide the cluster-local hosts, with --cluster-local-host
+// after them; an invalid file is an error naming it. Without it, the discovery address is that of
+// a default install in --system-namespace.
+func TestMeshConfigClusterLocal(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		name, file, systemNS string
+		extra                []string
+		local, notLocal      []string
+		err                  string
+	}{{
+		name:     "no mesh config: a default install in the system namespace",
+		systemNS: "istio-control",
+		local:    []string{"istiod.istio-control.svc.cluster.local", "kubernetes.default.svc.cluster.local"},
+		notLocal: []string{"istiod.istio-system.svc.cluster.local"},
+	}, {
+		name: "a mesh config without defaultConfig: istiod's own default discovery address",
+		file: write("empty.yaml", "trustDomain: cluster.local\n"), systemNS: "istio-control",
+		local:    []string{"istiod.istio-system.svc.cluster.local"},
+		notLocal: []string{"istiod.istio-control.svc.cluster.local"},
+	}, {
+		name: "discoveryAddress and serviceSettings",
+		file: write("mesh.yaml", `
+defaultConfig:
+  discoveryAddress: istiod-canary.istio-system.svc:15012
+serviceSettings:
+- settings: {clusterLocal: true}
+  hosts: ["*.ns1.svc.cluster.local"]
+- settings: {clusterLocal: false}
+  hosts: [kubernetes.default.svc.cluster.local]
+`),
+		extra:    []string{"api.example.com"},
+		local:    []string{"istiod-canary.istio-system.svc.cluster.local", "foo.ns1.svc.cluster.local", "api.example.com", "dns.kube-system.svc.cluster.local"},
+		notLocal: []string{"istiod.istio-system.svc.cluster.local", "kubernetes.default.svc.cluster.local", "foo.ns2.svc.cluster.local"},
+	}, {
+		name: "an invalid discovery address",
+		file: write("bad.yaml", "defaultConfig: {discoveryAddress: istiod.istio-system.svc}\n"),
+		err:  "bad.yaml",
+	}, {
+		name: "not YAML of a mesh config",
+		file: write("junk.yaml", "serviceSettings: 3\n"),
+		err:  "junk.yaml",
+	}, {
+		name: "a missing file",
+		file: filepath.Join(dir, "missing.yaml"),
+		err:  "--mesh-config",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &serveOptions{meshConfig: tc.file}
+			o.cfg.SystemNamespace = tc.systemNS
+			o.cfg.ClusterLocalHosts = tc.extra
+			err := readMeshConfig(o)
+			if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("error %v, want one naming %q", err, tc.err)
+			}
+			cfg := o.cfg.WithDefaults()
+			for _, h := range tc.local {
+				if !cfg.IsClusterLocal(h) {
+					t.Errorf("%s is not cluster-local", h)
+				}
+			}
+			for _, h := range tc.notLocal {
+				if cfg.IsClusterLocal(h) {
+					t.Errorf("%s is cluster-local", h)
+				}
+			}
+		})
+	}
+}
