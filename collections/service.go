@@ -3,6 +3,7 @@ package collections
 import (
 	"maps"
 	"slices"
+	"time"
 )
 
 // Resolution says how clients reach a service's endpoints (istiod: model.Resolution).
@@ -111,8 +112,16 @@ type ServiceInfo struct {
 	// Hostname is <name>.<namespace>.svc.<domain>, or the ServiceEntry host.
 	Hostname string   `json:"hostname"`
 	Registry Registry `json:"registry"`
-	// ServiceEntry is the name of the ServiceEntry a host comes from ("" for a Service).
+	// ServiceEntry is the name of the oldest ServiceEntry of the namespace defining the host, whose
+	// settings the service has ("" for a Service).
 	ServiceEntry string `json:"serviceEntry,omitempty"`
+	// Created is that entry's creation time: of the namespaces defining one host, it orders
+	// them where a proxy's own namespace does not decide (PickHostNamespace).
+	Created time.Time `json:"created,omitzero"`
+	// SharedHost: ServiceEntries of other namespaces define the hostname too. The service's
+	// resources are then keyed by its namespace as well (OwnedKey), and each proxy is sent those
+	// of the namespace its own namespace and Sidecar pick.
+	SharedHost bool `json:"sharedHost,omitempty"`
 	// MeshExternal is a ServiceEntry's location MESH_EXTERNAL.
 	MeshExternal bool              `json:"meshExternal,omitempty"`
 	Ports        []ServicePort     `json:"ports"`
@@ -141,15 +150,13 @@ type ServiceInfo struct {
 	PersistentSessionHeader bool `json:"persistentSessionHeader,omitempty"`
 }
 
-// ResourceName is the krt key: "<namespace>/<name>" for a Kubernetes Service, the host for a
-// ServiceEntry host (defined once mesh-wide).
+// ResourceName is the krt key: "<namespace>/<name>", the name of a ServiceEntry host being the
+// host (a namespace's entries of one host are one service, as istiod keys them by host and
+// namespace; a Kubernetes Service's name has no dot, a ServiceEntry host always has one).
 func (s ServiceInfo) ResourceName() string { return ServiceKey(s.Registry, s.Namespace, s.Name) }
 
-// ServiceKey is the key of a service: "<namespace>/<name>", or the host of a ServiceEntry host.
-func ServiceKey(r Registry, namespace, name string) string {
-	if r == RegistryServiceEntry {
-		return name
-	}
+// ServiceKey is the key of a service: "<namespace>/<name>", whatever its registry.
+func ServiceKey(_ Registry, namespace, name string) string {
 	return namespace + "/" + name
 }
 
@@ -192,6 +199,8 @@ func (s *ServiceInfo) Equals(o *ServiceInfo) bool {
 		s.Hostname == o.Hostname &&
 		s.Registry == o.Registry &&
 		s.ServiceEntry == o.ServiceEntry &&
+		s.Created.Equal(o.Created) &&
+		s.SharedHost == o.SharedHost &&
 		s.MeshExternal == o.MeshExternal &&
 		s.Resolution == o.Resolution &&
 		s.TrafficDistribution == o.TrafficDistribution &&

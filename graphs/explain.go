@@ -69,10 +69,28 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 	fact("proxy %s: namespace %s, cluster %s, network %q, node %q, locality %q", p.ID, p.View.Namespace, orNone(p.Class.ClusterID), p.Class.Network, p.Class.NodeName, p.Class.Locality.String())
 
 	var svc *collections.ServiceInfo
-	for _, s := range g.ServiceInfos.List() {
-		// In a multi-cluster mesh, this cluster's Service describes the hostname.
-		if s.Hostname == host && (svc == nil || s.Cluster == "" || s.Cluster == g.config.ClusterID) {
-			svc = s
+	if shared := g.sharedHost(host); len(shared) > 0 {
+		// ServiceEntries of several namespaces define the host: the proxy sees one namespace's.
+		namespaces := make([]string, len(shared))
+		for i, s := range shared {
+			namespaces[i] = s.Namespace
+		}
+		slices.Sort(namespaces)
+		owner := transforms.PickHostNamespace(shared, &p.View)
+		if owner == "" {
+			ex.Verdict = fmt.Sprintf("not sent: ServiceEntries of namespaces %v define %s, and none is visible from namespace %s (their exportTo, or the proxy's Sidecar egress hosts %v); the proxy gets an empty CLA",
+				namespaces, host, p.View.Namespace, p.View.Egress)
+			return ex, nil
+		}
+		fact("hostname %s: ServiceEntries of namespaces %v define it; the proxy sees namespace %s's (its own namespace's first, else the oldest exported to it by name, else the oldest exported everywhere)",
+			host, namespaces, owner)
+		svc = deref(g.ServiceInfos.GetKey(owner + "/" + host))
+	} else {
+		for _, s := range g.ServiceInfos.List() {
+			// In a multi-cluster mesh, this cluster's Service describes the hostname.
+			if s.Hostname == host && (svc == nil || s.Cluster == "" || s.Cluster == g.config.ClusterID) {
+				svc = s
+			}
 		}
 	}
 	if svc == nil {
@@ -92,10 +110,10 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 		return ex, nil
 	}
 	fact("port %d: named %q", port.Port, port.Name)
-	set := g.CLAs.GetKey(cluster)
+	set := g.CLAs.GetKey(transforms.SetKey(svc, cluster))
 	if set == nil && subset != "" {
 		fact("subset %q: no DestinationRule that may apply defines it; the proxy is sent every endpoint of the port, as from istiod", subset)
-		set = g.CLAs.GetKey(transforms.UnknownSubsetKey(cluster))
+		set = g.CLAs.GetKey(transforms.SetKey(svc, transforms.UnknownSubsetKey(cluster)))
 	}
 	if set == nil {
 		ex.Verdict = "not sent: the CLA of this cluster is not built yet"
@@ -223,4 +241,12 @@ func (g *Graph) sentEndpoints(v *collections.View, cluster string) (map[string]s
 		}
 	}
 	return out, nil
+}
+
+// deref is what GetKey found in a collection of pointers (nil when it found nothing).
+func deref[T any](p **T) *T {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

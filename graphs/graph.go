@@ -21,10 +21,11 @@ const (
 	NameGatewaySources   = "GatewaySources"
 	NameNetworkGateways  = "NetworkGateways"
 	NameServiceEntries   = "ServiceEntries"
-	NameEntriesByHost    = "ServiceEntriesByHost"
+	NameEntriesByNsHost  = "ServiceEntriesByNamespaceHost"
 	NameEntryServices    = "ServiceEntryServices"
 	NameWorkloadEntries  = "WorkloadEntries"
 	NameServiceInfos     = "ServiceInfos"
+	NameSharedHosts      = "ServiceInfosBySharedHost"
 	NameSliceEndpoints   = "SliceEndpoints"
 	NameServiceEndpoints = "ServiceEndpoints"
 	NameDestRules        = "DestinationRules"
@@ -85,6 +86,9 @@ type Graph struct {
 	Routes    krt.Collection[collections.ResourceSet]
 	// ledsCollections finds the CLA sets naming a LEDS collection (with Config.LEDSThreshold).
 	ledsCollections krt.Index[string, collections.ResourceSet]
+	// sharedHosts finds, by hostname, the services of a hostname ServiceEntries of several
+	// namespaces define: resolving its names depends on the proxy's namespace and Sidecar.
+	sharedHosts krt.Index[string, *collections.ServiceInfo]
 
 	// Problems are what the transforms found wrong in their inputs, by object.
 	Problems krt.Collection[collections.ObjectProblems]
@@ -140,8 +144,10 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	checked(p)
 	g.WorkloadEntries, p = DeriveChecked(d, NameWorkloadEntries, in.WorkloadEntries, transforms.WorkloadEntries(cfg, g.SystemNetwork))
 	checked(p)
-	entryServices := Derive(d, NameEntryServices,
-		Index(d, NameEntriesByHost, NameServiceEntries, krt.NewIndex(g.ServiceEntries, "byHost", transforms.EntryHosts)), transforms.ServiceEntryServices(cfg))
+	// A ServiceEntry host is a service per namespace defining it.
+	entriesByNsHost := krt.NewIndex(g.ServiceEntries, "byNamespaceHost", transforms.EntryNamespaceHosts)
+	entryServices := Derive(d, NameEntryServices, Index(d, NameEntriesByNsHost, NameServiceEntries, entriesByNsHost),
+		transforms.EntryHostServices(cfg, g.ServiceEntries, krt.NewIndex(g.ServiceEntries, "byHost", transforms.EntryHosts)))
 	// Remote clusters: each its own services and endpoint shards, merged by service; the local
 	// cluster's Service wins over a remote one.
 	var remoteShards krt.Collection[collections.ServiceEndpoints]
@@ -164,6 +170,8 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	gatewayIndex, reads := transforms.GatewayIndex(Join(d, NameGatewaySources, gatewaySources...))
 	g.NetworkGateways = Singleton(d, NameNetworkGateways, gatewayIndex, reads)
 	g.ServiceInfos = Join(d, NameServiceInfos, kubeServices, entryServices)
+	g.sharedHosts = krt.NewIndex(g.ServiceInfos, "sharedHost", transforms.SharedHostKey)
+	Index(d, NameSharedHosts, NameServiceInfos, g.sharedHosts)
 	workloads := reg.workloads
 	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
 		Services: g.ServiceInfos, Workloads: workloads,
@@ -171,7 +179,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	checked(p)
 	g.ServiceEndpoints = Derive(d, NameServiceEndpoints, g.ServiceInfos, transforms.ServiceEndpointsOf(cfg, transforms.ServiceEndpointInputs{
 		Slices: g.SliceEndpoints, SlicesByService: krt.NewIndex(g.SliceEndpoints, "byService", transforms.SliceService),
-		ServiceEntries:  g.ServiceEntries,
+		ServiceEntries: g.ServiceEntries, EntriesByNamespaceHost: entriesByNsHost,
 		WorkloadEntries: g.WorkloadEntries, WorkloadEntriesByNamespace: krt.NewIndex(g.WorkloadEntries, "byNamespace", transforms.ByNamespace),
 		Workloads: workloads, RemoteShards: remoteShards,
 	}))

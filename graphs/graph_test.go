@@ -2,6 +2,7 @@ package graphs
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -37,6 +38,9 @@ func newStaticGraph(t *testing.T, stop chan struct{}, objs ...any) (*Graph, sour
 type endpointsState struct {
 	Services map[string]collections.ServiceEndpoints
 	Slices   map[string]collections.SliceEndpoints
+	// CLAs are the keys of the CLA sets (a shared host's carry its namespace) and the version
+	// of each shared CLA.
+	CLAs map[string]uint64
 }
 
 func stateOf(g *Graph) endpointsState {
@@ -46,6 +50,14 @@ func stateOf(g *Graph) endpointsState {
 	}
 	for _, se := range g.SliceEndpoints.List() {
 		s.Slices[se.ResourceName()] = se
+	}
+	s.CLAs = map[string]uint64{}
+	for _, set := range g.CLAs.List() {
+		if set.Shared != nil {
+			s.CLAs[set.Key] = set.Shared.Version
+		} else {
+			s.CLAs[set.Key] = 0
+		}
 	}
 	return s
 }
@@ -226,7 +238,8 @@ func orderScenario() []history {
 	goneA := fixtures.Slice("ns1", "gone-a", "gone", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.2.1", Cond: fixtures.Ready})
 
 	// Istio kinds: a WorkloadEntry the foo Service selects, relabelled; a health-checked entry
-	// that turns healthy; a STATIC ServiceEntry edited, and a newer one claiming its host; an
+	// that turns healthy; a STATIC ServiceEntry edited, a newer one of its namespace for its
+	// host (merged), and one of another namespace (the host shared, then not, then again); an
 	// entry selecting the foo Pods and WorkloadEntries.
 	vm1 := workloadEntry("vm-1", "10.0.3.1", map[string]string{"app": "foo"}, nil)
 	vm1b := workloadEntry("vm-1", "10.0.3.1", map[string]string{"app": "foo", "version": "v2"}, nil)
@@ -235,6 +248,8 @@ func orderScenario() []history {
 	ext := staticEntry("ext", "api.example.com", time.Unix(100, 0), "10.0.4.1")
 	ext2 := staticEntry("ext", "api.example.com", time.Unix(100, 0), "10.0.4.1", "10.0.4.2")
 	dup := staticEntry("dup", "api.example.com", time.Unix(200, 0), "10.0.4.9")
+	elsewhere := staticEntry("elsewhere", "api.example.com", time.Unix(50, 0), "10.0.5.1")
+	elsewhere.Namespace = "ns2"
 	sel := staticEntry("sel", "sel.example.com", time.Unix(100, 0))
 	sel.Spec.WorkloadSelector = &networking.WorkloadSelector{Labels: map[string]string{"app": "foo"}}
 
@@ -243,6 +258,7 @@ func orderScenario() []history {
 		{up(vm2sick), up(vm2well)},
 		{up(ext), up(ext2)},
 		{up(dup)},
+		{up(elsewhere), del(elsewhere), up(elsewhere)},
 		{up(sel)},
 		{up(ns1), up(ns1b)},
 		{up(sys), up(sys2)},
@@ -305,7 +321,7 @@ func TestEventOrderNeverMatters(t *testing.T) {
 	var truth endpointsState
 	eventually(t, "ground truth", func() (bool, string) {
 		truth = stateOf(truthGraph)
-		return len(truth.Services) == 4, fmt.Sprint(len(truth.Services))
+		return len(truth.Services) == 5, fmt.Sprint(len(truth.Services))
 	})
 	// Sanity: the scenario exercises what it claims to.
 	if e := truth.Services["ns1/bar"].Endpoints; len(e) != 2 || e[0].Slice != "bar-b" {
@@ -314,13 +330,19 @@ func TestEventOrderNeverMatters(t *testing.T) {
 	if _, ok := truth.Services["ns1/gone"]; ok {
 		t.Fatal("deleted service present")
 	}
-	if e := truth.Services["api.example.com"].Endpoints; len(e) != 2 || e[1].Address != "10.0.4.2" {
-		t.Fatalf("the older entry must own api.example.com, edited: %+v", e)
+	if e := truth.Services["ns1/api.example.com"].Endpoints; len(e) != 3 || e[1].Address != "10.0.4.2" || e[2].Address != "10.0.4.9" {
+		t.Fatalf("ns1's entries of api.example.com must be merged, the older edited: %+v", e)
+	}
+	if e := truth.Services["ns2/api.example.com"].Endpoints; len(e) != 1 || e[0].Address != "10.0.5.1" {
+		t.Fatalf("ns2's entry of api.example.com must be a service of its own: %+v", e)
+	}
+	if _, ok := truth.CLAs["ns2@outbound|80||api.example.com"]; !ok {
+		t.Fatalf("the CLAs of a shared host must be keyed by namespace: %v", slices.Sorted(maps.Keys(truth.CLAs)))
 	}
 	if e := truth.Services["ns1/bar"].Endpoints; len(e) != 2 || e[1].Address != "10.0.3.2" || e[1].Port != 7070 {
 		t.Fatalf("bar must select vm-2 once healthy: %+v", e)
 	}
-	if n := len(truth.Services["sel.example.com"].Endpoints); n != 3 {
+	if n := len(truth.Services["ns1/sel.example.com"].Endpoints); n != 3 {
 		t.Fatalf("sel.example.com must select foo-1, foo-2 (ready) and vm-1: %d endpoints", n)
 	}
 

@@ -56,32 +56,7 @@ func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collectio
 	if c == nil || (typeURL == transforms.TypeListener && !v.GRPC) {
 		return nil, false
 	}
-	var (
-		set   *collections.ResourceSet
-		alias bool
-	)
-	switch typeURL {
-	case transforms.TypeCluster:
-		set = transforms.ResolveClusterSet(c.GetKey, v.Namespace, name, v.GRPC)
-	case transforms.TypeListener:
-		if set = c.GetKey(name); set == nil {
-			// A short name of a Kubernetes service: its listener, named as asked.
-			if target, svc, ok := transforms.ListenerAliasTarget(name, v.Namespace, g.config.Domain); ok {
-				if set = c.GetKey(target); set != nil && set.Service != svc {
-					set = nil
-				}
-				alias = true
-			}
-		}
-	default:
-		set = c.GetKey(name)
-		if set == nil && typeURL == transforms.TypeCLA {
-			// A subset no DestinationRule defines: istiod sends the port's endpoints unfiltered.
-			if key := transforms.UnknownSubsetKey(name); key != "" {
-				set = c.GetKey(key)
-			}
-		}
-	}
+	set, alias := g.lookup(c, v, typeURL, name)
 	if set == nil || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
 		if typeURL == transforms.TypeCLA {
 			return g.empty.get(name), false
@@ -103,6 +78,49 @@ func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collectio
 	return r, false
 }
 
+// lookup finds the set serving name to a proxy of view v (Resolve). A name of a hostname that
+// ServiceEntries of several namespaces define is looked up among the sets of the namespace
+// transforms.PickHostNamespace picks for the view; the rest by name as they are. alias says the
+// set was found for a short listener name.
+func (g *Graph) lookup(c krt.Collection[collections.ResourceSet], v *collections.View, typeURL, name string) (set *collections.ResourceSet, alias bool) {
+	owner, picked := "", false
+	get := func(key string) *collections.ResourceSet {
+		if s := c.GetKey(key); s != nil {
+			return s
+		}
+		if !picked {
+			owner, picked = g.hostOwner(v, typeURL, name), true
+		}
+		if owner == "" {
+			return nil
+		}
+		return c.GetKey(transforms.OwnedKey(owner, key))
+	}
+	switch typeURL {
+	case transforms.TypeCluster:
+		set = transforms.ResolveClusterSet(get, v.Namespace, name, v.GRPC)
+	case transforms.TypeListener:
+		if set = get(name); set == nil {
+			// A short name of a Kubernetes service: its listener, named as asked.
+			if target, svc, ok := transforms.ListenerAliasTarget(name, v.Namespace, g.config.Domain); ok {
+				if set = c.GetKey(target); set != nil && set.Service != svc {
+					set = nil
+				}
+				alias = true
+			}
+		}
+	default:
+		set = get(name)
+		if set == nil && typeURL == transforms.TypeCLA {
+			// A subset no DestinationRule defines: istiod sends the port's endpoints unfiltered.
+			if key := transforms.UnknownSubsetKey(name); key != "" {
+				set = get(key)
+			}
+		}
+	}
+	return set, alias
+}
+
 // Holds reports whether some view is sent this version of the resource of a type and name now:
 // the version of the name's set (any class's), or of the answer for an unknown cluster.
 func (g *Graph) Holds(typeURL, name string, version uint64) bool {
@@ -110,12 +128,24 @@ func (g *Graph) Holds(typeURL, name string, version uint64) bool {
 	if c == nil {
 		return false
 	}
-	if set := c.GetKey(name); set != nil {
+	holds := func(set *collections.ResourceSet) bool {
 		if set.Shared != nil {
 			return set.Shared.Version == version
 		}
 		for _, r := range set.ByClass {
 			if r.Version == version {
+				return true
+			}
+		}
+		return false
+	}
+	if set := c.GetKey(name); set != nil {
+		return holds(set)
+	}
+	if shared := g.sharedHost(transforms.HostOfName(typeURL, name)); len(shared) > 0 {
+		// A shared host: any namespace's set of the name.
+		for _, svc := range shared {
+			if set := c.GetKey(transforms.OwnedKey(svc.Namespace, name)); set != nil && holds(set) {
 				return true
 			}
 		}
@@ -144,8 +174,10 @@ func (g *Graph) List(v *collections.View, typeURL string) []*collections.Resourc
 		return nil
 	}
 	var out []*collections.Resource
+	picks := map[string]string{}
 	for _, set := range g.Listeners.List() {
-		if set.Key != set.Name || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
+		if _, key := transforms.SplitSetKey(set.Key); key != set.Name || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) ||
+			!g.servesView(&set, v, picks) {
 			continue
 		}
 		if r := set.For(v.ClassKey); r != nil {
@@ -166,9 +198,11 @@ func (g *Graph) listClusters(v *collections.View) []*collections.Resource {
 		out    []*collections.Resource
 		better map[string]pick
 	)
+	picks := map[string]string{}
 	for _, set := range g.Clusters.List() {
-		rank := transforms.ClusterVariantRank(set.Key, set.Name, v.Namespace, v.GRPC)
-		if rank == 0 || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
+		_, key := transforms.SplitSetKey(set.Key)
+		rank := transforms.ClusterVariantRank(key, set.Name, v.Namespace, v.GRPC)
+		if rank == 0 || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) || !g.servesView(&set, v, picks) {
 			continue
 		}
 		r := set.For(v.ClassKey)
@@ -210,8 +244,9 @@ func (g *Graph) ResolveCollection(v *collections.View, typeURL, glob string) (c 
 	if typeURL != transforms.TypeLbEndpoint || g.ledsCollections == nil || !transforms.IsLEDSCollection(glob) {
 		return nil, false
 	}
+	picks := map[string]string{}
 	for _, set := range g.ledsCollections.Lookup(glob) {
-		if !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
+		if !transforms.Visible(set.Visibility, v.Namespace, v.Egress) || !g.servesView(&set, v, picks) {
 			continue
 		}
 		r := set.For(v.ClassKey)

@@ -100,7 +100,8 @@ func TestServiceEntryAndWorkloadEntryCLAs(t *testing.T) {
 		name     string
 		yaml     string
 		clusters map[string]*endpoint.ClusterLoadAssignment
-		// absent are cluster names that must have no CLA (DNS clusters carry theirs in CDS).
+		// absent are cluster names that must have no CLA (DNS clusters carry theirs in CDS, a
+		// port an entry's service does not take has none).
 		absent []string
 		// problems are substrings of the problems the objects must be reported with.
 		problems []string
@@ -274,7 +275,7 @@ spec: {address: 10.3.0.3, labels: {app: other}}
 				sloc{eps: []sep{{addr: "10.3.0.1", port: 9191, workload: "web-vm-1;ns1;web;;Kubernetes"}}}),
 		},
 	}, {
-		name: "a host is defined once: by its oldest entry, never over a Kubernetes Service",
+		name: "entries of one namespace for one host are one service, their endpoints merged; never over a Kubernetes Service",
 		yaml: `
 apiVersion: v1
 kind: Service
@@ -300,10 +301,53 @@ spec:
   endpoints: [{address: 10.4.0.2}]
 `,
 		clusters: map[string]*endpoint.ClusterLoadAssignment{
+			// istiod's mergeServicesInstancesByNamespaceHost.
 			"outbound|80||shared.example.com": seCLA("outbound|80||shared.example.com",
-				sloc{eps: []sep{{addr: "10.4.0.1", port: 80, workload: "first-0;ns1;first-0;;Kubernetes"}}}),
+				sloc{eps: []sep{{addr: "10.4.0.1", port: 80, workload: "first-0;ns1;first-0;;Kubernetes"}, {addr: "10.4.0.2", port: 80, workload: "second-0;ns1;second-0;;Kubernetes"}}}),
 		},
-		problems: []string{"ServiceEntry ns1/first defines it first", `host "web.ns1.svc.cluster.local": a Kubernetes Service hostname`},
+		problems: []string{`host "web.ns1.svc.cluster.local": a Kubernetes Service hostname`},
+	}, {
+		// istiod: every entry's endpoints join the host's shard (mergeServicesInstancesByNamespaceHost),
+		// each on its own ports; the sidecar scope adds a later entry's new port numbers only when
+		// canMergeServices holds (same resolution, labels, workloadSelector, exportTo).
+		name: "entries of one namespace: the later ones' endpoints always join, their new ports only with the same settings",
+		yaml: `
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: first, namespace: ns1, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  hosts: [merge.example.com]
+  resolution: STATIC
+  ports: [{number: 80, name: http}]
+  endpoints: [{address: 10.5.0.1}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: labelled, namespace: ns1, creationTimestamp: "2026-02-01T00:00:00Z", labels: {team: x}}
+spec:
+  hosts: [merge.example.com]
+  resolution: STATIC
+  ports: [{number: 80, name: http}, {number: 8443, name: https}]
+  endpoints: [{address: 10.5.0.2}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: third, namespace: ns1, creationTimestamp: "2026-03-01T00:00:00Z"}
+spec:
+  hosts: [merge.example.com]
+  resolution: STATIC
+  ports: [{number: 80, name: web}, {number: 9090, name: grpc, targetPort: 9091}]
+  endpoints: [{address: 10.5.0.3}]
+`,
+		clusters: map[string]*endpoint.ClusterLoadAssignment{
+			// third names port 80 "web": its endpoint is not on the port first named "http".
+			"outbound|80||merge.example.com": seCLA("outbound|80||merge.example.com",
+				sloc{eps: []sep{{addr: "10.5.0.1", port: 80, workload: "first-0;ns1;first-0;;Kubernetes"}, {addr: "10.5.0.2", port: 80, workload: "labelled-0;ns1;labelled-0;;Kubernetes"}}}),
+			"outbound|9090||merge.example.com": seCLA("outbound|9090||merge.example.com",
+				sloc{eps: []sep{{addr: "10.5.0.3", port: 9091, workload: "third-0;ns1;third-0;;Kubernetes"}}}),
+		},
+		absent:   []string{"outbound|8443||merge.example.com"},
+		problems: []string{`ns1/labelled: host "merge.example.com": ServiceEntry ns1/first of this namespace defines it first, with another labels`},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -327,7 +371,7 @@ spec:
 			}
 			for _, name := range tc.absent {
 				if set := g.CLAs.GetKey(name); set != nil {
-					t.Errorf("%s has a CLA; a DNS cluster must not", name)
+					t.Errorf("%s has a CLA, and must not", name)
 				}
 			}
 			var all []string
@@ -367,6 +411,8 @@ func missingProblems(all, want []string) []string {
 // TestDNSServiceEntryClusters holds the CDS clusters of DNS entries to istiod's buildCluster:
 // STRICT_DNS for DNS (LOGICAL_DNS for DNS_ROUND_ROBIN) carrying the endpoints Envoy resolves (the
 // host itself when the entry lists none), IPv4 lookups, the mesh refresh rate, the records' TTL.
+// A DNS_ROUND_ROBIN host keeps the first endpoint of each port, of all its namespace's entries
+// (mergeServicesInstancesByNamespaceHost).
 func TestDNSServiceEntryClusters(t *testing.T) {
 	objs, err := sources.ObjectsOf([]byte(seNamespaces + "---\n" + dnsEntry + `---
 apiVersion: networking.istio.io/v1
@@ -378,6 +424,16 @@ spec:
   ports: [{number: 80, name: http, protocol: HTTP}]
   endpoints:
   - {address: a.rr.example.com, ports: {http: 8080}, locality: r1/z1}
+  - {address: a2.rr.example.com}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: rr-later, namespace: ns1, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  hosts: [rr.example.com]
+  resolution: DNS_ROUND_ROBIN
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  endpoints: [{address: b.rr.example.com}]
 `))
 	if err != nil {
 		t.Fatal(err)

@@ -234,7 +234,7 @@ func appendClusterVariants(out []collections.ResourceSet, svc *collections.Servi
 		if inherit != nil && inherit.r != nil && bytes.Equal(r.Body, inherit.r.Body) && slices.Equal(problems, inherit.problems) {
 			return inherit
 		}
-		out = append(out, collections.ResourceSet{Key: key, Name: name, TypeURL: TypeCluster, Service: svc.ResourceName(),
+		out = append(out, collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: TypeCluster, Service: svc.ResourceName(),
 			Visibility: svc.Visibility(), Shared: r, Problems: problems})
 		return &built{r, problems}
 	}

@@ -87,12 +87,13 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 				if subset == UnknownSubset {
 					claName = base.Name
 				}
-				set := collections.ResourceSet{Key: name, Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
+				set := collections.ResourceSet{Key: SetKey(svc, name), Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
 				for _, c := range classes {
 					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
 					horizon.Apply(&cp)
 					projected := Project(svc, cp, c)
-					key := CLAKey(claName, cp, projected)
+					// A shared host's namespaces have CLAs (and LEDS collections) of their own.
+					key := SetKey(svc, CLAKey(claName, cp, projected))
 					r, ok := built[key]
 					if !ok {
 						var problem *collections.Problem

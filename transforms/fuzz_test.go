@@ -170,8 +170,9 @@ func FuzzServiceEntries(f *testing.F) {
 	wc := krt.NewStaticCollection[collections.WorkloadEntry](nil, nil, krt.WithStop(stop))
 	entries := krt.NewStaticCollection[collections.ServiceEntry](nil, nil, krt.WithStop(stop))
 	slices := krt.NewStaticCollection[collections.SliceEndpoints](nil, nil, krt.WithStop(stop))
+	byNsHost, byHost := krt.NewIndex(entries, "byNamespaceHost", EntryNamespaceHosts), krt.NewIndex(entries, "byHost", EntryHosts)
 	in := ServiceEndpointInputs{Slices: slices, SlicesByService: krt.NewIndex(slices, "byService", SliceService),
-		ServiceEntries: entries, WorkloadEntries: wc, WorkloadEntriesByNamespace: krt.NewIndex(wc, "byNamespace", ByNamespace), Workloads: workloads}
+		ServiceEntries: entries, EntriesByNamespaceHost: byNsHost, WorkloadEntries: wc, WorkloadEntriesByNamespace: krt.NewIndex(wc, "byNamespace", ByNamespace), Workloads: workloads}
 	f.Fuzz(func(t *testing.T, seData, weData []byte) {
 		var se networkingclient.ServiceEntry
 		var we networkingclient.WorkloadEntry
@@ -197,7 +198,8 @@ func FuzzServiceEntries(f *testing.F) {
 			if hostProblem(cfg, h) != "" {
 				t.Fatalf("host %q kept", h)
 			}
-			svc := *ServiceEntryServices(collections.DefaultConfig()).Fn(krt.TestingDummyContext{}, krt.IndexObject[string, collections.ServiceEntry]{Key: h, Objects: []collections.ServiceEntry{*entry}})
+			svc := *EntryHostServices(cfg, entries, byHost).Fn(krt.TestingDummyContext{},
+				krt.IndexObject[string, collections.ServiceEntry]{Key: entry.Namespace + "/" + h, Objects: []collections.ServiceEntry{*entry}})
 			for _, p := range svc.Ports {
 				if p.Port < 1 || p.Port > 65535 {
 					t.Fatalf("port %d kept", p.Port)

@@ -80,7 +80,9 @@ func ListenerAliasTarget(alias, namespace, domain string) (target, service strin
 // ListenerAliases are the alias names of a Kubernetes service port's listener set (none for a
 // ServiceEntry host's): the names whose resolution changes with it.
 func ListenerAliases(set *collections.ResourceSet) []string {
-	ns, name, kube := strings.Cut(set.Service, "/")
+	ns, name, _ := strings.Cut(set.Service, "/")
+	// A Kubernetes Service's name has no dot; a ServiceEntry host always has one.
+	kube := ns != "" && name != "" && !strings.Contains(name, ".")
 	i := strings.LastIndexByte(set.Name, ':')
 	if !kube || i <= 0 {
 		return nil
@@ -170,12 +172,12 @@ func appendResource(out []collections.ResourceSet, svc *collections.ServiceInfo,
 	if err != nil {
 		return append(out, failedResource(svc, key, name, typeURL, err))
 	}
-	return append(out, collections.ResourceSet{Key: key, Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(), Shared: r})
+	return append(out, collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(), Shared: r})
 }
 
 // failedResource is the set of a resource that could not be built: no resource, and why.
 func failedResource(svc *collections.ServiceInfo, key, name, typeURL string, err error) collections.ResourceSet {
-	return collections.ResourceSet{Key: key, Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(),
+	return collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(),
 		Problems: []collections.Problem{{Kind: "Service", Object: svc.ResourceName(), Reason: collections.ReasonMarshalFailed, Detail: err.Error()}}}
 }
 

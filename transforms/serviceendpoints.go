@@ -14,8 +14,9 @@ import (
 type ServiceEndpointInputs struct {
 	Slices          krt.Collection[collections.SliceEndpoints]
 	SlicesByService krt.Index[string, collections.SliceEndpoints]
-	// ServiceEntries give a ServiceEntry host its inline endpoints.
-	ServiceEntries krt.Collection[collections.ServiceEntry]
+	// ServiceEntries, indexed by "<namespace>/<host>", give a ServiceEntry host its endpoints.
+	ServiceEntries         krt.Collection[collections.ServiceEntry]
+	EntriesByNamespaceHost krt.Index[string, collections.ServiceEntry]
 	// WorkloadEntries are selected by Services and ServiceEntries of their namespace.
 	WorkloadEntries            krt.Collection[collections.WorkloadEntry]
 	WorkloadEntriesByNamespace krt.Index[string, collections.WorkloadEntry]
@@ -34,9 +35,10 @@ func ByNamespace(w collections.WorkloadEntry) []string { return []string{w.Names
 //   - a Kubernetes Service: the endpoints of its EndpointSlices and, when it has a selector and
 //     is not headless, the WorkloadEntries of its namespace it selects (istiod's
 //     serviceInstancesFromWorkloadInstances);
-//   - a ServiceEntry host: its inline endpoints, or, with a workloadSelector, the ready Pods and
-//     the WorkloadEntries of its namespace it selects; a DNS entry without either resolves its
-//     host.
+//   - a ServiceEntry host in a namespace: those of each entry of the namespace defining it
+//     (serviceEntryEndpoints): its inline endpoints, or, with a workloadSelector, the ready Pods
+//     and the WorkloadEntries of its namespace it selects; a DNS entry without either resolves
+//     its host.
 func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single[*collections.ServiceInfo, collections.ServiceEndpoints] {
 	reads := append([]any{in.Slices, in.ServiceEntries, in.WorkloadEntries}, in.Workloads.reads()...)
 	if in.RemoteShards != nil {
@@ -108,91 +110,6 @@ func selectedByService(ctx krt.HandlerContext, in ServiceEndpointInputs, svc *co
 		}
 	}
 	return out
-}
-
-// serviceEntryEndpoints gives a ServiceEntry host's endpoints on each of its ports, as istiod's
-// convertWorkloadInstanceToServiceInstance: the port the workload maps the port's name to, else
-// the port's targetPort, else its number.
-func serviceEntryEndpoints(ctx krt.HandlerContext, cfg collections.Config, in ServiceEndpointInputs, svc *collections.ServiceInfo) []collections.Endpoint {
-	se := krt.FetchOne(ctx, in.ServiceEntries, krt.FilterKey(svc.Namespace+"/"+svc.ServiceEntry))
-	if se == nil {
-		return nil
-	}
-	dns := svc.Resolution.IsDNS()
-	var out []collections.Endpoint
-	// A selected Pod is Healthy, as istiod's pod cache builds its workload instance; an inline
-	// endpoint, a WorkloadEntry and the host itself carry no health (UNKNOWN), as
-	// convertWorkloadEntryToWorkloadInstance and convertServiceEntryToInstances leave it.
-	add := func(addr string, ports func(string) uint32, pod string, health collections.HealthStatus, meta *collections.EndpointMeta) {
-		for _, p := range svc.Ports {
-			num := ports(p.Name)
-			if num == 0 {
-				num = targetPortOf(p)
-			}
-			out = append(out, collections.Endpoint{Address: addr, Port: num, PortName: p.Name, Health: health, Pod: pod, Meta: meta})
-		}
-	}
-	if se.Selector == nil {
-		for _, we := range se.Endpoints {
-			add(we.Address, func(n string) uint32 { return we.Ports[n] }, "", collections.Unknown, we.Meta)
-		}
-		if len(se.Endpoints) == 0 && dns {
-			// istiod's hostnameToServiceInstance: Envoy resolves the host itself.
-			meta := collections.NewEndpointMeta(
-				collections.WorkloadMeta{
-					TLSMode:       collections.TLSModeDisabled,
-					Namespace:     svc.Namespace,
-					WorkloadName:  svc.ServiceEntry,
-					CanonicalName: svc.ServiceEntry,
-				},
-				collections.TopologyMeta{
-					ClusterID: cfg.ClusterID,
-				},
-				"", "")
-			add(svc.Hostname, func(string) uint32 { return 0 }, "", collections.Unknown, meta)
-		}
-		return out
-	}
-	// The ready Pods of the namespace that may match: a filtered Fetch, so that only a change
-	// of such a Pod recomputes the entry, and no index over every Pod is kept for the few
-	// entries that select Pods.
-	pods := krt.Fetch(ctx, in.Workloads.Pods, krt.FilterGeneric(func(o any) bool {
-		p := o.(*collections.Pod)
-		return p.Namespace() == svc.Namespace && len(p.IPs) > 0 && podReadyForIPLookup(p) && mayMatchAugmented(p.Labels, se.Selector)
-	}))
-	if len(pods) > 0 {
-		workloads := workloadsOf(ctx, cfg, in.Workloads, pods)
-		slices.SortFunc(pods, func(a, b *collections.Pod) int { return cmp.Compare(a.Name(), b.Name()) })
-		for _, p := range pods {
-			// The selector is matched again on the augmented labels, as istiod matches them.
-			if w := workloads.Get(p.Key); w != nil && subsetMatch(w.Meta.Label, se.Selector) {
-				add(p.IPs[0], p.Port, p.Key, collections.Healthy, w.Meta)
-			}
-		}
-	}
-	for _, we := range selectedEntries(ctx, in, svc.Namespace, se.Selector) {
-		if we.DNSOnly && !dns {
-			continue
-		}
-		add(we.Address, func(n string) uint32 { return we.Ports[n] }, "", collections.Unknown, we.Meta)
-	}
-	return out
-}
-
-// mayMatchAugmented reports whether a pod's labels can match the selector once augmented: every
-// label matches, or is one the topology sets.
-func mayMatchAugmented(labels collections.Labels, selector map[string]string) bool {
-	for k, want := range selector {
-		switch k {
-		case collections.LabelTopologyRegion, collections.LabelTopologyZone, collections.LabelTopologySubzone,
-			collections.LabelTopologyCluster, collections.LabelHostname, collections.LabelTopologyNetwork:
-			continue
-		}
-		if v, ok := labels.Get(k); !ok || v != want {
-			return false
-		}
-	}
-	return true
 }
 
 // targetPortOf is a ServiceEntry port's targetPort, else its number.

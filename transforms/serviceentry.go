@@ -21,8 +21,8 @@ type ServiceEntryInputs struct {
 	// Namespaces give the traffic-distribution annotation fallback.
 	Namespaces    krt.Collection[*corev1.Namespace]
 	SystemNetwork krt.Singleton[string]
-	// Entries and EntriesByHost are the ServiceEntries, and an index of them by host: a host
-	// several entries define is reported on the entries that do not define it.
+	// Entries and EntriesByHost are the ServiceEntries, and an index of them by host: an entry
+	// whose ports an older entry of its namespace for one of its hosts cannot take is reported.
 	Entries       krt.Collection[*networkingclient.ServiceEntry]
 	EntriesByHost krt.Index[string, *networkingclient.ServiceEntry]
 }
@@ -37,8 +37,9 @@ func EntryHosts(se collections.ServiceEntry) []string { return se.Hosts }
 // convertServiceEntryToInstances do, with what krteds cannot serve reported and left out: a
 // wildcard or single-label host, a host under the cluster's service domain, a port without a
 // valid number or with a number already used, resolution DYNAMIC_DNS, and an inline endpoint
-// that cannot be served (a hostname under STATIC). A host an older entry defines too is
-// reported (ServiceEntryServices gives it to the oldest).
+// that cannot be served (a hostname under STATIC). A host an older entry of the namespace
+// defines with settings this one's ports cannot be merged under is reported
+// (EntryHostServices merges the rest).
 func ServiceEntries(cfg collections.Config, in ServiceEntryInputs) Checked[*networkingclient.ServiceEntry, collections.ServiceEntry] {
 	return Checked[*networkingclient.ServiceEntry, collections.ServiceEntry]{Reads: []any{in.Namespaces, in.SystemNetwork, in.Entries}, Fn: func(ctx krt.HandlerContext, se *networkingclient.ServiceEntry) (*collections.ObjectProblems, *collections.ServiceEntry) {
 		pr := &problems{kind: "ServiceEntry", object: se.Namespace + "/" + se.Name}
@@ -62,9 +63,6 @@ func ServiceEntries(cfg collections.Config, in ServiceEntryInputs) Checked[*netw
 			if reason := hostProblem(cfg, h); reason != "" {
 				pr.add(collections.ReasonInvalidHost, fmt.Sprintf("host %q: %s; host ignored", h, reason))
 				continue
-			}
-			if owner := olderEntry(ctx, in, se, h); owner != "" {
-				pr.add(collections.ReasonInvalidHost, fmt.Sprintf("host %q: ServiceEntry %s defines it first; host ignored", h, owner))
 			}
 			if !slices.Contains(out.Hosts, h) {
 				out.Hosts = append(out.Hosts, h)
@@ -104,6 +102,14 @@ func ServiceEntries(cfg collections.Config, in ServiceEntryInputs) Checked[*netw
 			if out.Selector == nil {
 				out.Selector = map[string]string{}
 			}
+		}
+		for _, h := range out.Hosts {
+			if base, unlike := unmergeable(ctx, in, se, out, h); base != "" {
+				pr.add(collections.ReasonUnsupported, fmt.Sprintf("host %q: ServiceEntry %s of this namespace defines it first, with another %s: "+
+					"this entry's endpoints are the host's, its other ports are not (as istiod merges them)", h, base, unlike))
+			}
+		}
+		if spec.WorkloadSelector != nil {
 			if len(spec.Endpoints) > 0 {
 				pr.add(collections.ReasonUnsupported, "endpoints and workloadSelector are both set; the endpoints are ignored")
 			}
@@ -152,50 +158,4 @@ func hostProblem(cfg collections.Config, host string) string {
 		return "a Kubernetes Service hostname (under .svc." + cfg.Domain + ")"
 	}
 	return ""
-}
-
-// olderEntry names the oldest other entry defining host before se ("" when se is the oldest).
-func olderEntry(ctx krt.HandlerContext, in ServiceEntryInputs, se *networkingclient.ServiceEntry, host string) string {
-	for _, o := range in.EntriesByHost.Fetch(ctx, host) {
-		if o.Namespace == se.Namespace && o.Name == se.Name {
-			continue
-		}
-		if compareCreation(o.CreationTimestamp.Time, se.CreationTimestamp.Time, o.Name, se.Name, o.Namespace, se.Namespace) < 0 {
-			return o.Namespace + "/" + o.Name
-		}
-	}
-	return ""
-}
-
-// ServiceEntryServices gives each host the ServiceEntries define one service, from the oldest
-// entry defining it (creation time, then name, then namespace), as istiod's convertServices
-// builds it. Keyed by host, a host changing hands is one update, never two services at once.
-func ServiceEntryServices(cfg collections.Config) Single[krt.IndexObject[string, collections.ServiceEntry], *collections.ServiceInfo] {
-	return Single[krt.IndexObject[string, collections.ServiceEntry], *collections.ServiceInfo]{Fn: func(_ krt.HandlerContext, byHost krt.IndexObject[string, collections.ServiceEntry]) **collections.ServiceInfo {
-		if len(byHost.Objects) == 0 {
-			return nil
-		}
-		se := slices.MinFunc(byHost.Objects, func(a, b collections.ServiceEntry) int {
-			return compareCreation(a.Created, b.Created, a.Name, b.Name, a.Namespace, b.Namespace)
-		})
-		h := byHost.Key
-		si := &collections.ServiceInfo{
-			Name:                h,
-			Namespace:           se.Namespace,
-			Hostname:            h,
-			Registry:            collections.RegistryServiceEntry,
-			ServiceEntry:        se.Name,
-			MeshExternal:        se.MeshExternal,
-			Ports:               se.Ports,
-			Resolution:          se.Resolution,
-			Labels:              se.Labels,
-			Selector:            se.Selector,
-			ExportTo:            se.ExportTo,
-			TrafficDistribution: se.TrafficDistribution,
-			Type:                "ServiceEntry",
-			// istiod's cluster-local rule reads the hostname, whatever registry defines it.
-			ClusterLocal: cfg.MultiCluster && cfg.IsClusterLocal(h),
-		}
-		return &si
-	}}
 }
