@@ -1,11 +1,13 @@
 package outputs
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	"istio.io/istio/pkg/config/kube"
 	"istio.io/istio/pkg/config/protocol"
 	corev1 "k8s.io/api/core/v1"
-
-	"slices"
 
 	"github.com/krteds/krteds/collections"
 )
@@ -132,7 +134,8 @@ type registryVIPs struct {
 	Addresses map[string][]string `json:"Addresses"`
 }
 
-// Registryz renders services in istiod's /debug/registryz shape, sorted by hostname.
+// Registryz renders services in istiod's /debug/registryz shape, sorted by hostname, then
+// namespace.
 func Registryz(svcs []*collections.ServiceInfo, clusterID string) []registryService {
 	out := make([]registryService, 0, len(svcs))
 	for _, s := range svcs {
@@ -163,14 +166,9 @@ func Registryz(svcs []*collections.ServiceInfo, clusterID string) []registryServ
 			MeshExternal:   s.MeshExternal,
 		})
 	}
+	// A hostname ServiceEntries of several namespaces define is one service per namespace.
 	slices.SortFunc(out, func(a, b registryService) int {
-		if a.Hostname < b.Hostname {
-			return -1
-		}
-		if a.Hostname > b.Hostname {
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.Hostname, b.Hostname), strings.Compare(a.Attributes.Namespace, b.Attributes.Namespace))
 	})
 	return out
 }
