@@ -47,10 +47,10 @@ func EntryHostServices(cfg collections.Config, entries krt.Collection[collection
 			return nil
 		}
 		ns, h, _ := strings.Cut(byNsHost.Key, "/")
-		entries := slices.SortedFunc(slices.Values(byNsHost.Objects), compareEntries)
-		base := entries[0]
+		sorted := slices.SortedFunc(slices.Values(byNsHost.Objects), compareEntries)
+		base := sorted[0]
 		ports := base.Ports
-		for _, e := range entries[1:] {
+		for _, e := range sorted[1:] {
 			if canMergeEntries(base, e) == "" {
 				ports = mergePorts(ports, e.Ports)
 			}
