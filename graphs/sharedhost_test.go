@@ -75,6 +75,11 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 		ip := fmt.Sprintf("10.9.0.%d", i+1)
 		g.Connect(collections.ConnectedProxy{ConnID: ns, ID: "sidecar~" + ip + "~p." + ns + "~" + ns + ".svc.cluster.local", Type: "sidecar", IP: ip, Namespace: ns})
 	}
+	for i, ns := range []string{"b", "c"} { // proxyless gRPC clients: listeners and routes too
+		ip := fmt.Sprintf("10.9.1.%d", i+1)
+		g.Connect(collections.ConnectedProxy{ConnID: ns + "-grpc", ID: "sidecar~" + ip + "~g." + ns + "~" + ns + ".svc.cluster.local", Type: "sidecar",
+			IP: ip, Namespace: ns, Generator: collections.GeneratorGRPC})
+	}
 	w := fixtures.NewWaker()
 	fixtures.WakeOn(t, w, g.CLAs)
 	fixtures.WakeOn(t, w, g.Clusters)
@@ -135,6 +140,25 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 		w.Await(t, sixty, conn+"'s CLA of "+tls, func() (bool, string) {
 			got, ok := addresses(conn, tls)
 			return ok && slices.Equal(got, want), fmt.Sprint(got)
+		})
+	}
+	// gRPC clients: the listener and route of a port only the picked service has.
+	for conn, want := range map[string]bool{"b-grpc": true, "c-grpc": false} {
+		w.Await(t, sixty, conn+"'s listener of port 443", func() (bool, string) {
+			v := g.View(conn)
+			if v == nil {
+				return false, "no view"
+			}
+			l, _ := g.Resolve(v, transforms.TypeListener, host+":443")
+			r, _ := g.Resolve(v, transforms.TypeRoute, tls)
+			var listed []string
+			for _, l := range g.List(v, transforms.TypeListener) {
+				if strings.HasPrefix(l.Name, host) {
+					listed = append(listed, l.Name)
+				}
+			}
+			ok := (l != nil) == want && (r != nil) == want && slices.Contains(listed, host+":443") == want && slices.Contains(listed, host+":80")
+			return ok, fmt.Sprintf("listener %v, route %v, listed %v", l != nil, r != nil, listed)
 		})
 	}
 	if set := g.CLAs.GetKey(http); set != nil {
