@@ -5,6 +5,7 @@ import (
 	"time"
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -24,6 +25,8 @@ type Inputs struct {
 	// ServiceEntries and WorkloadEntries (networking.istio.io) stay empty likewise.
 	ServiceEntries  krt.Collection[*networkingclient.ServiceEntry]
 	WorkloadEntries krt.Collection[*networkingclient.WorkloadEntry]
+	// PeerAuthentications (security.istio.io) stay empty likewise.
+	PeerAuthentications krt.Collection[*securityclient.PeerAuthentication]
 	// RemoteClusters (optional) are the other clusters of the mesh: their endpoints join this
 	// cluster's, one shard per cluster. Nil: a single-cluster mesh, which pays nothing for it.
 	RemoteClusters krt.Collection[*Cluster]
@@ -43,6 +46,7 @@ const (
 	NameSidecars        = "input/Sidecars"
 	NameServiceEntries  = "input/ServiceEntries"
 	NameWorkloadEntries = "input/WorkloadEntries"
+	NamePeerAuthns      = "input/PeerAuthentications"
 	NameRemoteClusters  = "input/RemoteClusters"
 )
 

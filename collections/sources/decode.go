@@ -9,6 +9,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -33,11 +34,12 @@ const (
 	KindSidecar
 	KindServiceEntry
 	KindWorkloadEntry
+	KindPeerAuthentication
 	KindEndpointSlice
 	numKinds
 )
 
-var kindNames = [numKinds]string{"Namespace", "Node", "Service", "Pod", "DestinationRule", "Sidecar", "ServiceEntry", "WorkloadEntry", "EndpointSlice"}
+var kindNames = [numKinds]string{"Namespace", "Node", "Service", "Pod", "DestinationRule", "Sidecar", "ServiceEntry", "WorkloadEntry", "PeerAuthentication", "EndpointSlice"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -233,6 +235,8 @@ func classify(obj runtime.Object, h uint64, where string) (Object, bool, error) 
 		kind = KindServiceEntry
 	case *networkingclient.WorkloadEntry:
 		kind = KindWorkloadEntry
+	case *securityclient.PeerAuthentication:
+		kind = KindPeerAuthentication
 	default:
 		return Object{}, false, nil
 	}

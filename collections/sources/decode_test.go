@@ -84,6 +84,14 @@ metadata: {resourceVersion: ""}
 			want: []string{"DestinationRule/a/d", "Sidecar/a/s"},
 		},
 		{
+			// security.istio.io/v1 is read, as the informers read it; an older version is not.
+			name: "PeerAuthentications",
+			in: "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {selector: {matchLabels: {app: a}}, mtls: {mode: STRICT}, portLevelMtls: {8080: {mode: DISABLE}}}\n" +
+				"---\napiVersion: security.istio.io/v1beta1\nkind: PeerAuthentication\nmetadata: {name: old, namespace: a}\nspec: {mtls: {mode: DISABLE}}\n",
+			want:    []string{"PeerAuthentication/default/p"},
+			ignored: map[string]int{"PeerAuthentication": 1},
+		},
+		{
 			name:      "one bad document fails the whole file",
 			in:        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ok}\n---\n{not yaml: [\n",
 			wantError: "document 1",

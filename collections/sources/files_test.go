@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
 	corev1 "k8s.io/api/core/v1"
@@ -138,6 +139,7 @@ func contents(f *Files) map[string]any {
 	add("Sidecar", anys(f.static.Sidecars.List()))
 	add("ServiceEntry", anys(f.static.ServiceEntries.List()))
 	add("WorkloadEntry", anys(f.static.WorkloadEntries.List()))
+	add("PeerAuthentication", anys(f.static.PeerAuthentications.List()))
 	return out
 }
 
@@ -163,6 +165,9 @@ func sameObject(a, b any) bool {
 		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
 	case *networkingclient.WorkloadEntry:
 		y, ok := b.(*networkingclient.WorkloadEntry)
+		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
+	case *securityclient.PeerAuthentication:
+		y, ok := b.(*securityclient.PeerAuthentication)
 		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)
 	}
 	return reflect.DeepEqual(a, b)

@@ -5,6 +5,7 @@ package sources
 
 import (
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/config/schema/gvr"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/kclient"
@@ -19,6 +20,7 @@ import (
 // IstioResources are the Istio kinds krteds reads, by kind name.
 var IstioResources = map[string]schema.GroupVersionResource{
 	"DestinationRule": gvr.DestinationRule, "Sidecar": gvr.Sidecar, "ServiceEntry": gvr.ServiceEntry, "WorkloadEntry": gvr.WorkloadEntry,
+	"PeerAuthentication": gvr.PeerAuthentication,
 }
 
 // Informers builds the input collections as krt informers over the client, with the same
@@ -58,6 +60,8 @@ func Informers(client kube.Client, opts krt.OptionsBuilder) collections.Inputs {
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameServiceEntries)...),
 		WorkloadEntries: krt.WrapClient(kclient.NewDelayedInformer[*networkingclient.WorkloadEntry](client, gvr.WorkloadEntry,
 			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NameWorkloadEntries)...),
+		PeerAuthentications: krt.WrapClient(kclient.NewDelayedInformer[*securityclient.PeerAuthentication](client, gvr.PeerAuthentication,
+			kubetypes.StandardInformer, marked(nil)), opts.WithName(collections.NamePeerAuthns)...),
 		Clock: clock,
 	}
 }

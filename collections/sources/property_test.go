@@ -26,6 +26,7 @@ func docPool() []string {
 			fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: other%d, namespace: ns2}\n", v),
 			fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns1}\nspec: {hosts: [api.example.com], resolution: STATIC, ports: [{number: 80, name: http}], endpoints: [{address: 10.1.0.%d}]}\n", v),
 			fmt.Sprintf("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm, namespace: ns1}\nspec: {address: 10.2.0.%d, labels: {app: svc}}\n", v),
+			fmt.Sprintf("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: pa, namespace: ns1}\nspec: {selector: {matchLabels: {app: svc}}, portLevelMtls: {'%d': {mode: DISABLE}}}\n", 8080+v),
 		)
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -24,6 +25,8 @@ type Static struct {
 	Sidecars         krt.StaticCollection[*networkingclient.Sidecar]
 	ServiceEntries   krt.StaticCollection[*networkingclient.ServiceEntry]
 	WorkloadEntries  krt.StaticCollection[*networkingclient.WorkloadEntry]
+	// PeerAuthentications are security.istio.io/v1 PeerAuthentications.
+	PeerAuthentications krt.StaticCollection[*securityclient.PeerAuthentication]
 	// Clock is marked by Apply and Delete.
 	Clock *collections.InputClock
 }
@@ -43,6 +46,7 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 		scs   []*networkingclient.Sidecar
 		ses   []*networkingclient.ServiceEntry
 		wes   []*networkingclient.WorkloadEntry
+		pas   []*securityclient.PeerAuthentication
 	)
 	for _, o := range objs {
 		switch o := o.(type) {
@@ -70,35 +74,39 @@ func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
 			ses = append(ses, o)
 		case *networkingclient.WorkloadEntry:
 			wes = append(wes, o)
+		case *securityclient.PeerAuthentication:
+			pas = append(pas, o)
 		}
 	}
 	return Static{
-		Namespaces:       krt.NewStaticCollection(synced, ns, opts.WithName(collections.NameNamespaces)...),
-		Nodes:            krt.NewStaticCollection(synced, nodes, opts.WithName(collections.NameNodes)...),
-		Pods:             krt.NewStaticCollection(synced, pods, opts.WithName(collections.NamePods)...),
-		Services:         krt.NewStaticCollection(synced, svcs, opts.WithName(collections.NameServices)...),
-		EndpointSlices:   krt.NewStaticCollection(synced, eps, opts.WithName(collections.NameEndpointSlices)...),
-		DestinationRules: krt.NewStaticCollection(synced, drs, opts.WithName(collections.NameDestRules)...),
-		Sidecars:         krt.NewStaticCollection(synced, scs, opts.WithName(collections.NameSidecars)...),
-		ServiceEntries:   krt.NewStaticCollection(synced, ses, opts.WithName(collections.NameServiceEntries)...),
-		WorkloadEntries:  krt.NewStaticCollection(synced, wes, opts.WithName(collections.NameWorkloadEntries)...),
-		Clock:            new(collections.InputClock),
+		Namespaces:          krt.NewStaticCollection(synced, ns, opts.WithName(collections.NameNamespaces)...),
+		Nodes:               krt.NewStaticCollection(synced, nodes, opts.WithName(collections.NameNodes)...),
+		Pods:                krt.NewStaticCollection(synced, pods, opts.WithName(collections.NamePods)...),
+		Services:            krt.NewStaticCollection(synced, svcs, opts.WithName(collections.NameServices)...),
+		EndpointSlices:      krt.NewStaticCollection(synced, eps, opts.WithName(collections.NameEndpointSlices)...),
+		DestinationRules:    krt.NewStaticCollection(synced, drs, opts.WithName(collections.NameDestRules)...),
+		Sidecars:            krt.NewStaticCollection(synced, scs, opts.WithName(collections.NameSidecars)...),
+		ServiceEntries:      krt.NewStaticCollection(synced, ses, opts.WithName(collections.NameServiceEntries)...),
+		WorkloadEntries:     krt.NewStaticCollection(synced, wes, opts.WithName(collections.NameWorkloadEntries)...),
+		PeerAuthentications: krt.NewStaticCollection(synced, pas, opts.WithName(collections.NamePeerAuthns)...),
+		Clock:               new(collections.InputClock),
 	}
 }
 
 // Inputs returns the collections as graph inputs.
 func (s Static) Inputs() collections.Inputs {
 	return collections.Inputs{
-		Namespaces:       s.Namespaces,
-		Nodes:            s.Nodes,
-		Pods:             s.Pods,
-		Services:         s.Services,
-		EndpointSlices:   s.EndpointSlices,
-		DestinationRules: s.DestinationRules,
-		Sidecars:         s.Sidecars,
-		ServiceEntries:   s.ServiceEntries,
-		WorkloadEntries:  s.WorkloadEntries,
-		Clock:            s.Clock,
+		Namespaces:          s.Namespaces,
+		Nodes:               s.Nodes,
+		Pods:                s.Pods,
+		Services:            s.Services,
+		EndpointSlices:      s.EndpointSlices,
+		DestinationRules:    s.DestinationRules,
+		Sidecars:            s.Sidecars,
+		ServiceEntries:      s.ServiceEntries,
+		WorkloadEntries:     s.WorkloadEntries,
+		PeerAuthentications: s.PeerAuthentications,
+		Clock:               s.Clock,
 	}
 }
 
@@ -137,6 +145,8 @@ func (s Static) Apply(obj any, del bool) {
 		apply(s.ServiceEntries, o, del)
 	case *networkingclient.WorkloadEntry:
 		apply(s.WorkloadEntries, o, del)
+	case *securityclient.PeerAuthentication:
+		apply(s.PeerAuthentications, o, del)
 	}
 }
 
@@ -190,6 +200,8 @@ func (s Static) of(kind Kind) kindOps {
 		return opsOf(s.ServiceEntries)
 	case KindWorkloadEntry:
 		return opsOf(s.WorkloadEntries)
+	case KindPeerAuthentication:
+		return opsOf(s.PeerAuthentications)
 	}
 	return kindOps{}
 }
