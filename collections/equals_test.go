@@ -188,4 +188,5 @@ func TestEqualsComparesEveryField(t *testing.T) {
 	checkEquals(t, ObjectProblems.Equals, nil)
 	checkEquals(t, ServiceEntry.Equals, nil)
 	checkEquals(t, WorkloadEntry.Equals, nil)
+	checkEquals(t, PeerAuthentication.Equals, nil)
 }

@@ -37,19 +37,22 @@ type EndpointVerdict struct {
 	Locality string `json:"locality,omitempty"`
 	Priority uint32 `json:"priority,omitempty"`
 	Weight   uint32 `json:"weight,omitempty"`
+	// TLSMode is the endpoint's tlsMode metadata ("" for none: clients send it plaintext).
+	TLSMode string `json:"tlsMode,omitempty"`
 	// Reason is, for an endpoint not sent, the first step that excluded it.
 	Reason string   `json:"reason,omitempty"`
 	Facts  []string `json:"facts"`
 
-	// loc is the endpoint's locality, once known.
+	// loc is the endpoint's locality, once known; tls is the tlsMode the rules give it and why.
 	loc *collections.Locality
+	tls *tlsVerdict
 }
 
 // sentEndpoint is an endpoint as the served CLA holds it.
 type sentEndpoint struct {
-	port             uint32
-	health, locality string
-	priority, weight uint32
+	port                      uint32
+	health, locality, tlsMode string
+	priority, weight          uint32
 }
 
 // Explain explains, for the connected proxy p, the endpoints of the cluster (all of them, or
@@ -126,6 +129,8 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 	}
 	sp := g.ServicePolicies.GetKey(svc.ResourceName())
 	cp := transforms.ClusterPolicyFor(svc, sp, g.config.SystemNamespace, p.View.Namespace, port.Port, subset)
+	// Every policy: the resolution reads only those of an endpoint's namespace and the root's.
+	cp.Peer = transforms.NewPeerAuthn(g.config.SystemNamespace, g.PeerAuthentications.List())
 	if subset != "" && len(cp.SubsetLabels) > 0 {
 		fact("subset %q: labels %v", subset, cp.SubsetLabels)
 	}
@@ -180,7 +185,7 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 	for i := range ex.Endpoints {
 		v := &ex.Endpoints[i]
 		if s, ok := sent[v.Address]; ok {
-			v.Sent, v.Port, v.Health, v.Locality, v.Priority, v.Weight = true, s.port, s.health, s.locality, s.priority, s.weight
+			v.Sent, v.Port, v.Health, v.Locality, v.Priority, v.Weight, v.TLSMode = true, s.port, s.health, s.locality, s.priority, s.weight, s.tlsMode
 			switch s.health {
 			case "UNHEALTHY":
 				v.Facts = append(v.Facts, "sent as UNHEALTHY, as by istiod: clients keep it and send it no requests (no outlierDetection minHealthPercent asks otherwise)")
@@ -188,6 +193,9 @@ func (g *Graph) Explain(p *collections.Proxy, cluster, address string) (Explanat
 				v.Facts = append(v.Facts, "sent with no health status (UNKNOWN), as istiod sends ServiceEntry and WorkloadEntry endpoints and network gateways: clients use it as healthy unless they check its health themselves")
 			case "DRAINING":
 				v.Facts = append(v.Facts, "sent as DRAINING: a persistent-session service keeps its terminating sessions reachable")
+			}
+			if v.tls != nil {
+				v.Facts = append(v.Facts, v.tls.fact(s.tlsMode))
 			}
 			if v.Reason != "" {
 				// The CLA is what is served; explain's rules disagree with it (a defect).
@@ -236,8 +244,9 @@ func (g *Graph) sentEndpoints(v *collections.View, cluster string) (map[string]s
 		loc := collections.Locality{Region: l.GetLocality().GetRegion(), Zone: l.GetLocality().GetZone(), Subzone: l.GetLocality().GetSubZone()}
 		for _, e := range l.LbEndpoints {
 			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+			tls := e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
 			out[sa.GetAddress()] = sentEndpoint{port: sa.GetPortValue(), health: e.HealthStatus.String(), locality: loc.String(),
-				priority: l.Priority, weight: e.GetLoadBalancingWeight().GetValue()}
+				priority: l.Priority, weight: e.GetLoadBalancingWeight().GetValue(), tlsMode: tls}
 		}
 	}
 	return out, nil

@@ -147,6 +147,7 @@ func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceI
 		v.exclude(r)
 		return
 	}
+	v.tls = tlsOf(cp, e)
 	if cp.LB.Networks == nil {
 		return
 	}
@@ -154,7 +155,7 @@ func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceI
 	switch {
 	case direct:
 	case len(gws) == 0:
-		v.exclude(fmt.Sprintf("left out by the network split horizon: on network %q, the proxy on %q, and without mTLS (tlsMode %q) no gateway may carry it", e.Meta.Network, class.Network, e.Meta.TLSMode))
+		v.exclude(fmt.Sprintf("left out by the network split horizon: on network %q, the proxy on %q, and without mTLS (%s) no gateway may carry it", e.Meta.Network, class.Network, v.tls.why))
 	default:
 		var addrs []string
 		for _, gw := range gws {
@@ -164,6 +165,45 @@ func judge(v *EndpointVerdict, e collections.Endpoint, svc *collections.ServiceI
 		}
 		v.exclude(fmt.Sprintf("left out by the network split horizon: on network %q, the proxy on %q; reached through the gateway %s instead", e.Meta.Network, class.Network, strings.Join(addrs, ", ")))
 	}
+}
+
+// tlsVerdict is the tlsMode metadata the rules give an endpoint (EndpointTLS.Value), and why.
+type tlsVerdict struct {
+	value, why string
+}
+
+// tlsOf words EndpointTLS's decision for one endpoint: the DestinationRule's TLS mode for the
+// cluster, where it sets one; else the endpoint's own tlsMode, and for "istio" the
+// PeerAuthentication mode of its workload's port (istiod's mtlsChecker.checkMtlsEnabled).
+func tlsOf(cp transforms.ClusterPolicy, e collections.Endpoint) *tlsVerdict {
+	t := &tlsVerdict{value: cp.EndpointTLS().Value(&e)}
+	switch cp.TLS {
+	case transforms.TLSIstioMutual:
+		t.why = fmt.Sprintf("the DestinationRule %s sets tls mode ISTIO_MUTUAL for the cluster, and its tlsMode is %q", cp.Rule, e.Meta.TLSMode)
+	case transforms.TLSOff:
+		t.why = fmt.Sprintf("the DestinationRule %s sets a tls mode other than ISTIO_MUTUAL for the cluster", cp.Rule)
+	default:
+		if e.Meta.TLSMode != collections.TLSModeIstio {
+			t.why = fmt.Sprintf("its tlsMode is %q (%s label, \"disabled\" without it), and no DestinationRule sets a tls mode", e.Meta.TLSMode, collections.LabelTLSMode)
+			break
+		}
+		m := cp.Peer.ModeFor(e.Meta.Namespace, e.Meta.Label, e.Port)
+		t.why = fmt.Sprintf("its tlsMode is \"istio\", no DestinationRule sets a tls mode, and the PeerAuthentication mode of %s port %d is %s", orNone(e.Meta.Namespace), e.Port, m)
+	}
+	return t
+}
+
+// fact words the decision, checked against the tlsMode the CLA holds.
+func (t *tlsVerdict) fact(sent string) string {
+	f := "no tlsMode metadata (clients send plaintext): " + t.why
+	if t.value != "" {
+		f = "tlsMode " + t.value + " (clients send mTLS): " + t.why
+	}
+	if sent != t.value {
+		// The CLA is what is served; explain's rules disagree with it (a defect).
+		f += fmt.Sprintf("; explain's rules give tlsMode %q, but the CLA has it as %q", t.value, sent)
+	}
+	return f
 }
 
 // distributeReason words the one locality rule that removes endpoints (the plan's distribute, transforms/locality.go):

@@ -4,6 +4,7 @@ package graphs
 
 import (
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
@@ -31,6 +32,7 @@ const (
 	NameDestRules        = "DestinationRules"
 	NameSidecars         = "Sidecars"
 	NamePolicies         = "ServicePolicies"
+	NamePeerAuthns       = "PeerAuthentications"
 	NameConnectedProxies = "ConnectedProxies"
 	NameFailoverLabels   = "FailoverLabels"
 	NameProxies          = "Proxies"
@@ -70,6 +72,8 @@ type Graph struct {
 	Sidecars         krt.Collection[collections.Sidecar]
 	// ServicePolicies lists per service the DestinationRules that may apply to it.
 	ServicePolicies krt.Collection[collections.ServicePolicy]
+	// PeerAuthentications decide which endpoints accept mTLS (read by namespace).
+	PeerAuthentications krt.Collection[collections.PeerAuthentication]
 
 	// ConnectedProxies is written by the xDS server as clients connect and leave.
 	ConnectedProxies krt.StaticCollection[collections.ConnectedProxy]
@@ -121,6 +125,9 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	if in.WorkloadEntries == nil {
 		in.WorkloadEntries = krt.NewStaticCollection[*networkingclient.WorkloadEntry](nil, nil, opts.WithName(collections.NameWorkloadEntries)...)
 	}
+	if in.PeerAuthentications == nil {
+		in.PeerAuthentications = krt.NewStaticCollection[*securityclient.PeerAuthentication](nil, nil, opts.WithName(collections.NamePeerAuthns)...)
+	}
 	d := newDescription(opts)
 	g := &Graph{Inputs: in, Description: d, config: cfg, empty: newEmptyCLAs(), identities: transforms.NewIdentities()}
 	var problems []krt.Collection[collections.ObjectProblems]
@@ -133,6 +140,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	Input(d, collections.NameSidecars, in.Sidecars)
 	Input(d, collections.NameServiceEntries, in.ServiceEntries)
 	Input(d, collections.NameWorkloadEntries, in.WorkloadEntries)
+	Input(d, collections.NamePeerAuthns, in.PeerAuthentications)
 
 	g.SystemNetwork, g.NodeLocalities = reg.systemNetwork, reg.nodes
 	kubeServices, p := reg.services, reg.serviceProblems
@@ -191,6 +199,10 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	checked(p)
 	g.ServicePolicies = Derive(d, NamePolicies, g.ServiceInfos, transforms.ServicePolicies(g.DestinationRules,
 		krt.NewIndex(g.DestinationRules, "byHost", transforms.RuleHostKeys(cfg))))
+	g.PeerAuthentications, p = DeriveChecked(d, NamePeerAuthns, in.PeerAuthentications, transforms.PeerAuthentications())
+	checked(p)
+	peerAuthn := transforms.PeerAuthnInputs{RootNamespace: cfg.SystemNamespace, Policies: g.PeerAuthentications,
+		ByNamespace: krt.NewIndex(g.PeerAuthentications, "byNamespace", transforms.PeerAuthnNamespace)}
 
 	// The connected proxies, their classes and views.
 	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)
@@ -210,14 +222,14 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	// The xDS resources.
 	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, transforms.ServiceCLAs(transforms.CLAInputs{
 		RootNamespace: cfg.SystemNamespace, Services: g.ServiceInfos, Policies: g.ServicePolicies, Classes: g.ProxyClasses,
-		Gateways: g.NetworkGateways, LEDSThreshold: cfg.LEDSThreshold,
+		Gateways: g.NetworkGateways, LEDSThreshold: cfg.LEDSThreshold, PeerAuthn: peerAuthn,
 	}))
 	if cfg.LEDSThreshold > 0 {
 		g.ledsCollections = krt.NewIndex(g.CLAs, "byLEDSCollection", transforms.LEDSCollectionsOf)
 		Index(d, NameCLAsByLEDS, NameCLAs, g.ledsCollections)
 	}
 	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.ClustersFor(transforms.ClusterInputs{
-		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints, LRS: cfg.LRS,
+		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints, LRS: cfg.LRS, PeerAuthn: peerAuthn,
 	}))
 	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, transforms.Listeners())
 	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes())

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	networking "istio.io/api/networking/v1"
+	securityapi "istio.io/api/security/v1beta1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,14 +43,21 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 			WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": "foo"}}}}
 	vm := &networkingclient.WorkloadEntry{ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: "ns1"},
 		Spec: networking.WorkloadEntry{Address: "10.2.0.1", Labels: map[string]string{"app": "foo"}}}
+	// A DNS entry whose endpoint has a sidecar (a service account): its cluster's load
+	// assignment reads the PeerAuthentications, as the foo Pod's CLAs do.
 	dns := &networkingclient.ServiceEntry{ObjectMeta: metav1.ObjectMeta{Name: "dns", Namespace: "ns1"},
 		Spec: networking.ServiceEntry{Hosts: []string{"dns.example.com"}, Resolution: networking.ServiceEntry_DNS,
-			Ports: []*networking.ServicePort{{Number: 443, Name: "tls", Protocol: "TLS"}}}}
-	in := sources.NewStatic(opts, nil, ext, sel, vm, dns,
+			Ports:     []*networking.ServicePort{{Number: 443, Name: "tls", Protocol: "TLS"}},
+			Endpoints: []*networking.WorkloadEntry{{Address: "backend.example.com", ServiceAccount: "backend"}}}}
+	pa := &securityclient.PeerAuthentication{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "ns1"},
+		Spec: securityapi.PeerAuthentication{Mtls: &securityapi.PeerAuthentication_MutualTLS{Mode: securityapi.PeerAuthentication_MutualTLS_STRICT}}}
+	foo1 := fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1")
+	foo1.Labels[collections.LabelTLSMode] = collections.TLSModeIstio
+	in := sources.NewStatic(opts, nil, ext, sel, vm, dns, pa,
 		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net1"}, nil),
 		fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
-		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"),
+		foo1,
 		// Not scheduled yet: its proxy reads the default network itself.
 		fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", ""),
 		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,

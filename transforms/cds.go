@@ -97,6 +97,8 @@ type ClusterInputs struct {
 	Endpoints krt.Collection[collections.ServiceEndpoints]
 	// LRS points EDS clusters' lrs_server at the management server itself.
 	LRS bool
+	// PeerAuthn decide the mTLS of a DNS cluster's endpoints, as of an EDS cluster's.
+	PeerAuthn PeerAuthnInputs
 }
 
 // ClustersFor builds the CDS resources of a service: per cluster port, the cluster
@@ -110,7 +112,11 @@ type ClusterInputs struct {
 // LOGICAL_DNS clusters carrying their endpoints (filtered by subset), as istiod's buildCluster;
 // a cluster left without endpoints is not sent, as istiod does not send it.
 func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.ResourceSet] {
-	return Many[*collections.ServiceInfo, collections.ResourceSet]{Reads: []any{in.Policies, in.Endpoints}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
+	reads := []any{in.Policies, in.Endpoints}
+	if in.PeerAuthn.Policies != nil {
+		reads = append(reads, in.PeerAuthn.Policies)
+	}
+	return Many[*collections.ServiceInfo, collections.ResourceSet]{Reads: reads, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
 		ports := ClusterPorts(svc)
 		if len(ports) == 0 {
 			return nil
@@ -124,9 +130,11 @@ func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.Re
 			if se := krt.FetchOne(ctx, in.Endpoints, krt.FilterKey(svc.ResourceName())); se != nil {
 				eps = se.Endpoints
 			}
+			peer := in.PeerAuthn.Fetch(ctx, eps)
 			dns = func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment {
 				name := ClusterName(port.Port, subset, svc.Hostname)
 				cp := ClusterPolicyFor(svc, sp, in.RootNamespace, namespace, port.Port, subset)
+				cp.Peer = peer
 				plan := PlanCLA(name, svc, port, eps, cp, collections.ProxyClass{})
 				if len(plan.Groups) == 0 {
 					return nil

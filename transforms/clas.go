@@ -21,6 +21,9 @@ type CLAInputs struct {
 	Gateways krt.Singleton[collections.NetworkGateways]
 	// LEDSThreshold: CLAs with more endpoints also get their LEDS form (Config.LEDSThreshold).
 	LEDSThreshold int
+	// PeerAuthn are the PeerAuthentications, which decide the mTLS of endpoints whose cluster's
+	// DestinationRule sets no TLS mode.
+	PeerAuthn PeerAuthnInputs
 }
 
 // DependsOnProxy reports whether a service's CLAs differ between proxies.
@@ -53,6 +56,9 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 	if in.Gateways != nil {
 		reads = append(reads, in.Gateways)
 	}
+	if in.PeerAuthn.Policies != nil {
+		reads = append(reads, in.PeerAuthn.Policies)
+	}
 	return Many[collections.ServiceEndpoints, collections.ResourceSet]{Reads: reads, Fn: func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
 		svc := deref(krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName())))
 		if svc == nil || svc.Resolution.IsDNS() {
@@ -66,6 +72,9 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 		}
 		// The CLA depends on the proxy's network only if an endpoint is on a network with gateways.
 		horizon := NewSplitHorizon(gateways, se.Endpoints)
+		// The PeerAuthentications of the endpoints' workloads: the same for every proxy (they
+		// depend on the endpoint, not on the proxy), so they add nothing to the projection.
+		peer := in.PeerAuthn.Fetch(ctx, se.Endpoints)
 		perClass := NeedsClasses(svc, sp) || (horizon != nil && horizon.Crosses)
 		classes := []collections.ProxyClass{{}}
 		if perClass {
@@ -90,6 +99,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 				set := collections.ResourceSet{Key: SetKey(svc, name), Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
 				for _, c := range classes {
 					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
+					cp.Peer = peer
 					horizon.Apply(&cp)
 					projected := Project(svc, cp, c)
 					// A shared host's namespaces have CLAs (and LEDS collections) of their own.

@@ -45,7 +45,7 @@ type encoder struct {
 	// few: a short list, searched in order, then a map).
 	workloads   []workloadEntry
 	workloadMap map[workloadKey][]byte
-	tls         TLSMetadata
+	tls         EndpointTLS
 	// tlsModes caches the encoded tlsMode entries of values other than "istio".
 	tlsModes map[string][]byte
 }
@@ -142,7 +142,7 @@ func (e *encoder) localityGroup(b []byte, g CLAGroup) []byte {
 
 // metadata is an endpoint's two filter_metadata entries (the first may be nil).
 func (e *encoder) metadata(ep *collections.Endpoint) (tls, workload []byte) {
-	if v := e.tls.Value(ep.Meta.TLSMode); v != "" {
+	if v := e.tls.Value(ep); v != "" {
 		tls = e.tlsModeEntry(v)
 	}
 	return tls, e.workloadEntry(ep.Meta)

@@ -34,8 +34,11 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 		eps[i].Meta = eps[i].Meta.Edit(func(m *collections.EndpointMeta) { m.WorkloadName = fmt.Sprintf("w%d", i) })
 	}
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
+	// A PeerAuthentication disabling mTLS for the workloads on node-1: a third of the endpoints.
+	node1 := NewPeerAuthn("istio-system", []collections.PeerAuthentication{
+		peer("ns1", "node-1", 1, map[string]string{collections.LabelHostname: "node-1"}, disable, nil)})
 	for name, svc := range map[string]*collections.ServiceInfo{"plain": plain, "failover": zone} {
-		for _, tls := range []TLSMetadata{TLSByEndpoint, TLSIstioMutual, TLSOff} {
+		for _, tls := range []EndpointTLS{{Rule: TLSByEndpoint}, {Rule: TLSIstioMutual}, {Rule: TLSOff}, {Rule: TLSByEndpoint, Peer: node1}} {
 			for _, n := range []int{0, 1, len(eps)} {
 				plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps[:n]), PolicyFor(svc), project(svc, PolicyFor(svc), class))
 				plan.TLS = tls
@@ -47,7 +50,7 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 				if !bytes.Equal(got, want) {
 					var g endpoint.ClusterLoadAssignment
 					err := proto.Unmarshal(got, &g)
-					t.Fatalf("%s/tls=%d/%d: encoded bytes differ from proto.Marshal (%d vs %d bytes; decodes: %v, equal: %v)",
+					t.Fatalf("%s/tls=%+v/%d: encoded bytes differ from proto.Marshal (%d vs %d bytes; decodes: %v, equal: %v)",
 						name, tls, n, len(got), len(want), err, proto.Equal(&g, plan.Proto()))
 				}
 			}

@@ -134,7 +134,7 @@ func gcd(a, b int) int {
 // endpoints carry mTLS (cross-network traffic is mTLS only).
 type NetworkFilter struct {
 	Gateways *collections.NetworkGateways
-	TLS      TLSMetadata
+	TLS      EndpointTLS
 	// Crosses: some endpoint is on a network with gateways, so the CLA depends on the proxy's
 	// network. Without it only the weights scale, the same for every proxy.
 	Crosses bool
@@ -158,7 +158,7 @@ func NewSplitHorizon(gateways *collections.NetworkGateways, eps []*collections.E
 // Apply sets a cluster policy's network filter (nothing on a nil horizon).
 func (h *SplitHorizon) Apply(cp *ClusterPolicy) {
 	if h != nil {
-		cp.LB.Networks = &NetworkFilter{Gateways: h.gateways, TLS: cp.TLS, Crosses: h.Crosses}
+		cp.LB.Networks = &NetworkFilter{Gateways: h.gateways, TLS: cp.EndpointTLS(), Crosses: h.Crosses}
 	}
 }
 
@@ -191,7 +191,7 @@ func NetworkRoute(e collections.Endpoint, nf *NetworkFilter, proxyNetwork string
 	if !force && (epNet == "" || proxyNetwork == "" || epNet == proxyNetwork || len(gws) == 0) {
 		return true, nil
 	}
-	if nf.TLS.Value(e.Meta.TLSMode) != collections.TLSModeIstio {
+	if nf.TLS.Value(&e) != collections.TLSModeIstio {
 		return false, nil
 	}
 	return false, gws

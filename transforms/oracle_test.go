@@ -32,7 +32,7 @@ func (p CLAPlan) Proto() *endpoint.ClusterLoadAssignment {
 	for _, g := range p.Groups {
 		lbs := make([]*endpoint.LbEndpoint, 0, len(g.Endpoints))
 		for _, e := range g.Endpoints {
-			lbs = append(lbs, lbEndpoint(*e, p.TLS.Value(e.Meta.TLSMode)))
+			lbs = append(lbs, lbEndpoint(*e, p.TLS.Value(e)))
 		}
 		loc := &core.Locality{Region: g.Locality.Region, Zone: g.Locality.Zone, SubZone: g.Locality.Subzone}
 		l := localityGroup(loc, g.Priority, lbs)

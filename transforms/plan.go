@@ -13,8 +13,8 @@ import (
 type CLAPlan struct {
 	ClusterName string
 	Groups      []CLAGroup
-	// TLS says which endpoints carry the tlsMode metadata.
-	TLS TLSMetadata
+	// TLS decides which endpoints carry the tlsMode metadata.
+	TLS EndpointTLS
 }
 
 // CLAGroup is one LocalityLbEndpoints.
@@ -164,7 +164,7 @@ func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 		eps = sel
 	}
 	plan := planCLA(clusterName, svc, port, eps, cp.LB, class)
-	plan.TLS = cp.TLS
+	plan.TLS = cp.EndpointTLS()
 	return plan
 }
 

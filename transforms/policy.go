@@ -88,9 +88,15 @@ type ClusterPolicy struct {
 	SubsetLabels map[string]string
 	// TLS says which endpoints carry the tlsMode metadata (the TLS mode the rule sets, if any).
 	TLS TLSMetadata
+	// Peer resolves the PeerAuthentications of the service's endpoints, which decide their mTLS
+	// under TLSByEndpoint (nil: none apply). It is the same for every cluster of a service.
+	Peer *PeerAuthn
 	// Rule is "<ns>/<name>" of the effective rule, "" without one.
 	Rule string
 }
+
+// EndpointTLS is the rule that decides the tlsMode metadata of the cluster's endpoints.
+func (cp ClusterPolicy) EndpointTLS() EndpointTLS { return EndpointTLS{Rule: cp.TLS, Peer: cp.Peer} }
 
 // PostProcess reports whether the CLA needs the message-level locality functions (anything
 // beyond failover priorities).
@@ -145,7 +151,8 @@ func DependsOnNamespace(sp *collections.ServicePolicy) bool { return sp != nil &
 
 // CLAKey is the key of one CLA: the cluster name, the effective rule, the TLS metadata rule
 // (a rule's cluster of an unknown subset differs from its port's cluster only by it), the
-// projected class.
+// projected class. The PeerAuthentications are not in it: they are the same for every CLA of a
+// service.
 func CLAKey(clusterName string, cp ClusterPolicy, projected collections.ProxyClass) string {
 	k := clusterClassKey(clusterName, projected)
 	if cp.Rule != "" {
@@ -166,8 +173,8 @@ type TLSMetadata uint8
 
 const (
 	// TLSByEndpoint: no DestinationRule TLS mode applies to the cluster; mTLS is on for an
-	// endpoint whose tlsMode is "istio" (no PeerAuthentication is read), which then carries
-	// tlsMode: istio. Any other value carries nothing.
+	// endpoint whose tlsMode is "istio" unless its PeerAuthentications DISABLE it, and it then
+	// carries tlsMode: istio. Any other value carries nothing.
 	TLSByEndpoint TLSMetadata = iota
 	// TLSIstioMutual: the rule's mode is ISTIO_MUTUAL; mTLS is on for every endpoint, and each
 	// carries its own tlsMode value unless that is "" or "disabled".
@@ -185,21 +192,6 @@ func TLSMetadataFor(drMode string) TLSMetadata {
 		return TLSIstioMutual
 	}
 	return TLSOff
-}
-
-// Value is the tlsMode metadata an endpoint with the pod label value tlsMode carries, "" for none.
-func (m TLSMetadata) Value(tlsMode string) string {
-	switch m {
-	case TLSByEndpoint:
-		if tlsMode == collections.TLSModeIstio {
-			return tlsMode
-		}
-	case TLSIstioMutual:
-		if tlsMode != "" && tlsMode != collections.TLSModeDisabled {
-			return tlsMode
-		}
-	}
-	return ""
 }
 
 // subsetMatch reports whether the endpoint carries every subset label (istiod's

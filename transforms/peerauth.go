@@ -1,0 +1,165 @@
+package transforms
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	securityapi "istio.io/api/security/v1beta1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
+	"istio.io/istio/pkg/config/validation"
+	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// KindPeerAuthentication is the Problem kind of PeerAuthentications.
+const KindPeerAuthentication = "PeerAuthentication"
+
+// PeerAuthentications converts PeerAuthentications; invalid ones are reported and ignored.
+func PeerAuthentications() Checked[*securityclient.PeerAuthentication, collections.PeerAuthentication] {
+	return Checked[*securityclient.PeerAuthentication, collections.PeerAuthentication]{Fn: func(_ krt.HandlerContext, pa *securityclient.PeerAuthentication) (*collections.ObjectProblems, *collections.PeerAuthentication) {
+		return ConvertPeerAuthentication(pa)
+	}}
+}
+
+// PeerAuthnNamespace is the extractor of the index of PeerAuthentications by namespace.
+func PeerAuthnNamespace(p collections.PeerAuthentication) []string { return []string{p.Namespace} }
+
+// ConvertPeerAuthentication copies the selector and the mTLS modes out of a PeerAuthentication.
+// One that istiod's validation (pkg/config/validation ValidatePeerAuthentication, used as is)
+// rejects at admission (port-level modes without a selector, a port out of range, an empty or
+// wildcard selector label), or whose mode is none of the four the CRD's schema allows, is
+// reported as ReasonInvalidPeerAuthentication and ignored as a whole (nil).
+func ConvertPeerAuthentication(pa *securityclient.PeerAuthentication) (*collections.ObjectProblems, *collections.PeerAuthentication) {
+	if pa == nil {
+		return nil, nil
+	}
+	pr := &problems{kind: KindPeerAuthentication, object: pa.Namespace + "/" + pa.Name}
+	spec := &pa.Spec
+	if _, err := validation.ValidatePeerAuthentication(istioConfig(pa.ObjectMeta, spec)); err != nil {
+		pr.add(collections.ReasonInvalidPeerAuthentication, err.Error())
+		return pr.result(), nil
+	}
+	mode, err := mtlsModeOf(spec.GetMtls())
+	if err != nil {
+		pr.add(collections.ReasonInvalidPeerAuthentication, "mtls: "+err.Error())
+		return pr.result(), nil
+	}
+	out := &collections.PeerAuthentication{
+		Name:         pa.Name,
+		Namespace:    pa.Namespace,
+		CreationTime: pa.CreationTimestamp.Time,
+		Mode:         mode,
+	}
+	// An empty selector is no selector (istiod's ComposePeerAuthentication and
+	// addPeerAuthentication both test len(MatchLabels) == 0).
+	if sel := spec.GetSelector().GetMatchLabels(); len(sel) > 0 {
+		out.Selector = maps.Clone(sel)
+	}
+	for _, port := range slices.Sorted(maps.Keys(spec.GetPortLevelMtls())) {
+		m, err := mtlsModeOf(spec.PortLevelMtls[port])
+		if err != nil {
+			pr.add(collections.ReasonInvalidPeerAuthentication, fmt.Sprintf("portLevelMtls[%d]: %v", port, err))
+			return pr.result(), nil
+		}
+		if out.PortModes == nil {
+			out.PortModes = make(map[uint32]collections.MTLSMode, len(spec.PortLevelMtls))
+		}
+		out.PortModes[port] = m
+	}
+	return nil, out
+}
+
+// mtlsModeOf is the mode a mutual TLS setting gives (MTLSUnset when it is absent).
+func mtlsModeOf(m *securityapi.PeerAuthentication_MutualTLS) (collections.MTLSMode, error) {
+	switch mode := m.GetMode(); mode {
+	case securityapi.PeerAuthentication_MutualTLS_UNSET:
+		return collections.MTLSUnset, nil
+	case securityapi.PeerAuthentication_MutualTLS_DISABLE:
+		return collections.MTLSDisable, nil
+	case securityapi.PeerAuthentication_MutualTLS_PERMISSIVE:
+		return collections.MTLSPermissive, nil
+	case securityapi.PeerAuthentication_MutualTLS_STRICT:
+		return collections.MTLSStrict, nil
+	default:
+		return 0, fmt.Errorf("mode %d is not one of UNSET, DISABLE, PERMISSIVE, STRICT", mode)
+	}
+}
+
+// PeerAuthnInputs are the PeerAuthentications a transform reads to decide its endpoints' mTLS.
+type PeerAuthnInputs struct {
+	// RootNamespace is istiod's root namespace: its policies without a selector are mesh-wide.
+	RootNamespace string
+	// Policies (nil: none are read) and their index by namespace (PeerAuthnNamespace).
+	Policies    krt.Collection[collections.PeerAuthentication]
+	ByNamespace krt.Index[string, collections.PeerAuthentication]
+}
+
+// Fetch reads the PeerAuthentications that may decide the mTLS of these endpoints and resolves
+// them (nil when none may). Only an endpoint whose tlsMode is "istio" consults them
+// (istiod's mtlsChecker.checkMtlsEnabled): endpoints without one read none, so that no policy
+// change recomputes their service. For the namespaces of those endpoints, each is read through
+// the namespace index with a filter keeping the policies without a selector and those whose
+// selector picks one of them; in the root namespace, only those without a selector (istiod
+// ignores a root-namespace policy with one). A policy change then recomputes only the services
+// whose endpoints it may decide, and a mesh-wide one every service with such endpoints, as
+// istiod's push does (any PeerAuthentication in the root namespace forces a full push).
+func (in PeerAuthnInputs) Fetch(ctx krt.HandlerContext, eps []*collections.Endpoint) *PeerAuthn {
+	if in.Policies == nil {
+		return nil
+	}
+	var namespaces []string
+	for _, e := range eps {
+		if ns := e.Meta.Namespace; consultsPeerAuthn(e) && !slices.Contains(namespaces, ns) {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	if len(namespaces) == 0 {
+		return nil
+	}
+	// Each filter tests the namespace again: when a policy changes, krt finds the dependents by
+	// the index key, then tests every filter of theirs on the collection without the index.
+	policies := krt.Fetch(ctx, in.Policies, krt.FilterIndex(in.ByNamespace, in.RootNamespace), krt.FilterGeneric(func(o any) bool {
+		pa := o.(collections.PeerAuthentication)
+		return pa.Namespace == in.RootNamespace && pa.Selector == nil
+	}))
+	for _, ns := range namespaces {
+		if ns == in.RootNamespace {
+			continue
+		}
+		policies = append(policies, krt.Fetch(ctx, in.Policies, krt.FilterIndex(in.ByNamespace, ns), krt.FilterGeneric(func(o any) bool {
+			pa := o.(collections.PeerAuthentication)
+			return pa.Namespace == ns && (pa.Selector == nil || selectsAny(pa.Selector, ns, eps))
+		}))...)
+	}
+	if len(policies) == 0 {
+		return nil
+	}
+	return NewPeerAuthn(in.RootNamespace, policies)
+}
+
+// consultsPeerAuthn reports whether PeerAuthentications may decide an endpoint's mTLS: its
+// tlsMode is "istio" and it belongs to a workload's namespace. (An endpoint without a namespace
+// is a network gateway's, which istiod sends with tlsMode istio whatever the policies say; every
+// workload's endpoint has its namespace.)
+func consultsPeerAuthn(e *collections.Endpoint) bool {
+	return e.Meta.TLSMode == collections.TLSModeIstio && e.Meta.Namespace != ""
+}
+
+// selectsAny reports whether the selector picks an endpoint of the namespace that consults
+// PeerAuthentications, by its augmented labels (istiod matches ep.Labels).
+func selectsAny(selector map[string]string, namespace string, eps []*collections.Endpoint) bool {
+	var last *collections.EndpointMeta
+	for _, e := range eps {
+		// The ports of one workload share its metadata: it is matched once.
+		if e.Meta == last || e.Meta.Namespace != namespace || !consultsPeerAuthn(e) {
+			continue
+		}
+		last = e.Meta
+		if subsetMatch(e.Meta.Label, selector) {
+			return true
+		}
+	}
+	return false
+}

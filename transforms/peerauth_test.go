@@ -1,0 +1,459 @@
+package transforms
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	securityapi "istio.io/api/security/v1beta1"
+	typeapi "istio.io/api/type/v1beta1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
+	"istio.io/istio/pkg/kube/krt"
+	"istio.io/istio/pkg/test"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/krteds/krteds/collections"
+)
+
+const (
+	unset      = collections.MTLSUnset
+	disable    = collections.MTLSDisable
+	permissive = collections.MTLSPermissive
+	strict     = collections.MTLSStrict
+)
+
+// peer builds a converted PeerAuthentication created at second `created` (lower: older).
+func peer(ns, name string, created int64, selector map[string]string, mode collections.MTLSMode, ports map[uint32]collections.MTLSMode) collections.PeerAuthentication {
+	return collections.PeerAuthentication{Name: name, Namespace: ns, CreationTime: time.Unix(created, 0), Selector: selector, Mode: mode, PortModes: ports}
+}
+
+// peerWorkload is the metadata of a sidecar-injected workload of ns with these pod labels, in
+// r1/z1 on node n1.
+func peerWorkload(ns string, labels map[string]string) *collections.EndpointMeta {
+	return collections.NewEndpointMeta(
+		collections.WorkloadMeta{PodLabels: collections.InternLabels(labels), TLSMode: collections.TLSModeIstio, Namespace: ns, WorkloadName: "w"},
+		collections.TopologyMeta{Locality: r1z1, LocalityLabel: r1z1.String(), ClusterID: "Kubernetes", NodeName: "n1"}, "", "")
+}
+
+// TestPeerAuthnModeFor holds the mode PeerAuthentications give a workload port to istiod's
+// resolution: AuthenticationPolicies.addPeerAuthentication (one namespace- or mesh-wide policy per
+// namespace, the oldest), getConfigsForWorkload (the workload's namespace and the root namespace;
+// a selector must be a subset of the endpoint's labels), ComposePeerAuthentication (mesh →
+// namespace → workload, UNSET inheriting, the oldest of a level winning, a root-namespace policy
+// with a selector ignored, portLevelMtls of the workload policy replacing its mode, an UNSET
+// entry inheriting it) and policyApplier.GetMutualTLSModeForPort (keyed by ep.EndpointPort, the
+// target port). All in pilot/pkg/model/authentication.go and pilot/pkg/security/authn.
+func TestPeerAuthnModeFor(t *testing.T) {
+	app := map[string]string{"app": "foo"}
+	other := map[string]string{"app": "bar"}
+	cases := []struct {
+		name     string
+		policies []collections.PeerAuthentication
+		ns       string
+		labels   map[string]string
+		port     uint32
+		want     collections.MTLSMode
+		// from is the deciding policy's "<ns>/<name>" ("" for the default); scope its scope.
+		from  string
+		scope PeerScope
+	}{
+		{name: "no policy: PERMISSIVE", want: permissive},
+		{name: "mesh-wide STRICT", policies: []collections.PeerAuthentication{peer("istio-system", "m", 1, nil, strict, nil)},
+			want: strict, from: "istio-system/m", scope: ScopeMesh},
+		{name: "mesh-wide PERMISSIVE", policies: []collections.PeerAuthentication{peer("istio-system", "m", 1, nil, permissive, nil)},
+			want: permissive, from: "istio-system/m", scope: ScopeMesh},
+		{name: "mesh-wide DISABLE", policies: []collections.PeerAuthentication{peer("istio-system", "m", 1, nil, disable, nil)},
+			want: disable, from: "istio-system/m", scope: ScopeMesh},
+		{name: "mesh-wide UNSET: PERMISSIVE", policies: []collections.PeerAuthentication{peer("istio-system", "m", 1, nil, unset, nil)},
+			want: permissive},
+		{name: "namespace-wide overrides mesh-wide", policies: []collections.PeerAuthentication{
+			peer("istio-system", "m", 1, nil, strict, nil), peer("ns1", "n", 2, nil, disable, nil)},
+			want: disable, from: "ns1/n", scope: ScopeNamespace},
+		{name: "namespace-wide PERMISSIVE over mesh-wide DISABLE", policies: []collections.PeerAuthentication{
+			peer("istio-system", "m", 1, nil, disable, nil), peer("ns1", "n", 2, nil, permissive, nil)},
+			want: permissive, from: "ns1/n", scope: ScopeNamespace},
+		{name: "namespace-wide UNSET inherits mesh-wide", policies: []collections.PeerAuthentication{
+			peer("istio-system", "m", 1, nil, disable, nil), peer("ns1", "n", 2, nil, unset, nil)},
+			want: disable, from: "istio-system/m", scope: ScopeMesh},
+		{name: "workload policy overrides namespace-wide", policies: []collections.PeerAuthentication{
+			peer("ns1", "n", 1, nil, strict, nil), peer("ns1", "w", 2, app, disable, nil)},
+			want: disable, from: "ns1/w", scope: ScopeWorkload},
+		{name: "a workload policy selecting other workloads does not apply", policies: []collections.PeerAuthentication{
+			peer("ns1", "n", 1, nil, strict, nil), peer("ns1", "w", 2, other, disable, nil)},
+			want: strict, from: "ns1/n", scope: ScopeNamespace},
+		{name: "a selector needs every label", policies: []collections.PeerAuthentication{
+			peer("ns1", "w", 2, map[string]string{"app": "foo", "version": "v1"}, disable, nil)},
+			want: permissive},
+		{name: "the selector matches the augmented topology labels", policies: []collections.PeerAuthentication{
+			peer("ns1", "w", 2, map[string]string{collections.LabelTopologyZone: "z1", collections.LabelHostname: "n1"}, disable, nil)},
+			want: disable, from: "ns1/w", scope: ScopeWorkload},
+		{name: "workload UNSET inherits namespace-wide", policies: []collections.PeerAuthentication{
+			peer("ns1", "n", 1, nil, disable, nil), peer("ns1", "w", 2, app, unset, nil)},
+			want: disable, from: "ns1/n", scope: ScopeNamespace},
+		{name: "workload UNSET inherits mesh-wide through an UNSET namespace-wide", policies: []collections.PeerAuthentication{
+			peer("istio-system", "m", 1, nil, strict, nil), peer("ns1", "n", 1, nil, unset, nil), peer("ns1", "w", 2, app, unset, nil)},
+			want: strict, from: "istio-system/m", scope: ScopeMesh},
+		{name: "portLevelMtls on the target port", port: 8080, policies: []collections.PeerAuthentication{
+			peer("ns1", "w", 2, app, strict, map[uint32]collections.MTLSMode{8080: disable})},
+			want: disable, from: "ns1/w", scope: ScopePort},
+		{name: "portLevelMtls of another port: the workload mode", port: 9090, policies: []collections.PeerAuthentication{
+			peer("ns1", "w", 2, app, strict, map[uint32]collections.MTLSMode{8080: disable})},
+			want: strict, from: "ns1/w", scope: ScopeWorkload},
+		{name: "portLevelMtls STRICT over a workload DISABLE", port: 8080, policies: []collections.PeerAuthentication{
+			peer("ns1", "w", 2, app, disable, map[uint32]collections.MTLSMode{8080: strict})},
+			want: strict, from: "ns1/w", scope: ScopePort},
+		{name: "portLevelMtls UNSET inherits the workload's (itself inherited) mode", port: 8080, policies: []collections.PeerAuthentication{
+			peer("ns1", "n", 1, nil, disable, nil), peer("ns1", "w", 2, app, unset, map[uint32]collections.MTLSMode{8080: unset})},
+			want: disable, from: "ns1/n", scope: ScopeNamespace},
+		{name: "several namespace-wide: the oldest", policies: []collections.PeerAuthentication{
+			peer("ns1", "young", 5, nil, strict, nil), peer("ns1", "old", 2, nil, disable, nil), peer("ns1", "mid", 3, nil, permissive, nil)},
+			want: disable, from: "ns1/old", scope: ScopeNamespace},
+		{name: "several namespace-wide of one age: the lowest name", policies: []collections.PeerAuthentication{
+			peer("ns1", "b", 2, nil, strict, nil), peer("ns1", "a", 2, nil, disable, nil)},
+			want: disable, from: "ns1/a", scope: ScopeNamespace},
+		{name: "an UNSET oldest namespace-wide hides a younger one", policies: []collections.PeerAuthentication{
+			peer("ns1", "old", 1, nil, unset, nil), peer("ns1", "young", 2, nil, disable, nil)},
+			want: permissive},
+		{name: "several mesh-wide: the oldest", policies: []collections.PeerAuthentication{
+			peer("istio-system", "young", 5, nil, strict, nil), peer("istio-system", "old", 2, nil, disable, nil)},
+			want: disable, from: "istio-system/old", scope: ScopeMesh},
+		{name: "several selecting workload policies: the oldest, its ports only", port: 8080, policies: []collections.PeerAuthentication{
+			peer("ns1", "young", 5, app, strict, map[uint32]collections.MTLSMode{8080: disable}),
+			peer("ns1", "old", 2, map[string]string{"app": "foo"}, permissive, nil)},
+			want: permissive, from: "ns1/old", scope: ScopeWorkload},
+		{name: "several selecting workload policies of one age: the lowest name", policies: []collections.PeerAuthentication{
+			peer("ns1", "b", 2, app, strict, nil), peer("ns1", "a", 2, app, disable, nil)},
+			want: disable, from: "ns1/a", scope: ScopeWorkload},
+		{name: "the oldest workload policy selecting it, not the oldest of the namespace", policies: []collections.PeerAuthentication{
+			peer("ns1", "oldest", 1, other, strict, nil), peer("ns1", "mine", 2, app, disable, nil)},
+			want: disable, from: "ns1/mine", scope: ScopeWorkload},
+		{name: "a policy of another namespace does not apply", policies: []collections.PeerAuthentication{
+			peer("ns2", "n", 1, nil, disable, nil), peer("ns2", "w", 1, app, disable, nil)},
+			want: permissive},
+		{name: "a policy without selector outside the root namespace is namespace-wide, not mesh-wide", ns: "ns2", policies: []collections.PeerAuthentication{
+			peer("ns1", "n", 1, nil, disable, nil)},
+			want: permissive},
+		{name: "a root-namespace policy with a selector is ignored", policies: []collections.PeerAuthentication{
+			peer("istio-system", "m", 1, nil, strict, nil), peer("istio-system", "w", 1, app, disable, nil)},
+			want: strict, from: "istio-system/m", scope: ScopeMesh},
+		{name: "a workload of the root namespace: mesh-wide only", ns: "istio-system", policies: []collections.PeerAuthentication{
+			peer("istio-system", "m", 2, nil, disable, nil), peer("istio-system", "w", 1, app, strict, nil), peer("ns1", "n", 1, nil, strict, nil)},
+			want: disable, from: "istio-system/m", scope: ScopeMesh},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns, labels, port := tc.ns, tc.labels, tc.port
+			if ns == "" {
+				ns = "ns1"
+			}
+			if labels == nil {
+				labels = app
+			}
+			if port == 0 {
+				port = 8080
+			}
+			// The order the policies arrive in never matters.
+			for _, order := range [][]collections.PeerAuthentication{tc.policies, reversed(tc.policies)} {
+				p := NewPeerAuthn("istio-system", order)
+				got := p.ModeFor(ns, peerWorkload(ns, labels).Label, port)
+				from := ""
+				if got.Policy != nil {
+					from = got.Policy.ResourceName()
+				}
+				if got.Mode != tc.want || from != tc.from || got.Scope != tc.scope {
+					t.Fatalf("got %s (%q, scope %d), want %s (%q, scope %d)", got.Mode, from, got.Scope, tc.want, tc.from, tc.scope)
+				}
+				if tc.scope == ScopePort && got.Port != port {
+					t.Fatalf("port %d, want %d", got.Port, port)
+				}
+			}
+		})
+	}
+	// Without any policy (a nil PeerAuthn) nothing is disabled.
+	var none *PeerAuthn
+	if m := none.ModeFor("ns1", peerWorkload("ns1", app).Label, 80); m.Mode != permissive || m.Policy != nil {
+		t.Fatalf("nil PeerAuthn: %+v", m)
+	}
+}
+
+func reversed[T any](s []T) []T {
+	out := slices.Clone(s)
+	slices.Reverse(out)
+	return out
+}
+
+// TestConvertPeerAuthentication: the selector and modes are copied (an empty selector is none);
+// what istiod's ValidatePeerAuthentication rejects, and a mode outside the CRD's enum, is
+// reported as invalid_peer_authentication and ignored whole.
+func TestConvertPeerAuthentication(t *testing.T) {
+	created := metav1.NewTime(time.Unix(100, 0))
+	obj := func(spec *securityapi.PeerAuthentication) *securityclient.PeerAuthentication {
+		o := &securityclient.PeerAuthentication{ObjectMeta: metav1.ObjectMeta{Name: "pa", Namespace: "ns1", CreationTimestamp: created}}
+		proto.Merge(&o.Spec, spec)
+		return o
+	}
+	mtls := func(m securityapi.PeerAuthentication_MutualTLS_Mode) *securityapi.PeerAuthentication_MutualTLS {
+		return &securityapi.PeerAuthentication_MutualTLS{Mode: m}
+	}
+	sel := func(l map[string]string) *typeapi.WorkloadSelector { return &typeapi.WorkloadSelector{MatchLabels: l} }
+	cases := []struct {
+		name string
+		spec *securityapi.PeerAuthentication
+		want *collections.PeerAuthentication
+		// invalid: a word the problem's detail holds.
+		invalid string
+	}{
+		{name: "empty: namespace-wide, UNSET", spec: &securityapi.PeerAuthentication{},
+			want: &collections.PeerAuthentication{Name: "pa", Namespace: "ns1", CreationTime: created.Time}},
+		{name: "empty selector: namespace-wide", spec: &securityapi.PeerAuthentication{Selector: sel(map[string]string{}), Mtls: mtls(securityapi.PeerAuthentication_MutualTLS_STRICT)},
+			want: &collections.PeerAuthentication{Name: "pa", Namespace: "ns1", CreationTime: created.Time, Mode: strict}},
+		{name: "workload with ports", spec: &securityapi.PeerAuthentication{Selector: sel(map[string]string{"app": "foo"}),
+			Mtls: mtls(securityapi.PeerAuthentication_MutualTLS_PERMISSIVE),
+			PortLevelMtls: map[uint32]*securityapi.PeerAuthentication_MutualTLS{
+				8080: mtls(securityapi.PeerAuthentication_MutualTLS_DISABLE), 9090: nil, 9091: mtls(securityapi.PeerAuthentication_MutualTLS_UNSET)}},
+			want: &collections.PeerAuthentication{Name: "pa", Namespace: "ns1", CreationTime: created.Time, Selector: map[string]string{"app": "foo"},
+				Mode: permissive, PortModes: map[uint32]collections.MTLSMode{8080: disable, 9090: unset, 9091: unset}}},
+		{name: "portLevelMtls without selector", spec: &securityapi.PeerAuthentication{
+			PortLevelMtls: map[uint32]*securityapi.PeerAuthentication_MutualTLS{8080: mtls(securityapi.PeerAuthentication_MutualTLS_DISABLE)}},
+			invalid: "port level mTLS"},
+		{name: "port 0", spec: &securityapi.PeerAuthentication{Selector: sel(map[string]string{"app": "foo"}),
+			PortLevelMtls: map[uint32]*securityapi.PeerAuthentication_MutualTLS{0: mtls(securityapi.PeerAuthentication_MutualTLS_DISABLE)}},
+			invalid: "1..65535"},
+		{name: "port over 65535", spec: &securityapi.PeerAuthentication{Selector: sel(map[string]string{"app": "foo"}),
+			PortLevelMtls: map[uint32]*securityapi.PeerAuthentication_MutualTLS{70000: mtls(securityapi.PeerAuthentication_MutualTLS_DISABLE)}},
+			invalid: "1..65535"},
+		{name: "wildcard selector", spec: &securityapi.PeerAuthentication{Selector: sel(map[string]string{"app": "*"})}, invalid: "wildcard"},
+		{name: "empty selector key", spec: &securityapi.PeerAuthentication{Selector: sel(map[string]string{"": "x"})}, invalid: "empty key"},
+		{name: "a mode outside the enum", spec: &securityapi.PeerAuthentication{Mtls: mtls(7)}, invalid: "mode 7"},
+		{name: "a port mode outside the enum", spec: &securityapi.PeerAuthentication{Selector: sel(map[string]string{"app": "foo"}),
+			PortLevelMtls: map[uint32]*securityapi.PeerAuthentication_MutualTLS{8080: mtls(9)}}, invalid: "portLevelMtls[8080]: mode 9"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pr, got := ConvertPeerAuthentication(obj(tc.spec))
+			if tc.invalid != "" {
+				ps := problemsOf(pr)
+				if got != nil || len(ps) != 1 || ps[0].Reason != collections.ReasonInvalidPeerAuthentication ||
+					ps[0].Kind != KindPeerAuthentication || ps[0].Object != "ns1/pa" || !strings.Contains(ps[0].Detail, tc.invalid) {
+					t.Fatalf("got %+v, problems %+v; want none and one %s containing %q", got, ps, collections.ReasonInvalidPeerAuthentication, tc.invalid)
+				}
+				return
+			}
+			if pr != nil {
+				t.Fatalf("problems %+v", pr.Problems)
+			}
+			if got == nil || !got.Equals(*tc.want) || (got.Selector == nil) != (tc.want.Selector == nil) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if pr, got := ConvertPeerAuthentication(nil); pr != nil || got != nil {
+		t.Fatal("a nil object converts to nothing")
+	}
+}
+
+// TestPeerAuthnTLSMetadata holds the whole CLA to istiod's mtlsChecker.checkMtlsEnabled
+// (pilot/pkg/xds/endpoints/mtls_checker.go) with PeerAuthentications: a DestinationRule's TLS
+// mode for the cluster (subset, port-level, top-level: tlsModeForDestinationRule) decides alone,
+// ISTIO_MUTUAL on and anything else off; without one, an endpoint with tlsMode istio keeps its
+// metadata unless NewMtlsPolicy(...).GetMutualTLSModeForPort(ep.EndpointPort) is DISABLE; an
+// endpoint without tlsMode istio never has it.
+func TestPeerAuthnTLSMetadata(t *testing.T) {
+	httpPort := collections.ServicePort{Name: "http", Port: 80, Protocol: "TCP"}
+	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local", Ports: []collections.ServicePort{httpPort}}
+	H, HE := collections.Healthy, core.HealthStatus_HEALTHY
+	labels := func(l map[string]string) func(*collections.EndpointMeta) {
+		return func(m *collections.EndpointMeta) { m.PodLabels = collections.InternLabels(l) }
+	}
+	// v1 and v2 workloads with sidecars, and a v3 one without.
+	eps := []collections.Endpoint{
+		ep("10.1.0.1", H, r1z1, "n1", labels(map[string]string{"app": "foo", "version": "v1"})),
+		ep("10.1.0.2", H, r1z1, "n1", labels(map[string]string{"app": "foo", "version": "v2"})),
+		ep("10.1.0.3", H, r1z1, "n1", labels(map[string]string{"app": "foo", "version": "v3"}), func(m *collections.EndpointMeta) { m.TLSMode = "disabled" }),
+	}
+	mtls := func(v1, v2 bool) []wantEP {
+		return []wantEP{{ip: "10.1.0.1", health: HE, plain: !v1}, {ip: "10.1.0.2", health: HE, plain: !v2}, {ip: "10.1.0.3", health: HE, plain: true}}
+	}
+	tp := func(mode string) *collections.TrafficPolicy { return &collections.TrafficPolicy{TLSMode: mode} }
+	rule := func(top *collections.TrafficPolicy, ports map[uint32]*collections.TrafficPolicy, subsets ...collections.Subset) *collections.ServicePolicy {
+		return &collections.ServicePolicy{Service: "ns1/foo", Rules: []collections.DestinationRule{{
+			Name: "dr", Namespace: "ns1", Host: "foo", Policy: top, PortPolicies: ports, Subsets: subsets,
+		}}}
+	}
+	meshDisable := []collections.PeerAuthentication{peer("istio-system", "default", 1, nil, disable, nil)}
+	v1Disable := []collections.PeerAuthentication{peer("ns1", "v1", 1, map[string]string{"version": "v1"}, disable, nil)}
+	v1PortDisable := []collections.PeerAuthentication{peer("ns1", "v1", 1, map[string]string{"version": "v1"}, strict, map[uint32]collections.MTLSMode{8080: disable})}
+	v1ServicePortDisable := []collections.PeerAuthentication{peer("ns1", "v1", 1, map[string]string{"version": "v1"}, strict, map[uint32]collections.MTLSMode{80: disable})}
+	cases := []struct {
+		name     string
+		policies []collections.PeerAuthentication
+		sp       *collections.ServicePolicy
+		subset   string
+		want     []wantEP
+	}{
+		{name: "no policy: tlsMode istio endpoints carry it", want: mtls(true, true)},
+		{name: "mesh-wide DISABLE: none", policies: meshDisable, want: mtls(false, false)},
+		{name: "mesh-wide DISABLE, namespace STRICT: back on", want: mtls(true, true),
+			policies: append(slices.Clone(meshDisable), peer("ns1", "default", 1, nil, strict, nil))},
+		{name: "mesh-wide DISABLE, v2 selected PERMISSIVE: v2 only", want: mtls(false, true),
+			policies: append(slices.Clone(meshDisable), peer("ns1", "v2", 1, map[string]string{"version": "v2"}, permissive, nil))},
+		{name: "workload DISABLE: that workload only", policies: v1Disable, want: mtls(false, true)},
+		{name: "portLevelMtls DISABLE of the target port", policies: v1PortDisable, want: mtls(false, true)},
+		{name: "portLevelMtls of the service port is not the target port", policies: v1ServicePortDisable, want: mtls(true, true)},
+		{name: "a DISABLE of another namespace does not apply", want: mtls(true, true),
+			policies: []collections.PeerAuthentication{peer("ns2", "default", 1, nil, disable, nil)}},
+		{name: "rule ISTIO_MUTUAL overrides a DISABLE", policies: meshDisable, sp: rule(tp(collections.ClientTLSIstioMutual), nil), want: mtls(true, true)},
+		{name: "rule DISABLE over a STRICT", sp: rule(tp(collections.ClientTLSDisable), nil), want: mtls(false, false),
+			policies: []collections.PeerAuthentication{peer("ns1", "default", 1, nil, strict, nil)}},
+		{name: "rule SIMPLE: none", policies: v1Disable, sp: rule(tp(collections.ClientTLSSimple), nil), want: mtls(false, false)},
+		{name: "rule without tls: the policies decide", policies: v1Disable, sp: rule(&collections.TrafficPolicy{OutlierDetection: true}, nil), want: mtls(false, true)},
+		{name: "rule port-level ISTIO_MUTUAL for the service port overrides", policies: meshDisable,
+			sp: rule(&collections.TrafficPolicy{}, map[uint32]*collections.TrafficPolicy{80: tp(collections.ClientTLSIstioMutual)}), want: mtls(true, true)},
+		{name: "rule subset ISTIO_MUTUAL overrides", policies: meshDisable, subset: "all",
+			sp: rule(nil, nil, collections.Subset{Name: "all", Policy: tp(collections.ClientTLSIstioMutual)}), want: mtls(true, true)},
+		{name: "rule subset without tls: the rule's top-level mode", policies: meshDisable, subset: "all",
+			sp: rule(tp(collections.ClientTLSIstioMutual), nil, collections.Subset{Name: "all"}), want: mtls(true, true)},
+		{name: "rule subset without any tls: the policies decide", policies: v1Disable, subset: "all",
+			sp: rule(nil, nil, collections.Subset{Name: "all"}), want: mtls(false, true)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := ClusterName(80, tc.subset, svc.Hostname)
+			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", "ns1", 80, tc.subset)
+			if tc.policies != nil {
+				cp.Peer = NewPeerAuthn("istio-system", tc.policies)
+			}
+			plan := PlanCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{})
+			want := wantCLA(name, wantGroup{loc: r1z1, eps: tc.want})
+			if diff := cmp.Diff(want, plan.Proto(), protocmp.Transform()); diff != "" {
+				t.Fatalf("CLA (-want +got):\n%s", diff)
+			}
+			var got endpoint.ClusterLoadAssignment
+			if err := proto.Unmarshal(EncodeClusterCLA(plan, cp, collections.ProxyClass{}), &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, &got, protocmp.Transform()); diff != "" {
+				t.Fatalf("encoded CLA (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPeerAuthnSplitHorizon: istiod's EndpointsByNetworkFilter sends an endpoint of another
+// network through its gateways only when its built LbEndpoint has tlsMode istio (isMtlsEnabled,
+// after mtlsChecker), so one a PeerAuthentication disables stays out; the gateway's own endpoint
+// always carries tlsMode istio, whatever the mesh-wide policy.
+func TestPeerAuthnSplitHorizon(t *testing.T) {
+	gwsIn := krt.NewStaticCollection(nil, []collections.ClusterGateways{{Source: "cluster/c2", Gateways: []collections.NetworkGateway{
+		{Network: "net2", Cluster: "c2", Addr: "2.2.2.2", Port: 15443}}}}, krt.WithStop(test.NewStop(t)))
+	index, _ := GatewayIndex(gwsIn)
+	gws := index(krt.TestingDummyContext{})
+	remote := func(ip, version string) collections.Endpoint {
+		return ep(ip, collections.Healthy, r1z1, "n2", func(m *collections.EndpointMeta) {
+			m.Network, m.ClusterID = "net2", "c2"
+			m.PodLabels = collections.InternLabels(map[string]string{"app": "foo", "version": version})
+		})
+	}
+	eps := []collections.Endpoint{remote("10.2.0.1", "v1"), remote("10.2.0.2", "v2")}
+	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local"}
+	port := collections.ServicePort{Name: "http", Port: 80}
+	for _, tc := range []struct {
+		name     string
+		policies []collections.PeerAuthentication
+		want     []string
+	}{
+		{name: "no policy: both through the gateway", want: []string{"2.2.2.2:15443/2/istio"}},
+		{name: "v1 disabled: only v2 through the gateway", want: []string{"2.2.2.2:15443/1/istio"},
+			policies: []collections.PeerAuthentication{peer("ns1", "v1", 1, map[string]string{"version": "v1"}, disable, nil)}},
+		{name: "mesh-wide DISABLE, v2 STRICT: the gateway still carries tlsMode istio", want: []string{"2.2.2.2:15443/1/istio"},
+			policies: []collections.PeerAuthentication{peer("istio-system", "default", 1, nil, disable, nil),
+				peer("ns1", "v2", 1, map[string]string{"version": "v2"}, strict, nil)}},
+		{name: "mesh-wide DISABLE: no gateway", want: nil,
+			policies: []collections.PeerAuthentication{peer("istio-system", "default", 1, nil, disable, nil)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp := ClusterPolicyFor(svc, nil, "istio-system", "ns1", 80, "")
+			cp.Peer = NewPeerAuthn("istio-system", tc.policies)
+			(&SplitHorizon{gateways: gws, Crosses: true}).Apply(&cp)
+			class := Project(svc, cp, collections.ProxyClass{Network: "net1", ClusterID: "c1"})
+			plan := PlanCLA(ClusterName(80, "", svc.Hostname), svc, port, collections.AppendRefs(nil, eps), cp, class)
+			var got []string
+			for _, l := range plan.Proto().Endpoints {
+				for _, e := range l.LbEndpoints {
+					sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+					got = append(got, fmt.Sprintf("%s:%d/%d/%s", sa.GetAddress(), sa.GetPortValue(), e.GetLoadBalancingWeight().GetValue(),
+						e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()))
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPeerAuthnFetch: the transform reads, through the namespace index, only the policies that
+// may decide its endpoints: none without an endpoint of tlsMode istio; the root namespace's
+// without a selector; and, per namespace of such an endpoint, those without a selector and those
+// selecting one of them.
+func TestPeerAuthnFetch(t *testing.T) {
+	stop := test.NewStop(t)
+	all := []collections.PeerAuthentication{
+		peer("istio-system", "mesh", 1, nil, strict, nil),
+		peer("istio-system", "root-selecting", 1, map[string]string{"app": "foo"}, disable, nil),
+		peer("ns1", "ns", 1, nil, strict, nil),
+		peer("ns1", "foo", 1, map[string]string{"app": "foo"}, disable, nil),
+		peer("ns1", "bar", 1, map[string]string{"app": "bar"}, disable, nil),
+		peer("ns2", "ns", 1, nil, disable, nil),
+	}
+	policies := krt.NewStaticCollection(nil, all, krt.WithStop(stop))
+	in := PeerAuthnInputs{RootNamespace: "istio-system", Policies: policies, ByNamespace: krt.NewIndex(policies, "byNamespace", PeerAuthnNamespace)}
+	injected := ep("10.1.0.1", collections.Healthy, r1z1, "n1")
+	plain := ep("10.1.0.2", collections.Healthy, r1z1, "n1", func(m *collections.EndpointMeta) { m.TLSMode = "disabled" })
+	gateway := collections.Endpoint{Address: "2.2.2.2", Port: 15443, Meta: collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "istio"}, collections.TopologyMeta{}, "", "")}
+	read := func(p *PeerAuthn) []string {
+		if p == nil {
+			return nil
+		}
+		var out []string
+		if p.mesh != nil {
+			out = append(out, p.mesh.ResourceName())
+		}
+		for _, ns := range slices.Sorted(maps.Keys(p.namespaces)) {
+			if w := p.namespaces[ns].wide; w != nil {
+				out = append(out, w.ResourceName())
+			}
+			for _, w := range p.namespaces[ns].workloads {
+				out = append(out, w.ResourceName())
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		eps  []collections.Endpoint
+		want []string
+	}{
+		{name: "no endpoint", want: nil},
+		{name: "no endpoint with tlsMode istio", eps: []collections.Endpoint{plain, gateway}, want: nil},
+		{name: "an injected endpoint of ns1", eps: []collections.Endpoint{plain, injected}, want: []string{"istio-system/mesh", "ns1/ns", "ns1/foo"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := read(in.Fetch(krt.TestingDummyContext{}, collections.AppendRefs(nil, tc.eps))); !slices.Equal(got, tc.want) {
+				t.Fatalf("read %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// Without the policies' collection, nothing is read.
+	if p := (PeerAuthnInputs{}).Fetch(krt.TestingDummyContext{}, collections.AppendRefs(nil, []collections.Endpoint{injected})); p != nil {
+		t.Fatal("no collection, yet policies")
+	}
+}
