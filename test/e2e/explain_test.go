@@ -24,8 +24,19 @@ import (
 )
 
 // explainExtras adds to the example mesh what it lacks for explain's rules: a DestinationRule
-// with subsets of reviews, and a node-local Service whose endpoints sit on several nodes.
-const explainExtras = `apiVersion: networking.istio.io/v1
+// with subsets of reviews, a node-local Service whose endpoints sit on several nodes, and a
+// PeerAuthentication disabling mTLS for the reviews workloads of one zone.
+const explainExtras = `apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: reviews-us-east-1a
+  namespace: shop
+spec:
+  selector:
+    matchLabels: {app: reviews, topology.kubernetes.io/zone: us-east-1a}
+  mtls: {mode: DISABLE}
+---
+apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata:
   name: reviews
@@ -211,15 +222,18 @@ func TestExplainAgreesWithTheWire(t *testing.T) {
 		// On the other network, as the east cluster's proxies are.
 		{ID: "sidecar~10.30.9.3~client-2.shop~shop.svc.cluster.local", Namespace: "shop", ClusterID: "east", Network: "network2"},
 	}
-	checked, sentUnhealthy, sentDraining, excluded := 0, 0, 0, map[string]int{}
+	checked, sentUnhealthy, sentDraining, plaintextByPolicy, excluded := 0, 0, 0, 0, map[string]int{}
 	for _, node := range proxies {
 		clas := receiveAll(t, cc, node)
 		for name, cla := range clas {
 			ex := explain(t, debugAddr, node.ID, name)
 			wire := map[string]bool{}
+			wireTLS := map[string]string{}
 			for _, l := range cla.Endpoints {
 				for _, e := range l.LbEndpoints {
-					wire[e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()] = true
+					addr := e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
+					wire[addr] = true
+					wireTLS[addr] = e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
 				}
 			}
 			said := map[string]bool{}
@@ -234,6 +248,14 @@ func TestExplainAgreesWithTheWire(t *testing.T) {
 				said[v.Address] = v.Sent
 				if v.Sent != wire[v.Address] {
 					t.Errorf("%s, %s, %s: explain says sent=%t, the CLA received says %t (%+v)", node.ID, name, v.Address, v.Sent, wire[v.Address], v)
+				}
+				if v.Sent && v.TLSMode != wireTLS[v.Address] {
+					t.Errorf("%s, %s, %s: explain says tlsMode %q, the CLA received has %q", node.ID, name, v.Address, v.TLSMode, wireTLS[v.Address])
+				}
+				if v.Sent && v.TLSMode == "" && slices.ContainsFunc(v.Facts, func(f string) bool {
+					return strings.Contains(f, "DISABLE from PeerAuthentication shop/reviews-us-east-1a")
+				}) {
+					plaintextByPolicy++
 				}
 				if !v.Sent {
 					if v.Reason == "" || strings.HasPrefix(v.Reason, "not in the CLA, and no rule") {
@@ -258,6 +280,9 @@ func TestExplainAgreesWithTheWire(t *testing.T) {
 	// The cases the mesh was built to show, each at least once.
 	if sentUnhealthy == 0 || sentDraining == 0 {
 		t.Errorf("sent as UNHEALTHY: %d (the example's 10.10.1.13 is), as DRAINING: %d (cart's 10.10.5.2 is)", sentUnhealthy, sentDraining)
+	}
+	if plaintextByPolicy == 0 {
+		t.Error("no endpoint was sent without tlsMode by the PeerAuthentication (reviews' 10.10.1.11 is)")
 	}
 	for _, want := range []string{"targetRef Pod", "terminating:", "not ready:", "slice shop/reviews-fqdn has addressType FQDN:", "slice shop/ratings-badport gives no endpoint for it:", "left out by the DestinationRule's localityLbSetting distribute:", "its labels", "internalTrafficPolicy Local:", "left out by the network split horizon:"} {
 		if !slices.ContainsFunc(keys(excluded), func(k string) bool { return strings.HasPrefix(k, want) }) {
