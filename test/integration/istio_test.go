@@ -2,11 +2,14 @@ package integration
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	networking "istio.io/api/networking/v1"
+	securityapi "istio.io/api/security/v1beta1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
+	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,11 +20,17 @@ import (
 // own) and waits until the API server serves it.
 func installCRD(t *testing.T, c kube.Client, kind, plural string) {
 	t.Helper()
+	installCRDOf(t, c, "networking.istio.io", kind, plural)
+}
+
+// installCRDOf installs a v1 CRD of the group, as installCRD does.
+func installCRDOf(t *testing.T, c kube.Client, group, kind, plural string) {
+	t.Helper()
 	ctx := context.Background()
 	crd := &apiextensions.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: plural + ".networking.istio.io"},
+		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
 		Spec: apiextensions.CustomResourceDefinitionSpec{
-			Group: "networking.istio.io",
+			Group: group,
 			Names: apiextensions.CustomResourceDefinitionNames{Kind: kind, ListKind: kind + "List", Plural: plural, Singular: plural[:len(plural)-1]},
 			Scope: apiextensions.NamespaceScoped,
 			Versions: []apiextensions.CustomResourceDefinitionVersion{{
@@ -100,4 +109,86 @@ func TestWorkloadEntriesFromTheCluster(t *testing.T) {
 	}
 	waitHealthy(t, web, ips(0))
 	waitHealthy(t, vms, ips(0))
+}
+
+// tlsModes lists the tlsMode metadata ("-" for none) of the latest CLA's endpoints.
+func (w *watcher) tlsModes() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, l := range w.latest.GetEndpoints() {
+		for _, e := range l.LbEndpoints {
+			m := e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
+			if m == "" {
+				m = "-"
+			}
+			out = append(out, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()+"="+m)
+		}
+	}
+	return out
+}
+
+func waitTLSModes(t *testing.T, w *watcher, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := w.tlsModes()
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tlsModes %v, want %v", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPeerAuthenticationsFromTheCluster: krteds starts before the PeerAuthentication CRD exists;
+// once it is installed, a namespace-wide policy read from the API server disables mTLS for the
+// namespace's injected Pod (its endpoint loses tlsMode istio), STRICT brings it back, and so does
+// deleting a DISABLE.
+func TestPeerAuthenticationsFromTheCluster(t *testing.T) {
+	needAPIServer(t)
+	c := client(t)
+	const ns = "scenario-peerauth"
+	mesh(t, c, ns, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pod, err := c.Kube().CoreV1().Pods(ns).Get(ctx, podName(0), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Labels["security.istio.io/tlsMode"] = "istio"
+	if _, err := c.Kube().CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	app, addr := startKrteds(t, "127.0.0.1:0")
+	defer app.Stop()
+	w := &watcher{}
+	go follow(ctx, func() string { return addr }, "outbound|80||web."+ns+".svc.cluster.local", w)
+	waitTLSModes(t, w, "10.20.0.1=istio")
+
+	installCRDOf(t, c, "security.istio.io", "PeerAuthentication", "peerauthentications")
+	pa := &securityclient.PeerAuthentication{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns},
+		Spec: securityapi.PeerAuthentication{Mtls: &securityapi.PeerAuthentication_MutualTLS{Mode: securityapi.PeerAuthentication_MutualTLS_DISABLE}}}
+	if pa, err = c.Istio().SecurityV1().PeerAuthentications(ns).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTLSModes(t, w, "10.20.0.1=-")
+
+	pa.Spec.Mtls.Mode = securityapi.PeerAuthentication_MutualTLS_STRICT
+	if pa, err = c.Istio().SecurityV1().PeerAuthentications(ns).Update(ctx, pa, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTLSModes(t, w, "10.20.0.1=istio")
+
+	pa.Spec.Mtls.Mode = securityapi.PeerAuthentication_MutualTLS_DISABLE
+	if _, err = c.Istio().SecurityV1().PeerAuthentications(ns).Update(ctx, pa, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTLSModes(t, w, "10.20.0.1=-")
+	if err := c.Istio().SecurityV1().PeerAuthentications(ns).Delete(ctx, pa.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTLSModes(t, w, "10.20.0.1=istio")
 }
