@@ -66,9 +66,9 @@ func newServeCommand() *cobra.Command {
 		Use:   "serve",
 		Short: "Watch Kubernetes (or a folder of manifests) and serve xDS",
 		Long: `serve watches Services, Pods, Nodes, Namespaces and EndpointSlices (and DestinationRules,
-Sidecars, ServiceEntries and WorkloadEntries where their CRDs exist) and serves the endpoints istiod
-would serve. With --manifests it reads a YAML file or folder instead of a cluster; otherwise it uses
---kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster config.`,
+Sidecars, ServiceEntries, WorkloadEntries and PeerAuthentications where their CRDs exist) and serves
+the endpoints istiod would serve. With --manifests it reads a YAML file or folder instead of a
+cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster config.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), o) },
 	}
@@ -86,7 +86,7 @@ would serve. With --manifests it reads a YAML file or folder instead of a cluste
 	f.StringVar(&o.cfg.Domain, "domain", o.cfg.Domain, "cluster DNS domain")
 	f.StringVar(&o.cfg.ClusterID, "cluster-id", o.cfg.ClusterID, "cluster ID of this registry")
 	f.StringVar(&o.cfg.TrustDomain, "trust-domain", o.cfg.TrustDomain, "SPIFFE trust domain of workload identities")
-	f.StringVar(&o.cfg.SystemNamespace, "system-namespace", o.cfg.SystemNamespace, "namespace whose topology.istio.io/network label is the default network")
+	f.StringVar(&o.cfg.SystemNamespace, "system-namespace", o.cfg.SystemNamespace, "istiod's namespace: its topology.istio.io/network label is the default network, and it is the root namespace (mesh-wide DestinationRules and PeerAuthentications)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level (debug, info, warn, error), optionally per scope: info,xds=debug,kube=debug")
 	f.StringArrayVar(&o.remoteKubeconfig, "remote-kubeconfig", nil, "a remote cluster of the mesh, as <clusterID>=<kubeconfig path>; repeatable")
 	f.StringArrayVar(&o.remoteManifests, "remote-manifests", nil, "a remote cluster of the mesh read from a folder of manifests, as <clusterID>=<path>; repeatable")
