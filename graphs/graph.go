@@ -33,6 +33,7 @@ const (
 	NameSidecars         = "Sidecars"
 	NamePolicies         = "ServicePolicies"
 	NamePeerAuthns       = "PeerAuthentications"
+	NamePeerAuthnsByNS   = "PeerAuthenticationsByNamespace"
 	NameConnectedProxies = "ConnectedProxies"
 	NameFailoverLabels   = "FailoverLabels"
 	NameProxies          = "Proxies"
@@ -201,8 +202,8 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		krt.NewIndex(g.DestinationRules, "byHost", transforms.RuleHostKeys(cfg))))
 	g.PeerAuthentications, p = DeriveChecked(d, NamePeerAuthns, in.PeerAuthentications, transforms.PeerAuthentications())
 	checked(p)
-	peerAuthn := transforms.PeerAuthnInputs{RootNamespace: cfg.SystemNamespace, Policies: g.PeerAuthentications,
-		ByNamespace: krt.NewIndex(g.PeerAuthentications, "byNamespace", transforms.PeerAuthnNamespace)}
+	peerAuthn := transforms.PeerAuthnInputs{RootNamespace: cfg.SystemNamespace, ByNamespace: Index(d, NamePeerAuthnsByNS, NamePeerAuthns,
+		krt.NewIndex(g.PeerAuthentications, "byNamespace", transforms.PeerAuthnNamespace))}
 
 	// The connected proxies, their classes and views.
 	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)

@@ -235,12 +235,11 @@ func modesOf(body []byte) string {
 
 // TestPeerAuthnChangeRecomputesOnlyItsServices: istiod drops every cached EDS entry on any
 // PeerAuthentication change (XdsCacheImpl.Clear) and pushes, in a partial push, the services of
-// the changed policy's namespace and every service for one in the root namespace
-// (buildEndpoints, canSendPartialFullPushes). krteds recomputes the CLAs of the services whose
-// sidecar-injected endpoints the changed policy may decide, and no others: those of its
-// namespace (only those it selects, for a policy with a selector), every such service for a
-// mesh-wide one, none for a root-namespace policy with a selector (istiod ignores it) or for a
-// namespace without injected workloads.
+// the changed policy's namespace, and every service for a policy of the root namespace
+// (buildEndpoints, canSendPartialFullPushes). krteds recomputes the CLAs of the services with
+// sidecar-injected endpoints in the policy's namespace, every such service for a policy of the
+// root namespace, and no others: not those of other namespaces, nor of a namespace without
+// injected workloads.
 func TestPeerAuthnChangeRecomputesOnlyItsServices(t *testing.T) {
 	stop := test.NewStop(t)
 	var objs []any
@@ -313,20 +312,23 @@ func TestPeerAuthnChangeRecomputesOnlyItsServices(t *testing.T) {
 			pa: peerAuthn("ns1", "default", nil, paStrict, nil)},
 		{name: "namespace-wide DISABLE in ns1: its three services change", recomputed: 3, changed: []string{"ns1/a0", "ns1/a1", "ns1/a2"},
 			pa: peerAuthn("ns1", "default", nil, paDisable, nil)},
-		{name: "a policy selecting b1: b1 only", recomputed: 1, changed: []string{"ns2/b1"},
+		{name: "a policy of ns2 selecting b1: ns2's three, b1 changes", recomputed: 3, changed: []string{"ns2/b1"},
 			pa: peerAuthn("ns2", "b1", map[string]string{"app": "b1"}, paDisable, nil)},
-		{name: "a policy selecting nothing: none", recomputed: 0,
+		{name: "a policy of ns2 selecting nothing: ns2's three, none changes", recomputed: 3,
 			pa: peerAuthn("ns2", "nothing", map[string]string{"app": "none"}, paDisable, nil)},
-		{name: "its selector moved to b2: b2 only", recomputed: 1, changed: []string{"ns2/b2"},
+		{name: "its selector moved to b2", recomputed: 3, changed: []string{"ns2/b2"},
 			pa: peerAuthn("ns2", "nothing", map[string]string{"app": "b2"}, paDisable, nil)},
-		{name: "deleted: b2 only", recomputed: 1, changed: []string{"ns2/b2"}, del: true,
+		{name: "deleted", recomputed: 3, changed: []string{"ns2/b2"}, del: true,
 			pa: peerAuthn("ns2", "nothing", map[string]string{"app": "b2"}, paDisable, nil)},
 		{name: "a namespace without sidecars: none", recomputed: 0,
 			pa: peerAuthn("plain", "default", nil, paDisable, nil)},
-		{name: "a root-namespace policy with a selector: none", recomputed: 0,
+		{name: "a namespace without services: none", recomputed: 0,
+			pa: peerAuthn("empty", "default", nil, paDisable, nil)},
+		// The root namespace's policies may be mesh-wide: every service with sidecars reads them.
+		{name: "a root-namespace policy with a selector: every service with sidecars, none changes (istiod ignores it)", recomputed: 7,
 			pa: peerAuthn("istio-system", "selecting", map[string]string{"app": "b0"}, paDisable, nil)},
-		// Every service with sidecars is recomputed; ns1's and barrier's namespace-wide policies
-		// override it, and b1 is disabled already: b0 and b2 change.
+		// ns1's and barrier's namespace-wide policies override it, and b1 is disabled already:
+		// b0 and b2 change.
 		{name: "mesh-wide DISABLE: every service with sidecars", recomputed: 7, changed: []string{"ns2/b0", "ns2/b2"},
 			pa: peerAuthn("istio-system", "default", nil, paDisable, nil)},
 	} {

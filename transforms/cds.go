@@ -113,8 +113,8 @@ type ClusterInputs struct {
 // a cluster left without endpoints is not sent, as istiod does not send it.
 func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.ResourceSet] {
 	reads := []any{in.Policies, in.Endpoints}
-	if in.PeerAuthn.Policies != nil {
-		reads = append(reads, in.PeerAuthn.Policies)
+	if in.PeerAuthn.ByNamespace != nil {
+		reads = append(reads, in.PeerAuthn.ByNamespace)
 	}
 	return Many[*collections.ServiceInfo, collections.ResourceSet]{Reads: reads, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
 		ports := ClusterPorts(svc)

@@ -56,8 +56,8 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 	if in.Gateways != nil {
 		reads = append(reads, in.Gateways)
 	}
-	if in.PeerAuthn.Policies != nil {
-		reads = append(reads, in.PeerAuthn.Policies)
+	if in.PeerAuthn.ByNamespace != nil {
+		reads = append(reads, in.PeerAuthn.ByNamespace)
 	}
 	return Many[collections.ServiceEndpoints, collections.ResourceSet]{Reads: reads, Fn: func(ctx krt.HandlerContext, se collections.ServiceEndpoints) []collections.ResourceSet {
 		svc := deref(krt.FetchOne(ctx, in.Services, krt.FilterKey(se.ResourceName())))

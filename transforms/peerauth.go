@@ -91,22 +91,21 @@ func mtlsModeOf(m *securityapi.PeerAuthentication_MutualTLS) (collections.MTLSMo
 type PeerAuthnInputs struct {
 	// RootNamespace is istiod's root namespace: its policies without a selector are mesh-wide.
 	RootNamespace string
-	// Policies (nil: none are read) and their index by namespace (PeerAuthnNamespace).
-	Policies    krt.Collection[collections.PeerAuthentication]
-	ByNamespace krt.Index[string, collections.PeerAuthentication]
+	// ByNamespace are the policies grouped by namespace (an index of them by PeerAuthnNamespace,
+	// as a collection); nil: none are read.
+	ByNamespace krt.Collection[krt.IndexObject[string, collections.PeerAuthentication]]
 }
 
 // Fetch reads the PeerAuthentications that may decide the mTLS of these endpoints and resolves
-// them (nil when none may). Only an endpoint whose tlsMode is "istio" consults them
-// (istiod's mtlsChecker.checkMtlsEnabled): endpoints without one read none, so that no policy
-// change recomputes their service. For the namespaces of those endpoints, each is read through
-// the namespace index with a filter keeping the policies without a selector and those whose
-// selector picks one of them; in the root namespace, only those without a selector (istiod
-// ignores a root-namespace policy with one). A policy change then recomputes only the services
-// whose endpoints it may decide, and a mesh-wide one every service with such endpoints, as
-// istiod's push does (any PeerAuthentication in the root namespace forces a full push).
+// them (nil when there are none). Only an endpoint whose tlsMode is "istio" consults them
+// (istiod's mtlsChecker.checkMtlsEnabled): a service without one reads none, so that no policy
+// change recomputes it. Otherwise it reads, by key, the policies of the root namespace and of the
+// namespaces of those endpoints: one dependency per service, whatever the number of policies. A
+// policy change then recomputes the services with such endpoints in its namespace, and every one
+// for a policy of the root namespace, as istiod's push does (a partial push of the policy's
+// namespace's services; a full one for a root-namespace policy).
 func (in PeerAuthnInputs) Fetch(ctx krt.HandlerContext, eps []*collections.Endpoint) *PeerAuthn {
-	if in.Policies == nil {
+	if in.ByNamespace == nil {
 		return nil
 	}
 	var namespaces []string
@@ -118,20 +117,12 @@ func (in PeerAuthnInputs) Fetch(ctx krt.HandlerContext, eps []*collections.Endpo
 	if len(namespaces) == 0 {
 		return nil
 	}
-	// Each filter tests the namespace again: when a policy changes, krt finds the dependents by
-	// the index key, then tests every filter of theirs on the collection without the index.
-	policies := krt.Fetch(ctx, in.Policies, krt.FilterIndex(in.ByNamespace, in.RootNamespace), krt.FilterGeneric(func(o any) bool {
-		pa := o.(collections.PeerAuthentication)
-		return pa.Namespace == in.RootNamespace && pa.Selector == nil
-	}))
-	for _, ns := range namespaces {
-		if ns == in.RootNamespace {
-			continue
-		}
-		policies = append(policies, krt.Fetch(ctx, in.Policies, krt.FilterIndex(in.ByNamespace, ns), krt.FilterGeneric(func(o any) bool {
-			pa := o.(collections.PeerAuthentication)
-			return pa.Namespace == ns && (pa.Selector == nil || selectsAny(pa.Selector, ns, eps))
-		}))...)
+	if !slices.Contains(namespaces, in.RootNamespace) {
+		namespaces = append(namespaces, in.RootNamespace)
+	}
+	var policies []collections.PeerAuthentication
+	for _, group := range krt.Fetch(ctx, in.ByNamespace, krt.FilterKeys(namespaces...)) {
+		policies = append(policies, group.Objects...)
 	}
 	if len(policies) == 0 {
 		return nil
@@ -145,21 +136,4 @@ func (in PeerAuthnInputs) Fetch(ctx krt.HandlerContext, eps []*collections.Endpo
 // workload's endpoint has its namespace.)
 func consultsPeerAuthn(e *collections.Endpoint) bool {
 	return e.Meta.TLSMode == collections.TLSModeIstio && e.Meta.Namespace != ""
-}
-
-// selectsAny reports whether the selector picks an endpoint of the namespace that consults
-// PeerAuthentications, by its augmented labels (istiod matches ep.Labels).
-func selectsAny(selector map[string]string, namespace string, eps []*collections.Endpoint) bool {
-	var last *collections.EndpointMeta
-	for _, e := range eps {
-		// The ports of one workload share its metadata: it is matched once.
-		if e.Meta == last || e.Meta.Namespace != namespace || !consultsPeerAuthn(e) {
-			continue
-		}
-		last = e.Meta
-		if subsetMatch(e.Meta.Label, selector) {
-			return true
-		}
-	}
-	return false
 }

@@ -400,10 +400,9 @@ func TestPeerAuthnSplitHorizon(t *testing.T) {
 	}
 }
 
-// TestPeerAuthnFetch: the transform reads, through the namespace index, only the policies that
-// may decide its endpoints: none without an endpoint of tlsMode istio; the root namespace's
-// without a selector; and, per namespace of such an endpoint, those without a selector and those
-// selecting one of them.
+// TestPeerAuthnFetch: the transform reads, by namespace, only the policies that may decide its
+// endpoints: none without an endpoint of tlsMode istio; else those of the root namespace and of
+// the namespaces of such endpoints (resolved: the root namespace's with a selector are ignored).
 func TestPeerAuthnFetch(t *testing.T) {
 	stop := test.NewStop(t)
 	all := []collections.PeerAuthentication{
@@ -415,9 +414,12 @@ func TestPeerAuthnFetch(t *testing.T) {
 		peer("ns2", "ns", 1, nil, disable, nil),
 	}
 	policies := krt.NewStaticCollection(nil, all, krt.WithStop(stop))
-	in := PeerAuthnInputs{RootNamespace: "istio-system", Policies: policies, ByNamespace: krt.NewIndex(policies, "byNamespace", PeerAuthnNamespace)}
+	in := PeerAuthnInputs{RootNamespace: "istio-system", ByNamespace: krt.NewIndex(policies, "byNamespace", PeerAuthnNamespace).AsCollection()}
 	injected := ep("10.1.0.1", collections.Healthy, r1z1, "n1")
 	plain := ep("10.1.0.2", collections.Healthy, r1z1, "n1", func(m *collections.EndpointMeta) { m.TLSMode = "disabled" })
+	injectedIn := func(ns string) collections.Endpoint {
+		return ep("10.1.0.3", collections.Healthy, r1z1, "n1", func(m *collections.EndpointMeta) { m.Namespace = ns })
+	}
 	gateway := collections.Endpoint{Address: "2.2.2.2", Port: 15443, Meta: collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "istio"}, collections.TopologyMeta{}, "", "")}
 	read := func(p *PeerAuthn) []string {
 		if p == nil {
@@ -444,7 +446,10 @@ func TestPeerAuthnFetch(t *testing.T) {
 	}{
 		{name: "no endpoint", want: nil},
 		{name: "no endpoint with tlsMode istio", eps: []collections.Endpoint{plain, gateway}, want: nil},
-		{name: "an injected endpoint of ns1", eps: []collections.Endpoint{plain, injected}, want: []string{"istio-system/mesh", "ns1/ns", "ns1/foo"}},
+		{name: "an injected endpoint of ns1", eps: []collections.Endpoint{plain, injected}, want: []string{"istio-system/mesh", "ns1/ns", "ns1/bar", "ns1/foo"}},
+		{name: "an injected endpoint of the root namespace", eps: []collections.Endpoint{injectedIn("istio-system")}, want: []string{"istio-system/mesh"}},
+		{name: "injected endpoints of ns1 and ns2", eps: []collections.Endpoint{injected, injectedIn("ns2")},
+			want: []string{"istio-system/mesh", "ns1/ns", "ns1/bar", "ns1/foo", "ns2/ns"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := read(in.Fetch(krt.TestingDummyContext{}, collections.AppendRefs(nil, tc.eps))); !slices.Equal(got, tc.want) {
