@@ -38,6 +38,10 @@ func TestLEDSFormMatchesTheCLA(t *testing.T) {
 	if len(plan.Groups) < 4 {
 		t.Fatalf("the plan has %d groups; the test needs localities and priorities", len(plan.Groups))
 	}
+	// A PeerAuthentication disables mTLS for the workloads on node-1: the members carry tlsMode
+	// where the plain form does.
+	plan.TLS.Peer = NewPeerAuthn("istio-system", []collections.PeerAuthentication{
+		peer("ns1", "node-1", 1, map[string]string{collections.LabelHostname: "node-1"}, disable, nil)})
 	var plain endpoint.ClusterLoadAssignment
 	if err := proto.Unmarshal(plan.Encode(), &plain); err != nil {
 		t.Fatal(err)
