@@ -3,6 +3,7 @@ package graphs
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -352,5 +353,79 @@ func TestPeerAuthnChangeRecomputesOnlyItsServices(t *testing.T) {
 		if d := int(recomputes()-before) - 1; d != step.recomputed {
 			t.Fatalf("%s: %d CLA recomputations, want %d", step.name, d, step.recomputed)
 		}
+	}
+}
+
+// TestPeerAuthnEventOrderNeverMatters: the Services, Pods, slices and PeerAuthentications of a
+// mesh (a mesh-wide DISABLE, a namespace STRICT over it, a workload port-level DISABLE, an invalid
+// policy, a policy created and deleted again, a Pod relabelled into the workload policy's
+// selector) applied in any order give the CLAs a graph built from the final objects gives.
+func TestPeerAuthnEventOrderNeverMatters(t *testing.T) {
+	slice := func(ns, svc string, pods ...string) any {
+		var eps []fixtures.Endpoint
+		for i, p := range pods {
+			eps = append(eps, fixtures.Endpoint{IP: fmt.Sprintf("10.%d.0.%d", len(ns), i+1), Pod: p, Cond: fixtures.Ready})
+		}
+		return fixtures.Slice(ns, svc+"-a", svc, fixtures.HTTPSlice, eps...)
+	}
+	v1Before := injectedPod("ns1", "foo-1", "foo", "10.3.0.1", map[string]string{"version": "v0"})
+	final := []any{
+		fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Service("ns2", "baz", fixtures.HTTP...),
+		injectedPod("ns1", "foo-1", "foo", "10.3.0.1", map[string]string{"version": "v1"}),
+		injectedPod("ns1", "foo-2", "foo", "10.3.0.2", map[string]string{"version": "v2"}),
+		injectedPod("ns2", "baz-1", "baz", "10.3.0.1", nil),
+		slice("ns1", "foo", "foo-1", "foo-2"), slice("ns2", "baz", "baz-1"),
+		peerAuthn("istio-system", "default", nil, paDisable, nil),
+		peerAuthn("ns1", "default", nil, paStrict, nil),
+		peerAuthn("ns1", "v1", map[string]string{"version": "v1"}, securityapi.PeerAuthentication_MutualTLS_UNSET,
+			map[uint32]securityapi.PeerAuthentication_MutualTLS_Mode{8080: paDisable}),
+		peerAuthn("ns2", "invalid", nil, paStrict, map[uint32]securityapi.PeerAuthentication_MutualTLS_Mode{8080: paStrict}),
+	}
+	transient := peerAuthn("ns2", "transient", nil, paStrict, nil)
+	const foo, baz = "outbound|80||foo.ns1.svc.cluster.local", "outbound|80||baz.ns2.svc.cluster.local"
+	truthGraph, _ := newStaticGraph(t, test.NewStop(t), final...)
+	truth := map[string]string{foo: tlsModes(truthGraph, foo), baz: tlsModes(truthGraph, baz)}
+	if truth[foo] != "10.3.0.1=- 10.3.0.2=istio" || truth[baz] != "10.3.0.1=-" {
+		t.Fatalf("the scenario does not exercise the rules: %v", truth)
+	}
+	seed := uint64(time.Now().UnixNano())
+	runs := 40
+	if testing.Short() {
+		runs = 10
+	}
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	for run := 0; run < runs; run++ {
+		func() {
+			g, in := newStaticGraph(t, test.NewStop(t))
+			w := fixtures.NewWaker()
+			fixtures.WakeOn(t, w, g.CLAs)
+			// Every object once, the relabelled Pod first as it was, the transient policy
+			// created then deleted, each pair in order at random places.
+			type op struct {
+				obj any
+				del bool
+			}
+			ops := make([]op, 0, len(final)+4)
+			for _, o := range final {
+				ops = append(ops, op{obj: o})
+			}
+			rng.Shuffle(len(ops), func(i, j int) { ops[i], ops[j] = ops[j], ops[i] })
+			insertBefore := func(o op, target any) {
+				at := slices.IndexFunc(ops, func(x op) bool { return x.obj == target })
+				i := rng.IntN(at + 1)
+				ops = slices.Insert(ops, i, o)
+			}
+			insertBefore(op{obj: v1Before}, final[2])
+			ops = slices.Insert(ops, rng.IntN(len(ops)+1), op{obj: transient, del: true})
+			insertBefore(op{obj: transient}, transient)
+			for _, o := range ops {
+				in.Apply(o.obj, o.del)
+			}
+			w.Await(t, 10*time.Second, fmt.Sprintf("run %d (seed %d): the final CLAs", run, seed), func() (bool, string) {
+				got := map[string]string{foo: tlsModes(g, foo), baz: tlsModes(g, baz)}
+				return maps.Equal(got, truth), fmt.Sprintf("got %v, want %v", got, truth)
+			})
+		}()
 	}
 }
