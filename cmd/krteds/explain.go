@@ -35,8 +35,9 @@ func newExplainCommand() *cobra.Command {
 ClusterLoadAssignment a proxy is sent: for each endpoint Kubernetes knows for the service, the
 facts read on the way (the EndpointSlice and its conditions, the targetRef Pod, the port, the
 subset's labels, the proxy's node, network and namespace), each naming the object that decided
-it, and the verdict: sent (health, locality, priority, weight) or not sent, with the first rule
-that left it out. The verdict "sent" is read from the CLA krteds serves that proxy.
+it, and the verdict: sent (health, locality, priority, weight, and whether it carries tlsMode
+metadata, with the DestinationRule or PeerAuthentication that decided it) or not sent, with the
+first rule that left it out. The verdict "sent" is read from the CLA krteds serves that proxy.
 
 With --proxy it explains for a proxy connected to krteds (its node id, <pod>.<namespace>,
 connection id, or, as istiod takes it, a part of <pod>.<namespace> that names one proxy).
