@@ -187,6 +187,7 @@ func TestDecodeReusesUnchangedDocuments(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: List\nitems: []\n"))
 	f.Add([]byte("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: a}\nspec: {host: x}\n"))
+	f.Add([]byte("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p, namespace: a}\nspec: {selector: {matchLabels: {app: x}}, portLevelMtls: {8080: {mode: DISABLE}}}\n"))
 	f.Add([]byte("---\n---\n# only a comment\n"))
 	f.Add([]byte("{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"}}"))
 	f.Add([]byte("apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: List, items: [{apiVersion: v1, kind: Pod, metadata: {name: p}}]}]\n"))
