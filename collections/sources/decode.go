@@ -212,59 +212,72 @@ func decodeDoc(doc []byte, h uint64, where string, depth int) ([]Object, map[str
 // otherwise). Objects of namespaced kinds without a namespace are in "default", as kubectl
 // apply would put them. A Failed Pod gives an Object with a nil Obj.
 func classify(obj runtime.Object, h uint64, where string) (Object, bool, error) {
-	var kind Kind
-	switch o := obj.(type) {
-	case *corev1.Namespace:
-		kind = KindNamespace
-	case *corev1.Node:
-		kind = KindNode
-		if _, err := kube.StripNodeUnusedFields(o); err != nil {
+	if n, isNode := obj.(*corev1.Node); isNode {
+		if _, err := kube.StripNodeUnusedFields(n); err != nil {
 			return Object{}, false, err
 		}
-	case *corev1.Service:
-		kind = KindService
-	case *corev1.Pod:
-		kind = KindPod
-	case *discovery.EndpointSlice:
-		kind = KindEndpointSlice
-	case *networkingclient.DestinationRule:
-		kind = KindDestinationRule
-	case *networkingclient.Sidecar:
-		kind = KindSidecar
-	case *networkingclient.ServiceEntry:
-		kind = KindServiceEntry
-	case *networkingclient.WorkloadEntry:
-		kind = KindWorkloadEntry
-	case *securityclient.PeerAuthentication:
-		kind = KindPeerAuthentication
-	default:
+	}
+	m, isMeta := obj.(metav1.Object)
+	if isMeta {
+		// Before the object is reduced (kindOf), so that its reduced form has the namespace too.
+		switch obj.(type) {
+		case *corev1.Namespace, *corev1.Node:
+			m.SetNamespace("")
+		default:
+			if m.GetNamespace() == "" {
+				m.SetNamespace(metav1.NamespaceDefault)
+			}
+		}
+	}
+	kind, kept, ok := kindOf(obj)
+	if !ok {
 		return Object{}, false, nil
 	}
-	m, ok := obj.(metav1.Object)
-	if !ok || m.GetName() == "" {
+	if !isMeta || m.GetName() == "" {
 		return Object{}, false, fmt.Errorf("%s has no metadata.name", kind)
 	}
 	key := kind.String() + "/" + m.GetName()
-	if kind.clusterScoped() {
-		m.SetNamespace("")
-	} else {
-		if m.GetNamespace() == "" {
-			m.SetNamespace(metav1.NamespaceDefault)
-		}
+	if !kind.clusterScoped() {
 		key = kind.String() + "/" + m.GetNamespace() + "/" + m.GetName()
 	}
-	o := Object{Key: key, Kind: kind, Obj: obj, Hash: h, Doc: where}
-	if s, isSlice := obj.(*discovery.EndpointSlice); isSlice {
-		o.Obj = collections.NewSlice(s) // as the informers keep it
-	}
-	if p, isPod := obj.(*corev1.Pod); isPod {
-		// Pods are kept as the informers keep them: reduced, Failed ones absent.
-		o.Obj = nil
-		if cp := collections.NewPod(p); cp != nil {
-			o.Obj = cp
+	return Object{Key: key, Kind: kind, Obj: kept, Hash: h, Doc: where}, true, nil
+}
+
+// kindOf is the kind of an input object krteds reads, and the object as every source keeps it: a
+// Kubernetes Pod reduced to a collections.Pod (nil when it is Failed: no source holds it), an
+// EndpointSlice to a collections.Slice; the reduced forms are of their kinds too. ok is false
+// for any other type.
+func kindOf(obj any) (kind Kind, kept any, ok bool) {
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		return KindNamespace, o, true
+	case *corev1.Node:
+		return KindNode, o, true
+	case *corev1.Service:
+		return KindService, o, true
+	case *corev1.Pod:
+		if p := collections.NewPod(o); p != nil {
+			return KindPod, p, true
 		}
+		return KindPod, nil, true
+	case *collections.Pod:
+		return KindPod, o, true
+	case *discovery.EndpointSlice:
+		return KindEndpointSlice, collections.NewSlice(o), true
+	case *collections.Slice:
+		return KindEndpointSlice, o, true
+	case *networkingclient.DestinationRule:
+		return KindDestinationRule, o, true
+	case *networkingclient.Sidecar:
+		return KindSidecar, o, true
+	case *networkingclient.ServiceEntry:
+		return KindServiceEntry, o, true
+	case *networkingclient.WorkloadEntry:
+		return KindWorkloadEntry, o, true
+	case *securityclient.PeerAuthentication:
+		return KindPeerAuthentication, o, true
 	}
-	return o, true, nil
+	return 0, nil, false
 }
 
 // ObjectsOf decodes manifests (as Decode) and returns the typed objects krteds reads, in

@@ -8,7 +8,6 @@ import (
 	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube/krt"
 	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/krteds/krteds/collections"
 )
@@ -36,61 +35,34 @@ type Static struct {
 // collections.Slice, as every source does).
 // They report synced once synced does (nil: at once).
 func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
-	var (
-		ns    []*corev1.Namespace
-		nodes []*corev1.Node
-		pods  []*collections.Pod
-		svcs  []*corev1.Service
-		eps   []*collections.Slice
-		drs   []*networkingclient.DestinationRule
-		scs   []*networkingclient.Sidecar
-		ses   []*networkingclient.ServiceEntry
-		wes   []*networkingclient.WorkloadEntry
-		pas   []*securityclient.PeerAuthentication
-	)
+	byKind := [numKinds][]any{}
 	for _, o := range objs {
-		switch o := o.(type) {
-		case *corev1.Namespace:
-			ns = append(ns, o)
-		case *corev1.Node:
-			nodes = append(nodes, o)
-		case *corev1.Pod:
-			if p := collections.NewPod(o); p != nil {
-				pods = append(pods, p)
-			}
-		case *collections.Pod:
-			pods = append(pods, o)
-		case *corev1.Service:
-			svcs = append(svcs, o)
-		case *discovery.EndpointSlice:
-			eps = append(eps, collections.NewSlice(o))
-		case *collections.Slice:
-			eps = append(eps, o)
-		case *networkingclient.DestinationRule:
-			drs = append(drs, o)
-		case *networkingclient.Sidecar:
-			scs = append(scs, o)
-		case *networkingclient.ServiceEntry:
-			ses = append(ses, o)
-		case *networkingclient.WorkloadEntry:
-			wes = append(wes, o)
-		case *securityclient.PeerAuthentication:
-			pas = append(pas, o)
+		if kind, kept, ok := kindOf(o); ok && kept != nil {
+			byKind[kind] = append(byKind[kind], kept)
 		}
 	}
 	return Static{
-		Namespaces:          krt.NewStaticCollection(synced, ns, opts.WithName(collections.NameNamespaces)...),
-		Nodes:               krt.NewStaticCollection(synced, nodes, opts.WithName(collections.NameNodes)...),
-		Pods:                krt.NewStaticCollection(synced, pods, opts.WithName(collections.NamePods)...),
-		Services:            krt.NewStaticCollection(synced, svcs, opts.WithName(collections.NameServices)...),
-		EndpointSlices:      krt.NewStaticCollection(synced, eps, opts.WithName(collections.NameEndpointSlices)...),
-		DestinationRules:    krt.NewStaticCollection(synced, drs, opts.WithName(collections.NameDestRules)...),
-		Sidecars:            krt.NewStaticCollection(synced, scs, opts.WithName(collections.NameSidecars)...),
-		ServiceEntries:      krt.NewStaticCollection(synced, ses, opts.WithName(collections.NameServiceEntries)...),
-		WorkloadEntries:     krt.NewStaticCollection(synced, wes, opts.WithName(collections.NameWorkloadEntries)...),
-		PeerAuthentications: krt.NewStaticCollection(synced, pas, opts.WithName(collections.NamePeerAuthns)...),
+		Namespaces:          newStatic[*corev1.Namespace](opts, synced, collections.NameNamespaces, byKind[KindNamespace]),
+		Nodes:               newStatic[*corev1.Node](opts, synced, collections.NameNodes, byKind[KindNode]),
+		Pods:                newStatic[*collections.Pod](opts, synced, collections.NamePods, byKind[KindPod]),
+		Services:            newStatic[*corev1.Service](opts, synced, collections.NameServices, byKind[KindService]),
+		EndpointSlices:      newStatic[*collections.Slice](opts, synced, collections.NameEndpointSlices, byKind[KindEndpointSlice]),
+		DestinationRules:    newStatic[*networkingclient.DestinationRule](opts, synced, collections.NameDestRules, byKind[KindDestinationRule]),
+		Sidecars:            newStatic[*networkingclient.Sidecar](opts, synced, collections.NameSidecars, byKind[KindSidecar]),
+		ServiceEntries:      newStatic[*networkingclient.ServiceEntry](opts, synced, collections.NameServiceEntries, byKind[KindServiceEntry]),
+		WorkloadEntries:     newStatic[*networkingclient.WorkloadEntry](opts, synced, collections.NameWorkloadEntries, byKind[KindWorkloadEntry]),
+		PeerAuthentications: newStatic[*securityclient.PeerAuthentication](opts, synced, collections.NamePeerAuthns, byKind[KindPeerAuthentication]),
 		Clock:               new(collections.InputClock),
 	}
+}
+
+// newStatic is a static collection named name holding objs (of its element type).
+func newStatic[T any](opts krt.OptionsBuilder, synced krt.Syncer, name string, objs []any) krt.StaticCollection[T] {
+	typed := make([]T, 0, len(objs))
+	for _, o := range objs {
+		typed = append(typed, o.(T))
+	}
+	return krt.NewStaticCollection(synced, typed, opts.WithName(name)...)
 }
 
 // Inputs returns the collections as graph inputs.
@@ -110,43 +82,23 @@ func (s Static) Inputs() collections.Inputs {
 	}
 }
 
-// Apply writes obj (upsert) or, with del, removes it, in the collection of its type. A Failed
-// Pod is removed.
+// Apply writes obj (upsert) or, with del, removes it, in the collection of its kind (objects of
+// other types are ignored). A Failed Pod is removed.
 func (s Static) Apply(obj any, del bool) {
 	s.Clock.Mark()
-	switch o := obj.(type) {
-	case *corev1.Namespace:
-		apply(s.Namespaces, o, del)
-	case *corev1.Node:
-		apply(s.Nodes, o, del)
-	case *corev1.Pod:
-		if p := collections.NewPod(o); p != nil && !del {
-			s.Pods.UpdateObject(p)
-		} else {
-			s.Pods.DeleteObject(o.Namespace + "/" + o.Name)
-		}
-	case *collections.Pod:
-		if del {
-			s.Pods.DeleteObject(o.Key)
-		} else {
-			s.Pods.UpdateObject(o)
-		}
-	case *corev1.Service:
-		apply(s.Services, o, del)
-	case *discovery.EndpointSlice:
-		apply(s.EndpointSlices, collections.NewSlice(o), del)
-	case *collections.Slice:
-		apply(s.EndpointSlices, o, del)
-	case *networkingclient.DestinationRule:
-		apply(s.DestinationRules, o, del)
-	case *networkingclient.Sidecar:
-		apply(s.Sidecars, o, del)
-	case *networkingclient.ServiceEntry:
-		apply(s.ServiceEntries, o, del)
-	case *networkingclient.WorkloadEntry:
-		apply(s.WorkloadEntries, o, del)
-	case *securityclient.PeerAuthentication:
-		apply(s.PeerAuthentications, o, del)
+	kind, kept, ok := kindOf(obj)
+	if !ok {
+		return
+	}
+	ops := s.of(kind)
+	switch {
+	case kept == nil: // a Failed Pod
+		p := obj.(*corev1.Pod)
+		ops.del(p.Namespace + "/" + p.Name)
+	case del:
+		ops.del(krt.GetKey(kept))
+	default:
+		ops.put(kept)
 	}
 }
 
@@ -171,12 +123,13 @@ func (s Static) Batch(kind Kind, ups []any, dels []string) {
 
 // kindOps are the writes of the collection of one kind.
 type kindOps struct {
+	put   func(obj any)
 	del   func(key string)
 	batch func(ups []any, dels []string)
 }
 
 func opsOf[T any](c krt.StaticCollection[T]) kindOps {
-	return kindOps{del: c.DeleteObject, batch: func(ups []any, dels []string) { batch(c, ups, dels) }}
+	return kindOps{put: func(o any) { c.UpdateObject(o.(T)) }, del: c.DeleteObject, batch: func(ups []any, dels []string) { batch(c, ups, dels) }}
 }
 
 // of is the collection of a kind.
@@ -223,19 +176,4 @@ func batch[T any](c krt.StaticCollection[T], ups []any, dels []string) {
 		delete(next, k)
 	}
 	c.Reset(slices.Collect(maps.Values(next)))
-}
-
-func apply[T interface {
-	GetName() string
-	GetNamespace() string
-}](c krt.StaticCollection[T], o T, del bool) {
-	if del {
-		key := o.GetName()
-		if ns := o.GetNamespace(); ns != "" {
-			key = ns + "/" + key
-		}
-		c.DeleteObject(key)
-		return
-	}
-	c.UpdateObject(o)
 }
