@@ -28,6 +28,8 @@ type Static struct {
 	PeerAuthentications krt.StaticCollection[*securityclient.PeerAuthentication]
 	// Clock is marked by Apply and Delete.
 	Clock *collections.InputClock
+	// ops are the writes of each kind's collection.
+	ops *[numKinds]kindOps
 }
 
 // NewStatic makes static input collections holding objs (objects of other types are ignored;
@@ -35,34 +37,36 @@ type Static struct {
 // collections.Slice, as every source does).
 // They report synced once synced does (nil: at once).
 func NewStatic(opts krt.OptionsBuilder, synced krt.Syncer, objs ...any) Static {
-	byKind := [numKinds][]any{}
+	var byKind [numKinds][]any
 	for _, o := range objs {
 		if kind, kept, ok := kindOf(o); ok && kept != nil {
 			byKind[kind] = append(byKind[kind], kept)
 		}
 	}
-	return Static{
-		Namespaces:          newStatic[*corev1.Namespace](opts, synced, collections.NameNamespaces, byKind[KindNamespace]),
-		Nodes:               newStatic[*corev1.Node](opts, synced, collections.NameNodes, byKind[KindNode]),
-		Pods:                newStatic[*collections.Pod](opts, synced, collections.NamePods, byKind[KindPod]),
-		Services:            newStatic[*corev1.Service](opts, synced, collections.NameServices, byKind[KindService]),
-		EndpointSlices:      newStatic[*collections.Slice](opts, synced, collections.NameEndpointSlices, byKind[KindEndpointSlice]),
-		DestinationRules:    newStatic[*networkingclient.DestinationRule](opts, synced, collections.NameDestRules, byKind[KindDestinationRule]),
-		Sidecars:            newStatic[*networkingclient.Sidecar](opts, synced, collections.NameSidecars, byKind[KindSidecar]),
-		ServiceEntries:      newStatic[*networkingclient.ServiceEntry](opts, synced, collections.NameServiceEntries, byKind[KindServiceEntry]),
-		WorkloadEntries:     newStatic[*networkingclient.WorkloadEntry](opts, synced, collections.NameWorkloadEntries, byKind[KindWorkloadEntry]),
-		PeerAuthentications: newStatic[*securityclient.PeerAuthentication](opts, synced, collections.NamePeerAuthns, byKind[KindPeerAuthentication]),
-		Clock:               new(collections.InputClock),
-	}
+	s := Static{Clock: new(collections.InputClock), ops: new([numKinds]kindOps)}
+	s.Namespaces = newStatic[*corev1.Namespace](opts, synced, collections.NameNamespaces, byKind[KindNamespace], &s.ops[KindNamespace])
+	s.Nodes = newStatic[*corev1.Node](opts, synced, collections.NameNodes, byKind[KindNode], &s.ops[KindNode])
+	s.Pods = newStatic[*collections.Pod](opts, synced, collections.NamePods, byKind[KindPod], &s.ops[KindPod])
+	s.Services = newStatic[*corev1.Service](opts, synced, collections.NameServices, byKind[KindService], &s.ops[KindService])
+	s.EndpointSlices = newStatic[*collections.Slice](opts, synced, collections.NameEndpointSlices, byKind[KindEndpointSlice], &s.ops[KindEndpointSlice])
+	s.DestinationRules = newStatic[*networkingclient.DestinationRule](opts, synced, collections.NameDestRules, byKind[KindDestinationRule], &s.ops[KindDestinationRule])
+	s.Sidecars = newStatic[*networkingclient.Sidecar](opts, synced, collections.NameSidecars, byKind[KindSidecar], &s.ops[KindSidecar])
+	s.ServiceEntries = newStatic[*networkingclient.ServiceEntry](opts, synced, collections.NameServiceEntries, byKind[KindServiceEntry], &s.ops[KindServiceEntry])
+	s.WorkloadEntries = newStatic[*networkingclient.WorkloadEntry](opts, synced, collections.NameWorkloadEntries, byKind[KindWorkloadEntry], &s.ops[KindWorkloadEntry])
+	s.PeerAuthentications = newStatic[*securityclient.PeerAuthentication](opts, synced, collections.NamePeerAuthns, byKind[KindPeerAuthentication], &s.ops[KindPeerAuthentication])
+	return s
 }
 
-// newStatic is a static collection named name holding objs (of its element type).
-func newStatic[T any](opts krt.OptionsBuilder, synced krt.Syncer, name string, objs []any) krt.StaticCollection[T] {
+// newStatic makes a static collection named name holding objs (of its element type), and
+// records its writes in ops.
+func newStatic[T any](opts krt.OptionsBuilder, synced krt.Syncer, name string, objs []any, ops *kindOps) krt.StaticCollection[T] {
 	typed := make([]T, 0, len(objs))
 	for _, o := range objs {
 		typed = append(typed, o.(T))
 	}
-	return krt.NewStaticCollection(synced, typed, opts.WithName(name)...)
+	c := krt.NewStaticCollection(synced, typed, opts.WithName(name)...)
+	*ops = kindOps{put: func(o any) { c.UpdateObject(o.(T)) }, del: c.DeleteObject, batch: func(ups []any, dels []string) { batch(c, ups, dels) }}
+	return c
 }
 
 // Inputs returns the collections as graph inputs.
@@ -90,7 +94,7 @@ func (s Static) Apply(obj any, del bool) {
 	if !ok {
 		return
 	}
-	ops := s.of(kind)
+	ops := s.ops[kind]
 	switch {
 	case kept == nil: // a Failed Pod
 		p := obj.(*corev1.Pod)
@@ -105,7 +109,7 @@ func (s Static) Apply(obj any, del bool) {
 // Delete removes the object of that kind and krt key ("<namespace>/<name>" or "<name>").
 func (s Static) Delete(kind Kind, key string) {
 	s.Clock.Mark()
-	if o := s.of(kind); o.del != nil {
+	if o := s.ops[kind]; o.del != nil {
 		o.del(key)
 	}
 }
@@ -116,7 +120,7 @@ func (s Static) Delete(kind Kind, key string) {
 // once per object it depends on (a rollout's slice once per pod).
 func (s Static) Batch(kind Kind, ups []any, dels []string) {
 	s.Clock.Mark()
-	if o := s.of(kind); o.batch != nil {
+	if o := s.ops[kind]; o.batch != nil {
 		o.batch(ups, dels)
 	}
 }
@@ -126,37 +130,6 @@ type kindOps struct {
 	put   func(obj any)
 	del   func(key string)
 	batch func(ups []any, dels []string)
-}
-
-func opsOf[T any](c krt.StaticCollection[T]) kindOps {
-	return kindOps{put: func(o any) { c.UpdateObject(o.(T)) }, del: c.DeleteObject, batch: func(ups []any, dels []string) { batch(c, ups, dels) }}
-}
-
-// of is the collection of a kind.
-func (s Static) of(kind Kind) kindOps {
-	switch kind {
-	case KindNamespace:
-		return opsOf(s.Namespaces)
-	case KindNode:
-		return opsOf(s.Nodes)
-	case KindPod:
-		return opsOf(s.Pods)
-	case KindService:
-		return opsOf(s.Services)
-	case KindEndpointSlice:
-		return opsOf(s.EndpointSlices)
-	case KindDestinationRule:
-		return opsOf(s.DestinationRules)
-	case KindSidecar:
-		return opsOf(s.Sidecars)
-	case KindServiceEntry:
-		return opsOf(s.ServiceEntries)
-	case KindWorkloadEntry:
-		return opsOf(s.WorkloadEntries)
-	case KindPeerAuthentication:
-		return opsOf(s.PeerAuthentications)
-	}
-	return kindOps{}
 }
 
 // batch replaces the collection's contents by its current contents with the changes applied:
