@@ -29,10 +29,9 @@ func ConvertDestinationRule(dr *networkingclient.DestinationRule) (*collections.
 	if dr == nil {
 		return nil, nil
 	}
-	pr := &problems{kind: KindDestinationRule, object: dr.Namespace + "/" + dr.Name}
 	spec := &dr.Spec
-	if _, err := validation.ValidateDestinationRule(istioConfig(dr.ObjectMeta, spec)); err != nil {
-		pr.add(collections.ReasonInvalidDestinationRule, err.Error())
+	pr, ok := validated(KindDestinationRule, dr.ObjectMeta, spec, validation.ValidateDestinationRule, collections.ReasonInvalidDestinationRule)
+	if !ok {
 		return pr.result(), nil
 	}
 	out := &collections.DestinationRule{

@@ -35,10 +35,9 @@ func ConvertPeerAuthentication(pa *securityclient.PeerAuthentication) (*collecti
 	if pa == nil {
 		return nil, nil
 	}
-	pr := &problems{kind: KindPeerAuthentication, object: pa.Namespace + "/" + pa.Name}
 	spec := &pa.Spec
-	if _, err := validation.ValidatePeerAuthentication(istioConfig(pa.ObjectMeta, spec)); err != nil {
-		pr.add(collections.ReasonInvalidPeerAuthentication, err.Error())
+	pr, ok := validated(KindPeerAuthentication, pa.ObjectMeta, spec, validation.ValidatePeerAuthentication, collections.ReasonInvalidPeerAuthentication)
+	if !ok {
 		return pr.result(), nil
 	}
 	mode, err := mtlsModeOf(spec.GetMtls())

@@ -1,8 +1,11 @@
 package transforms
 
 import (
+	"istio.io/istio/pkg/config"
+	"istio.io/istio/pkg/config/validation"
 	"istio.io/istio/pkg/kube/controllers"
 	"istio.io/istio/pkg/kube/krt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
 )
@@ -35,6 +38,18 @@ type Checked[I controllers.Object, O any] struct {
 type problems struct {
 	kind, object string
 	list         []collections.Problem
+}
+
+// validated starts the problems of an Istio object and runs istiod's validation of it
+// (pkg/config/validation, used as is): ok is false, the rejection recorded as reason, when the
+// validation rejects the object.
+func validated(kind string, m metav1.ObjectMeta, spec config.Spec, validate validation.ValidateFunc, reason string) (pr *problems, ok bool) {
+	pr = &problems{kind: kind, object: m.Namespace + "/" + m.Name}
+	if _, err := validate(istioConfig(m, spec)); err != nil {
+		pr.add(reason, err.Error())
+		return pr, false
+	}
+	return pr, true
 }
 
 func (p *problems) add(reason, detail string) {

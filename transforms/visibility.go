@@ -156,10 +156,9 @@ func ConvertSidecar(sc *networkingclient.Sidecar) (*collections.ObjectProblems, 
 	if sc == nil {
 		return nil, nil
 	}
-	pr := &problems{kind: KindSidecar, object: sc.Namespace + "/" + sc.Name}
 	spec := &sc.Spec
-	if _, err := validation.ValidateSidecar(istioConfig(sc.ObjectMeta, spec)); err != nil {
-		pr.add(collections.ReasonInvalidSidecar, err.Error())
+	pr, ok := validated(KindSidecar, sc.ObjectMeta, spec, validation.ValidateSidecar, collections.ReasonInvalidSidecar)
+	if !ok {
 		return pr.result(), nil
 	}
 	var hosts []string

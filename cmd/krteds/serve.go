@@ -187,13 +187,9 @@ func runServe(ctx context.Context, o *serveOptions) error {
 			zap.String("try", "cp "+filepath.Join(dir, "late", "reviews-late-pod.yaml")+" "+o.manifests+"/"))
 	}
 	if o.meshNetworks != "" {
-		b, err := os.ReadFile(o.meshNetworks)
+		mn, err := readFlagFile("--mesh-networks", o.meshNetworks, mesh.ParseMeshNetworks)
 		if err != nil {
-			return fmt.Errorf("--mesh-networks: %w", err)
-		}
-		mn, err := mesh.ParseMeshNetworks(string(b))
-		if err != nil {
-			return fmt.Errorf("--mesh-networks %s: %w", o.meshNetworks, err)
+			return err
 		}
 		o.cfg.RegistryNetworks, o.cfg.MeshGateways = transforms.MeshNetworkSettings(mn)
 	}
@@ -375,13 +371,9 @@ func noCluster(err error) error {
 // validated): the discovery address and serviceSettings, which decide the cluster-local hosts.
 func readMeshConfig(o *serveOptions) error {
 	if o.meshConfig != "" {
-		b, err := os.ReadFile(o.meshConfig)
+		mc, err := readFlagFile("--mesh-config", o.meshConfig, mesh.ApplyMeshConfigDefaults)
 		if err != nil {
-			return fmt.Errorf("--mesh-config: %w", err)
-		}
-		mc, err := mesh.ApplyMeshConfigDefaults(string(b))
-		if err != nil {
-			return fmt.Errorf("--mesh-config %s: %w", o.meshConfig, err)
+			return err
 		}
 		o.cfg.DiscoveryAddress, o.cfg.ServiceSettings = transforms.MeshClusterLocalSettings(mc)
 	}
@@ -389,4 +381,19 @@ func readMeshConfig(o *serveOptions) error {
 		return fmt.Errorf("cluster-local hosts: %w", err)
 	}
 	return nil
+}
+
+// readFlagFile reads the file a flag names and parses it, each error naming the flag (and the
+// file, once read).
+func readFlagFile[T any](flag, path string, parse func(string) (T, error)) (T, error) {
+	var zero T
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", flag, err)
+	}
+	v, err := parse(string(b))
+	if err != nil {
+		return zero, fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	return v, nil
 }
