@@ -51,8 +51,12 @@ func (s *Server) identify(c *conn, req request) error {
 	c.istioVersion = s.metrics.Istio.versionLabel(node.GetMetadata().GetFields()["ISTIO_VERSION"].GetStringValue())
 	s.indexNode(c)
 	s.src.Connect(cp)
+	// The view is read and set under the stream's lock: a change naming the connection, handled
+	// meanwhile, sets the view it read after this one (read outside the lock, an older nil read
+	// here could overwrite the view that change set, and nothing would set it again).
+	c.setViewLocked(s.src.View(c.id))
 	c.mu.Unlock()
-	c.viewChanged(s.src.View(c.id))
+	c.kick()
 	s.metrics.clients(cp.Type, c.istioVersion, 1)
 	if ok, held := s.logs.connects.allow(time.Now()); ok {
 		s.log.Info("xDS client connected", zap.String("conn", c.id), zap.String("node", cp.ID), zap.String("peer", c.peer),

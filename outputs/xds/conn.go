@@ -155,9 +155,18 @@ func (c *conn) takeMarks(t typ) {
 // viewChanged sets the stream's view; every name is looked at again.
 func (c *conn) viewChanged(v *collections.View) {
 	c.mu.Lock()
+	changed := c.setViewLocked(v)
+	c.mu.Unlock()
+	if changed {
+		c.kick()
+	}
+}
+
+// setViewLocked sets the stream's view, every name to be looked at again, unless it is the view
+// the stream has (c.mu held).
+func (c *conn) setViewLocked(v *collections.View) bool {
 	if c.closed || (c.view != nil && v != nil && c.view.Equals(*v)) {
-		c.mu.Unlock()
-		return
+		return false
 	}
 	c.view = v
 	for _, sb := range c.types {
@@ -165,8 +174,7 @@ func (c *conn) viewChanged(v *collections.View) {
 			sb.dirtyAll = true
 		}
 	}
-	c.mu.Unlock()
-	c.kick()
+	return true
 }
 
 // close marks the stream closed and forgets what it held, returned per type for the index.

@@ -228,6 +228,12 @@ type fakeServer struct {
 func startFake(t testing.TB, opts ...func(*Options)) *fakeServer {
 	t.Helper()
 	src := newFakeSource()
+	return startFakeOn(t, src, src, opts...)
+}
+
+// startFakeOn serves a source that wraps the fake source fake.
+func startFakeOn(t testing.TB, src Source, fake *fakeSource, opts ...func(*Options)) *fakeServer {
+	t.Helper()
 	o := Options{ClusterID: "Kubernetes", Limits: Limits{StreamRate: -1}} // tests open streams faster than any herd
 	for _, opt := range opts {
 		opt(&o)
@@ -250,7 +256,7 @@ func startFake(t testing.TB, opts ...func(*Options)) *fakeServer {
 		gs.Stop()
 		close(stop)
 	})
-	return &fakeServer{src: src, srv: srv, cc: cc, addr: lis.Addr().String()}
+	return &fakeServer{src: fake, srv: srv, cc: cc, addr: lis.Addr().String()}
 }
 
 // fakeName is the name of a resource of the fake source, read from its body.
