@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"strings"
@@ -6,29 +6,28 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // TestExplainReportsWhatTheSliceTransformLeftOut: an address that is not an IP and one whose Pod
 // has not arrived are explained by the rule the slice transform recorded, and a valid one is
 // sent.
 func TestExplainReportsWhatTheSliceTransformLeftOut(t *testing.T) {
-	stop := make(chan struct{})
-	defer close(stop)
 	slice := fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
 		fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
 		fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: fixtures.Ready},
 		fixtures.Endpoint{IP: "not-an-ip", Cond: fixtures.Ready})
-	g, _ := newStaticGraph(t, stop, fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""), slice,
+	g := rigs.NewGraph(t, fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""), slice,
 		fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
 	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.9.0.1", PodName: "client", Namespace: "ns1"})
 	var p *collections.Proxy
-	eventually(t, "the proxy", func() (bool, string) {
+	g.Await(t, "the proxy", func() (bool, string) {
 		p = g.Proxies.GetKey("c1")
 		return p != nil, ""
 	})
 	cluster := "outbound|80||foo.ns1.svc.cluster.local"
-	eventually(t, "the CLA", func() (bool, string) { return g.CLAs.GetKey(cluster) != nil, "" })
+	g.Await(t, "the CLA", func() (bool, string) { return g.CLAs.GetKey(cluster) != nil, "" })
 	ex, err := g.Explain(p, cluster, "")
 	if err != nil {
 		t.Fatal(err)
