@@ -36,14 +36,14 @@ func issue(t *testing.T, ca *fixtures.CA, uri string, server bool) tls.Certifica
 
 func TestAuthenticatedXDS(t *testing.T) {
 	r := newRig(t, mesh()...)
-	r.srv.SetTrustDomain("cluster.local")
+	r.Srv.SetTrustDomain("cluster.local")
 	ca := newCA(t)
 	pool := ca.Pool()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := xds.NewGRPCServer(context.Background(), r.srv, credentials.NewTLS(&tls.Config{
+	gs := xds.NewGRPCServer(context.Background(), r.Srv, credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{issue(t, ca, "", true)}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
 	}))
 	go func() { _ = gs.Serve(lis) }()
