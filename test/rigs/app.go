@@ -1,0 +1,70 @@
+package rigs
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/krteds/krteds/cmd/krteds/app"
+	"github.com/krteds/krteds/test/fixtures"
+)
+
+// App is the process layer's rig in process: krteds' app (app.Start, what `krteds serve` runs),
+// its xDS and debug ports on loopback, stopped with the test.
+type App struct {
+	*app.App
+	// XDSAddr is the ADS address; DebugURL the debug server's ("http://127.0.0.1:port").
+	XDSAddr, DebugURL string
+	tb                testing.TB
+}
+
+// StartApp starts the app with o, listening on loopback ports where o gives no listener.
+func StartApp(tb testing.TB, o app.Options) *App {
+	tb.Helper()
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return l
+	}
+	if o.XDSListener == nil {
+		o.XDSListener = listen()
+	}
+	if o.DebugListener == nil {
+		o.DebugListener = listen()
+	}
+	a, err := app.Start(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(a.Stop)
+	return &App{App: a, XDSAddr: o.XDSListener.Addr().String(), DebugURL: "http://" + o.DebugListener.Addr().String(), tb: tb}
+}
+
+// AwaitReady waits until /ready answers 200.
+func (r *App) AwaitReady() {
+	r.tb.Helper()
+	fixtures.Polling("/ready is an HTTP endpoint, and the server marks itself ready from a goroutine of its own").
+		Await(r.tb, Timeout, "/ready to answer 200", func() (bool, string) {
+			code, body := r.Get("/ready")
+			return code == http.StatusOK, fmt.Sprint(code, " ", body)
+		})
+}
+
+// Get GETs a path of the debug server, returning the status and the body (0 and the error when
+// the request fails).
+func (r *App) Get(path string) (int, string) {
+	resp, err := http.Get(r.DebugURL + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return resp.StatusCode, string(b)
+}
