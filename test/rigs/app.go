@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/krteds/krteds/cmd/krteds/app"
@@ -15,8 +16,8 @@ import (
 // its xDS and debug ports on loopback, stopped with the test.
 type App struct {
 	*app.App
-	// XDSAddr is the ADS address; DebugURL the debug server's ("http://127.0.0.1:port").
-	XDSAddr, DebugURL string
+	// XDSAddr is the ADS address; DebugAddr the debug server's.
+	XDSAddr, DebugAddr string
 	tb                testing.TB
 }
 
@@ -41,7 +42,7 @@ func StartApp(tb testing.TB, o app.Options) *App {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(a.Stop)
-	return &App{App: a, XDSAddr: o.XDSListener.Addr().String(), DebugURL: "http://" + o.DebugListener.Addr().String(), tb: tb}
+	return &App{App: a, XDSAddr: o.XDSListener.Addr().String(), DebugAddr: o.DebugListener.Addr().String(), tb: tb}
 }
 
 // AwaitReady waits until /ready answers 200.
@@ -54,10 +55,25 @@ func (r *App) AwaitReady() {
 		})
 }
 
+// AwaitSynced waits until the app's graph has synced: the return of its WaitUntilSynced wakes the
+// wait.
+func (r *App) AwaitSynced() {
+	r.tb.Helper()
+	var synced atomic.Bool
+	w := fixtures.NewWaker()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		synced.Store(r.WaitUntilSynced(stop))
+		w.Wake()
+	}()
+	w.Await(r.tb, Timeout, "the app's graph to sync", func() (bool, string) { return synced.Load(), "not synced" })
+}
+
 // Get GETs a path of the debug server, returning the status and the body (0 and the error when
 // the request fails).
 func (r *App) Get(path string) (int, string) {
-	resp, err := http.Get(r.DebugURL + path)
+	resp, err := http.Get("http://" + r.DebugAddr + path)
 	if err != nil {
 		return 0, err.Error()
 	}
