@@ -84,7 +84,7 @@ func TestRemoteClusterShards(t *testing.T) {
 		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes"}), fmt.Sprint(got)
 	})
 
-	remote, leave := g.Remote("cluster-2",
+	remote := g.Remote("cluster-2",
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		fixtures.Pod("ns1", "foo-r1", "foo", "10.0.0.1", ""), // the same address as the local pod
 		fixtures.Pod("ns1", "foo-r2", "foo", "10.1.0.2", ""),
@@ -97,7 +97,7 @@ func TestRemoteClusterShards(t *testing.T) {
 		fixtures.Pod("kube-system", "dns-r", "dns", "10.1.9.1", ""),
 		fixtures.Slice("kube-system", "dns-r", "dns", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.1.9.1", Pod: "dns-r", Cond: fixtures.Ready}),
 	)
-	g.RemoteClusters.UpdateObject(remote)
+	g.RemoteClusters.UpdateObject(remote.Cluster)
 	g.Await(t, "both shards, local first", func() (bool, string) {
 		got := shared(foo)
 		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes", "10.0.0.1:8080@cluster-2", "10.1.0.2:8080@cluster-2"}), fmt.Sprint(got)
@@ -121,7 +121,7 @@ func TestRemoteClusterShards(t *testing.T) {
 
 	// The cluster leaves.
 	g.RemoteClusters.DeleteObject(remote.ID)
-	leave()
+	remote.Leave()
 	g.Await(t, "the local shard alone", func() (bool, string) {
 		got := shared(foo)
 		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes"}), fmt.Sprint(got)
@@ -155,12 +155,12 @@ func TestSplitHorizonAcrossClusters(t *testing.T) {
 	gw := fixtures.Service("istio-system", "eastwestgateway", fixtures.Port{Name: "tls", Port: 15443, Target: 15443})
 	gw.Labels = map[string]string{"topology.istio.io/network": "net2"}
 	gw.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.10"}}
-	remote, _ := g.Remote("east",
+	remote := g.Remote("east",
 		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net2"}, nil), gw,
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		mtls(fixtures.Pod("ns1", "foo-r", "foo", "10.1.0.2", "")),
 		fixtures.Slice("ns1", "foo-r", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.1.0.2", Pod: "foo-r", Cond: fixtures.Ready}))
-	g.RemoteClusters.UpdateObject(remote)
+	g.RemoteClusters.UpdateObject(remote.Cluster)
 	g.Connect(collections.ConnectedProxy{ConnID: "west", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes", Network: "net1"})
 	g.Connect(collections.ConnectedProxy{ConnID: "east", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",

@@ -86,7 +86,8 @@ const readDrawing = `(() => {
 func startDemo(t *testing.T, mesh string) (a *app.App, xdsAddr, debugAddr string) {
 	t.Helper()
 	r := rigs.StartApp(t, app.Options{Config: collections.DefaultConfig(), Manifests: mesh,
-		Remote: []app.Remote{{ID: "east", Manifests: filepath.Join(repoRoot(t), "examples", "east")}}})
+		Remote:        []app.Remote{{ID: "east", Manifests: filepath.Join(repoRoot(t), "examples", "east")}},
+		DebugListener: rigs.Listen(t)})
 	r.AwaitSynced()
 	return r.App, r.XDSAddr, r.DebugAddr
 }

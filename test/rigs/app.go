@@ -16,33 +16,38 @@ import (
 // its xDS and debug ports on loopback, stopped with the test.
 type App struct {
 	*app.App
-	// XDSAddr is the ADS address; DebugAddr the debug server's.
+	// XDSAddr is the ADS address; DebugAddr the debug server's ("" without one).
 	XDSAddr, DebugAddr string
-	tb                testing.TB
+	tb                 testing.TB
 }
 
-// StartApp starts the app with o, listening on loopback ports where o gives no listener.
+// StartApp starts the app with o, its xDS port on loopback where o gives no listener. It has a
+// debug server where o gives it a listener (Listen), as `krteds serve` has one.
 func StartApp(tb testing.TB, o app.Options) *App {
 	tb.Helper()
-	listen := func() net.Listener {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return l
-	}
 	if o.XDSListener == nil {
-		o.XDSListener = listen()
-	}
-	if o.DebugListener == nil {
-		o.DebugListener = listen()
+		o.XDSListener = Listen(tb)
 	}
 	a, err := app.Start(o)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(a.Stop)
-	return &App{App: a, XDSAddr: o.XDSListener.Addr().String(), DebugAddr: o.DebugListener.Addr().String(), tb: tb}
+	r := &App{App: a, XDSAddr: o.XDSListener.Addr().String(), tb: tb}
+	if o.DebugListener != nil {
+		r.DebugAddr = o.DebugListener.Addr().String()
+	}
+	return r
+}
+
+// Listen listens on a free loopback port.
+func Listen(tb testing.TB) net.Listener {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
 }
 
 // AwaitReady waits until /ready answers 200.

@@ -40,6 +40,8 @@ type Graph struct {
 	Debugger *krt.DebugHandler
 
 	tb testing.TB
+	// owned: the graph stops with the test (GraphOptions.Stop was nil).
+	owned bool
 	// waker wakes the graph's waits: on the outputs' events once a wait has asked (watch), and
 	// on the xDS server's changes when it serves the graph (Serving).
 	waker *fixtures.Waker
@@ -50,15 +52,19 @@ type Graph struct {
 type GraphOptions struct {
 	// Config is the graph's configuration (zero: istiod's defaults).
 	Config collections.Config
-	// Stop stops the graph (nil: the test's end).
+	// Stop stops the graph (nil: the test's end). A graph given its Stop is its owner's: nothing
+	// of it is left to the test's end (a benchmark builds one per iteration), and a Serving of it
+	// stops on Close only.
 	Stop chan struct{}
 	// NoDebugger builds the graph without a krt debug handler, as the benchmarks measure it.
 	NoDebugger bool
 	// Synced holds the inputs unsynced until it has synced (nil: synced once seeded); the graph
-	// is then returned without waiting for its sync.
+	// is then returned without waiting for its sync, as with NoWait.
 	Synced krt.Syncer
 	// Remote gives the graph a collection of remote clusters, Graph.RemoteClusters.
 	Remote bool
+	// NoWait returns the graph at once, without waiting for its sync (a cold start measures it).
+	NoWait bool
 }
 
 // NewGraph builds the graph over objs, with istiod's default configuration, and waits until it
@@ -83,13 +89,13 @@ func NewGraphWith(tb testing.TB, o GraphOptions, objs ...any) *Graph {
 	opts := krt.NewOptionsBuilder(stop, "", debugger)
 	in := sources.NewStatic(opts, o.Synced, objs...)
 	inputs := in.Inputs()
-	g := &Graph{In: in, Stop: stop, Debugger: debugger, tb: tb, waker: fixtures.NewWaker()}
+	g := &Graph{In: in, Stop: stop, Debugger: debugger, tb: tb, owned: o.Stop == nil, waker: fixtures.NewWaker()}
 	if o.Remote {
 		g.RemoteClusters = krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
 		inputs.RemoteClusters = g.RemoteClusters
 	}
 	g.Graph = graphs.Build(o.Config, inputs, opts)
-	if o.Synced == nil && !g.WaitUntilSynced(stop) {
+	if o.Synced == nil && !o.NoWait && !g.WaitUntilSynced(stop) {
 		tb.Fatal("the graph did not sync")
 	}
 	return g
@@ -101,14 +107,23 @@ func GraphOf(tb testing.TB, g *graphs.Graph) *Graph {
 	return &Graph{Graph: g, tb: tb, waker: fixtures.NewWaker()}
 }
 
-// Remote makes a remote cluster of static inputs holding objs, registered with the graph's debug
-// handler (it joins once added to RemoteClusters); stop closes it, as the test's end does.
-func (g *Graph) Remote(id string, objs ...any) (c *collections.Cluster, stop func()) {
-	ch := make(chan struct{})
-	stop = sync.OnceFunc(func() { close(ch) })
-	g.tb.Cleanup(stop)
-	in := sources.NewStatic(krt.NewOptionsBuilder(ch, id, g.Debugger), nil, objs...)
-	return &collections.Cluster{ID: id, Source: "test", Inputs: in.Inputs(), Stop: ch}, stop
+// RemoteCluster is a remote cluster of static inputs.
+type RemoteCluster struct {
+	*collections.Cluster
+	// In are its inputs; Apply writes to them.
+	In sources.Static
+	// Leave closes the cluster's collections (the test's end does, if nothing before).
+	Leave func()
+}
+
+// Remote makes a remote cluster holding objs, registered with the graph's debug handler; it joins
+// once added to RemoteClusters.
+func (g *Graph) Remote(id string, objs ...any) *RemoteCluster {
+	stop := make(chan struct{})
+	leave := sync.OnceFunc(func() { close(stop) })
+	g.tb.Cleanup(leave)
+	in := sources.NewStatic(krt.NewOptionsBuilder(stop, id, g.Debugger), nil, objs...)
+	return &RemoteCluster{Cluster: &collections.Cluster{ID: id, Source: "test", Inputs: in.Inputs(), Stop: stop}, In: in, Leave: leave}
 }
 
 // Waker is woken by every event of the graph's outputs: the endpoints, the services, the

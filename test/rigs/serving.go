@@ -16,7 +16,7 @@ import (
 )
 
 // Serving is the serving layer's rig: a Graph served by krteds' xDS server over ADS on a loopback
-// port, until the test ends (or Close).
+// port, until Close, or the test's end for a graph that stops with the test.
 type Serving struct {
 	*Graph
 	Srv  *xds.Server
@@ -50,7 +50,9 @@ func Serve(tb testing.TB, g *Graph, o ServeOptions) *Serving {
 	gs := xds.NewGRPCServer(context.Background(), srv, nil)
 	go func() { _ = gs.Serve(lis) }()
 	s := &Serving{Graph: g, Srv: srv, GRPC: gs, Addr: lis.Addr().String(), tb: tb}
-	tb.Cleanup(s.Close)
+	if g.owned {
+		tb.Cleanup(s.Close)
+	}
 	return s
 }
 

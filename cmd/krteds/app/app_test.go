@@ -78,7 +78,7 @@ func startAppRig(t *testing.T) *appRig {
 // is ready.
 func startAppRigWith(t *testing.T, o app.Options) *appRig {
 	t.Helper()
-	o.Config = collections.DefaultConfig()
+	o.Config, o.DebugListener = collections.DefaultConfig(), rigs.Listen(t)
 	r := &appRig{App: rigs.StartApp(t, o), t: t}
 	r.AwaitReady()
 	return r
