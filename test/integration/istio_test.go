@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -37,21 +38,18 @@ func installCRD(t *testing.T, c kube.Client, kind, plural string) {
 	if _, err := c.Ext().ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	apiServer.Await(t, 30*time.Second, "CRD "+crd.Name+" established", func() (bool, string) {
 		got, err := c.Ext().ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err == nil {
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextensions.Established && cond.Status == apiextensions.ConditionTrue {
-					return
-				}
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensions.Established && cond.Status == apiextensions.ConditionTrue {
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRD %s never established (%v)", crd.Name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, fmt.Sprint(got.Status.Conditions)
+	})
 }
 
 // TestWorkloadEntriesFromTheCluster: krteds starts before Istio's CRDs exist; once they are
@@ -67,7 +65,7 @@ func TestWorkloadEntriesFromTheCluster(t *testing.T) {
 	defer app.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	web, vms := &watcher{}, &watcher{}
+	web, vms := newWatcher(), newWatcher()
 	go follow(ctx, func() string { return addr }, "outbound|80||web."+ns+".svc.cluster.local", web)
 	go follow(ctx, func() string { return addr }, "outbound|80||vm."+ns+".example", vms)
 	waitHealthy(t, web, ips(0))
