@@ -13,7 +13,7 @@ import (
 )
 
 // App is the process layer's rig in process: krteds' app (app.Start, what `krteds serve` runs),
-// its xDS and debug ports on loopback, stopped with the test.
+// its ports on loopback, stopped with the test.
 type App struct {
 	*app.App
 	// XDSAddr is the ADS address; DebugAddr the debug server's ("" without one).

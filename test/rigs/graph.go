@@ -3,12 +3,17 @@
 //
 //   - Graph, the graph layer: static input collections seeded with objects → graphs.Build
 //     (the graphs tests, test/serving, test/bench);
-//   - Serving, the serving layer: a Graph served by the xDS server over ADS on loopback, with a
-//     client connection (test/serving, test/bench);
-//   - App, the process layer in process: app.Start, what `krteds serve` runs, with its xDS and
-//     debug ports on loopback (cmd/krteds/app, test/e2e, test/bench).
+//   - Serving, the serving layer: a Graph served by the xDS server over ADS on loopback, and
+//     client connections to it (test/serving, test/bench);
+//   - App, the process layer in process: app.Start, what `krteds serve` runs, with its xDS port
+//     (and a debug port where asked) on loopback (cmd/krteds/app, test/e2e, test/bench).
 //
-// Each rig waits the one way tests wait (fixtures.Waker), on the signals its layer offers.
+// Each rig waits the one way tests wait (fixtures.Waker), on the signals its layer offers: the
+// graph's collection events, and the xDS server taking each change of the graph. The layers
+// below and beside these keep rigs of their own, because they differ: the manifests source alone
+// (collections/sources' harness), the xDS server over a fake source (outputs/xds), the binary
+// run as a process (test/e2e), a herd's server in a process of its own so that its memory is
+// measured apart (test/bench), and krteds replicas under a real control loop (test/scale).
 package rigs
 
 import (
