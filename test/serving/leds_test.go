@@ -149,7 +149,8 @@ func (c *ledsClient) assembled() []string {
 	return out
 }
 
-// until applies responses until the assembled endpoints are want.
+// until applies responses until the assembled endpoints are want. It needs no Waker: the client
+// changes only by the responses it receives, and each Recv blocks until the server sends one.
 func (c *ledsClient) until(want []string) {
 	c.t.Helper()
 	deadline := time.Now().Add(wait)
