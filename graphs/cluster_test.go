@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"fmt"
@@ -9,23 +9,15 @@ import (
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
-	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 	"github.com/krteds/krteds/transforms"
 )
-
-// newRemote makes a remote cluster of static inputs holding objs; its stop closes it.
-func newRemote(t *testing.T, debugger *krt.DebugHandler, id string, objs ...any) (*collections.Cluster, chan struct{}) {
-	t.Helper()
-	stop := make(chan struct{})
-	in := sources.NewStatic(krt.NewOptionsBuilder(stop, id, debugger), nil, objs...)
-	return &collections.Cluster{ID: id, Source: "test", Inputs: in.Inputs(), Stop: stop}, stop
-}
 
 // claEndpoints lists "address:port@cluster" of a CLA, in order.
 func claEndpoints(t *testing.T, r *collections.Resource) []string {
@@ -50,9 +42,9 @@ func claEndpoints(t *testing.T, r *collections.Resource) []string {
 
 // waitResolves waits until the CLA name resolves, for the connection's view, to want
 // ("address:port@cluster" in order).
-func waitResolves(t *testing.T, g *Graph, conn, name string, want []string) {
+func waitResolves(t *testing.T, g *rigs.Graph, conn, name string, want []string) {
 	t.Helper()
-	eventually(t, conn+"'s view of "+name, func() (bool, string) {
+	g.Await(t, conn+"'s view of "+name, func() (bool, string) {
 		v := g.View(conn)
 		if v == nil {
 			return false, "no view"
@@ -72,9 +64,6 @@ func waitResolves(t *testing.T, g *Graph, conn, name string, want []string) {
 // proxy its own cluster's endpoints only; the cluster's collections appear in the graph under
 // its name. When the cluster leaves, its endpoints, services and collections go with it.
 func TestRemoteClusterShards(t *testing.T) {
-	stop := test.NewStop(t)
-	debugger := new(krt.DebugHandler)
-	opts := krt.NewOptionsBuilder(stop, "", debugger)
 	local := []any{
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""),
@@ -83,14 +72,7 @@ func TestRemoteClusterShards(t *testing.T) {
 		fixtures.Pod("kube-system", "dns-1", "dns", "10.0.9.1", ""),
 		fixtures.Slice("kube-system", "dns-a", "dns", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.9.1", Pod: "dns-1", Cond: fixtures.Ready}),
 	}
-	in := sources.NewStatic(opts, nil, local...)
-	inputs := in.Inputs()
-	clusters := krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
-	inputs.RemoteClusters = clusters
-	g := Build(collections.DefaultConfig(), inputs, opts)
-	if !g.WaitUntilSynced(stop) {
-		t.Fatal("not synced")
-	}
+	g := rigs.NewGraphWith(t, rigs.GraphOptions{Remote: true}, local...)
 	const foo, bar, dns = "outbound|80||foo.ns1.svc.cluster.local", "outbound|80||bar.ns1.svc.cluster.local", "outbound|80||dns.kube-system.svc.cluster.local"
 	shared := func(name string) []string {
 		set := g.CLAs.GetKey(name)
@@ -99,12 +81,12 @@ func TestRemoteClusterShards(t *testing.T) {
 		}
 		return claEndpoints(t, set.Shared)
 	}
-	eventually(t, "the local shard", func() (bool, string) {
+	g.Await(t, "the local shard", func() (bool, string) {
 		got := shared(foo)
 		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes"}), fmt.Sprint(got)
 	})
 
-	remote, remoteStop := newRemote(t, debugger, "cluster-2",
+	remote := g.Remote("cluster-2",
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		fixtures.Pod("ns1", "foo-r1", "foo", "10.0.0.1", ""), // the same address as the local pod
 		fixtures.Pod("ns1", "foo-r2", "foo", "10.1.0.2", ""),
@@ -117,16 +99,16 @@ func TestRemoteClusterShards(t *testing.T) {
 		fixtures.Pod("kube-system", "dns-r", "dns", "10.1.9.1", ""),
 		fixtures.Slice("kube-system", "dns-r", "dns", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.1.9.1", Pod: "dns-r", Cond: fixtures.Ready}),
 	)
-	clusters.UpdateObject(remote)
-	eventually(t, "both shards, local first", func() (bool, string) {
+	g.RemoteClusters.UpdateObject(remote.Cluster)
+	g.Await(t, "both shards, local first", func() (bool, string) {
 		got := shared(foo)
 		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes", "10.0.0.1:8080@cluster-2", "10.1.0.2:8080@cluster-2"}), fmt.Sprint(got)
 	})
-	eventually(t, "the remote-only service", func() (bool, string) {
+	g.Await(t, "the remote-only service", func() (bool, string) {
 		got := shared(bar)
 		return slices.Equal(got, []string{"10.1.0.3:8080@cluster-2"}), fmt.Sprint(got)
 	})
-	if n, ok := g.Description.Snapshot().Node("cluster-2/" + NameSliceEndpoints); !ok || n.Size != 3 {
+	if n, ok := g.Description.Snapshot().Node("cluster-2/" + graphs.NameSliceEndpoints); !ok || n.Size != 3 {
 		t.Fatalf("the remote cluster's slices are not in the graph: %+v", n)
 	}
 
@@ -140,17 +122,18 @@ func TestRemoteClusterShards(t *testing.T) {
 	}
 
 	// The cluster leaves.
-	clusters.DeleteObject(remote.ID)
-	close(remoteStop)
-	eventually(t, "the local shard alone", func() (bool, string) {
+	g.RemoteClusters.DeleteObject(remote.ID)
+	remote.Leave()
+	g.Await(t, "the local shard alone", func() (bool, string) {
 		got := shared(foo)
 		return slices.Equal(got, []string{"10.0.0.1:8080@Kubernetes"}), fmt.Sprint(got)
 	})
-	eventually(t, "the remote-only service to go", func() (bool, string) { return g.CLAs.GetKey(bar) == nil, "present" })
-	eventually(t, "the remote cluster's collections to leave the graph", func() (bool, string) {
-		_, ok := g.Description.Snapshot().Node("cluster-2/" + NameSliceEndpoints)
-		return !ok, "present"
-	})
+	g.Await(t, "the remote-only service to go", func() (bool, string) { return g.CLAs.GetKey(bar) == nil, "present" })
+	fixtures.Polling("the description drops a cluster's collections from a goroutine of its own when the cluster stops").
+		Await(t, rigs.Timeout, "the remote cluster's collections to leave the graph", func() (bool, string) {
+			_, ok := g.Description.Snapshot().Node("cluster-2/" + graphs.NameSliceEndpoints)
+			return !ok, "present"
+		})
 }
 
 // TestSplitHorizonAcrossClusters: a remote cluster on another network, with an east-west gateway
@@ -158,14 +141,11 @@ func TestRemoteClusterShards(t *testing.T) {
 // proxy of the remote network reaches both clusters' endpoints directly (the local network has
 // no gateway).
 func TestSplitHorizonAcrossClusters(t *testing.T) {
-	stop := test.NewStop(t)
-	debugger := new(krt.DebugHandler)
-	opts := krt.NewOptionsBuilder(stop, "", debugger)
 	mtls := func(p *corev1.Pod) *corev1.Pod {
 		p.Labels["security.istio.io/tlsMode"] = "istio"
 		return p
 	}
-	in := sources.NewStatic(opts, nil,
+	g := rigs.NewGraphWith(t, rigs.GraphOptions{Remote: true},
 		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net1"}, nil),
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		mtls(fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "")),
@@ -174,22 +154,15 @@ func TestSplitHorizonAcrossClusters(t *testing.T) {
 		fixtures.Service("ns1", "bar", fixtures.HTTP...),
 		fixtures.Pod("ns1", "bar-1", "bar", "10.0.0.2", ""),
 		fixtures.Slice("ns1", "bar-a", "bar", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.2", Pod: "bar-1", Cond: fixtures.Ready}))
-	inputs := in.Inputs()
-	clusters := krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
-	inputs.RemoteClusters = clusters
-	g := Build(collections.DefaultConfig(), inputs, opts)
-	if !g.WaitUntilSynced(stop) {
-		t.Fatal("not synced")
-	}
 	gw := fixtures.Service("istio-system", "eastwestgateway", fixtures.Port{Name: "tls", Port: 15443, Target: 15443})
 	gw.Labels = map[string]string{"topology.istio.io/network": "net2"}
 	gw.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.10"}}
-	remote, _ := newRemote(t, debugger, "east",
+	remote := g.Remote("east",
 		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net2"}, nil), gw,
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		mtls(fixtures.Pod("ns1", "foo-r", "foo", "10.1.0.2", "")),
 		fixtures.Slice("ns1", "foo-r", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.1.0.2", Pod: "foo-r", Cond: fixtures.Ready}))
-	clusters.UpdateObject(remote)
+	g.RemoteClusters.UpdateObject(remote.Cluster)
 	g.Connect(collections.ConnectedProxy{ConnID: "west", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes", Network: "net1"})
 	g.Connect(collections.ConnectedProxy{ConnID: "east", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
@@ -282,19 +255,8 @@ spec:
 		want: map[string][2][]string{foo: {local, remote}, kubernetes: {local, remote}, istiod: {local, remote}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			stop := test.NewStop(t)
-			debugger := new(krt.DebugHandler)
-			opts := krt.NewOptionsBuilder(stop, "", debugger)
-			in := sources.NewStatic(opts, nil, append(cluster(0), entry...)...)
-			inputs := in.Inputs()
-			clusters := krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
-			inputs.RemoteClusters = clusters
-			g := Build(tc.cfg, inputs, opts)
-			if !g.WaitUntilSynced(stop) {
-				t.Fatal("not synced")
-			}
-			rc, _ := newRemote(t, debugger, "cluster-2", cluster(1)...)
-			clusters.UpdateObject(rc)
+			g := rigs.NewGraphWith(t, rigs.GraphOptions{Config: tc.cfg, Remote: true}, append(cluster(0), entry...)...)
+			g.RemoteClusters.UpdateObject(g.Remote("cluster-2", cluster(1)...).Cluster)
 			g.Connect(collections.ConnectedProxy{ConnID: "local", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 				IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes"})
 			g.Connect(collections.ConnectedProxy{ConnID: "remote", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",

@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"strings"
@@ -13,29 +13,28 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // TestExplainReportsWhatTheSliceTransformLeftOut: an address that is not an IP and one whose Pod
 // has not arrived are explained by the rule the slice transform recorded, and a valid one is
 // sent.
 func TestExplainReportsWhatTheSliceTransformLeftOut(t *testing.T) {
-	stop := make(chan struct{})
-	defer close(stop)
 	slice := fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
 		fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
 		fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: fixtures.Ready},
 		fixtures.Endpoint{IP: "not-an-ip", Cond: fixtures.Ready})
-	g, _ := newStaticGraph(t, stop, fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""), slice,
+	g := rigs.NewGraph(t, fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""), slice,
 		fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
 	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.9.0.1", PodName: "client", Namespace: "ns1"})
 	var p *collections.Proxy
-	eventually(t, "the proxy", func() (bool, string) {
+	g.Await(t, "the proxy", func() (bool, string) {
 		p = g.Proxies.GetKey("c1")
 		return p != nil, ""
 	})
 	cluster := "outbound|80||foo.ns1.svc.cluster.local"
-	eventually(t, "the CLA", func() (bool, string) { return g.CLAs.GetKey(cluster) != nil, "" })
+	g.Await(t, "the CLA", func() (bool, string) { return g.CLAs.GetKey(cluster) != nil, "" })
 	ex, err := g.Explain(p, cluster, "")
 	if err != nil {
 		t.Fatal(err)
@@ -65,12 +64,13 @@ func TestExplainSaysWhyAnEndpointHasTLSMode(t *testing.T) {
 		fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
 		fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: fixtures.Ready},
 		fixtures.Endpoint{IP: "10.0.0.3", Pod: "foo-3", Cond: fixtures.Ready})
-	g, in := newStaticGraph(t, stop, fixtures.Service("ns1", "foo", fixtures.HTTP...), slice,
+	gr := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop}, fixtures.Service("ns1", "foo", fixtures.HTTP...), slice,
 		injectedPod("ns1", "foo-1", "foo", "10.0.0.1", map[string]string{"version": "v1"}),
 		injectedPod("ns1", "foo-2", "foo", "10.0.0.2", map[string]string{"version": "v2"}),
 		fixtures.Pod("ns1", "foo-3", "foo", "10.0.0.3", "n1"),
 		peerAuthn("ns1", "v1", map[string]string{"version": "v1"}, paStrict, map[uint32]securityapi.PeerAuthentication_MutualTLS_Mode{8080: paDisable}),
 		fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
+	g, in := gr.Graph, gr.In
 	w := fixtures.NewWaker()
 	fixtures.WakeOn(t, w, g.Proxies)
 	fixtures.WakeOn(t, w, g.CLAs)

@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"fmt"
@@ -13,26 +13,14 @@ import (
 	istioapimeta "istio.io/api/meta/v1alpha1"
 	networking "istio.io/api/networking/v1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
-	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
-
-func newStaticGraph(t *testing.T, stop chan struct{}, objs ...any) (*Graph, sources.Static) {
-	t.Helper()
-	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := sources.NewStatic(opts, nil, objs...)
-	g := Build(collections.DefaultConfig(), in.Inputs(), opts)
-	if !g.WaitUntilSynced(stop) {
-		t.Fatal("graph did not sync")
-	}
-	return g, in
-}
 
 // endpointsState is the graph's final endpoint output, keyed and sorted for comparison.
 type endpointsState struct {
@@ -43,7 +31,7 @@ type endpointsState struct {
 	CLAs map[string]uint64
 }
 
-func stateOf(g *Graph) endpointsState {
+func stateOf(g *graphs.Graph) endpointsState {
 	s := endpointsState{Services: map[string]collections.ServiceEndpoints{}, Slices: map[string]collections.SliceEndpoints{}}
 	for _, se := range g.ServiceEndpoints.List() {
 		s.Services[se.ResourceName()] = se
@@ -62,23 +50,7 @@ func stateOf(g *Graph) endpointsState {
 	return s
 }
 
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %s", what, msg)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-func addrs(g *Graph, key string) []string {
+func addrs(g *rigs.Graph, key string) []string {
 	se := g.ServiceEndpoints.GetKey(key)
 	if se == nil {
 		return nil
@@ -90,18 +62,17 @@ func addrs(g *Graph, key string) []string {
 	return out
 }
 
-func expectAddrs(t *testing.T, g *Graph, key string, want ...string) {
+// expectAddrs waits, on the graph's events, until the endpoints of the service key are want.
+func expectAddrs(t *testing.T, g *rigs.Graph, key string, want ...string) {
 	t.Helper()
-	eventually(t, key+" endpoints", func() (bool, string) {
+	g.Await(t, key+" endpoints", func() (bool, string) {
 		got := addrs(g, key)
 		return slices.Equal(got, want), fmt.Sprintf("got %v want %v", got, want)
 	})
 }
 
 func TestLatePodAppearsByItself(t *testing.T) {
-	stop := make(chan struct{})
-	defer close(stop)
-	g, in := newStaticGraph(t, stop,
+	g := rigs.NewGraph(t,
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"),
@@ -110,10 +81,10 @@ func TestLatePodAppearsByItself(t *testing.T) {
 			fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: fixtures.Ready}),
 	)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy")
-	in.Apply(fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", "n1"), false)
+	g.In.Apply(fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", "n1"), false)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy", "10.0.0.2:8080/Healthy")
 	// The late pod is enriched like any other: locality from its node.
-	eventually(t, "locality of late pod", func() (bool, string) {
+	g.Await(t, "locality of late pod", func() (bool, string) {
 		se := g.ServiceEndpoints.GetKey("ns1/foo")
 		l := se.Endpoints[1].Meta.Locality
 		return l == collections.Locality{Region: "r1", Zone: "z1"}, fmt.Sprint(l)
@@ -121,17 +92,15 @@ func TestLatePodAppearsByItself(t *testing.T) {
 }
 
 func TestNodeRelabelReachesEndpoints(t *testing.T) {
-	stop := make(chan struct{})
-	defer close(stop)
-	g, in := newStaticGraph(t, stop,
+	g := rigs.NewGraph(t,
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"),
 		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}),
 	)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy")
-	in.Apply(fixtures.ZoneNode("n1", "r2", "z9"), false)
-	eventually(t, "relabelled locality", func() (bool, string) {
+	g.In.Apply(fixtures.ZoneNode("n1", "r2", "z9"), false)
+	g.Await(t, "relabelled locality", func() (bool, string) {
 		se := g.ServiceEndpoints.GetKey("ns1/foo")
 		m := se.Endpoints[0].Meta
 		return m.LocalityLabel == "r2/z9/" && m.LabelValue("topology.kubernetes.io/zone") == "z9", m.LocalityLabel
@@ -139,21 +108,17 @@ func TestNodeRelabelReachesEndpoints(t *testing.T) {
 }
 
 func TestServiceLabelRecomputesHealth(t *testing.T) {
-	stop := make(chan struct{})
-	defer close(stop)
 	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
-	g, in := newStaticGraph(t, stop, svc,
+	g := rigs.NewGraph(t, svc,
 		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Cond: fixtures.TerminatingServing}))
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Terminating")
 	svc2 := svc.DeepCopy()
 	svc2.Labels = map[string]string{"istio.io/persistent-session": "c"}
-	in.Apply(svc2, false)
+	g.In.Apply(svc2, false)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Draining")
 }
 
 func TestDeletesRemoveExactlyWhatTheyShould(t *testing.T) {
-	stop := make(chan struct{})
-	defer close(stop)
 	foo := fixtures.Service("ns1", "foo", fixtures.HTTP...)
 	bar := fixtures.Service("ns1", "bar", fixtures.HTTP...)
 	pod1 := fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "")
@@ -163,22 +128,22 @@ func TestDeletesRemoveExactlyWhatTheyShould(t *testing.T) {
 		fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: fixtures.Ready})
 	sliceB := fixtures.Slice("ns1", "foo-b", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.3", Cond: fixtures.Ready})
 	sliceBar := fixtures.Slice("ns1", "bar-a", "bar", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.1.1", Cond: fixtures.Ready})
-	g, in := newStaticGraph(t, stop, foo, bar, pod1, pod2, sliceA, sliceB, sliceBar)
+	g := rigs.NewGraph(t, foo, bar, pod1, pod2, sliceA, sliceB, sliceBar)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy", "10.0.0.2:8080/Healthy", "10.0.0.3:8080/Healthy")
 	expectAddrs(t, g, "ns1/bar", "10.0.1.1:8080/Healthy")
 
-	in.Apply(pod2, true)
+	g.In.Apply(pod2, true)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy", "10.0.0.3:8080/Healthy")
-	in.Apply(sliceB, true)
+	g.In.Apply(sliceB, true)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy")
 	expectAddrs(t, g, "ns1/bar", "10.0.1.1:8080/Healthy")
-	in.Apply(foo, true)
-	eventually(t, "foo shard removed", func() (bool, string) {
+	g.In.Apply(foo, true)
+	g.Await(t, "foo shard removed", func() (bool, string) {
 		return g.ServiceEndpoints.GetKey("ns1/foo") == nil, "still present"
 	})
 	expectAddrs(t, g, "ns1/bar", "10.0.1.1:8080/Healthy")
 	// Recreating the Service brings its endpoints back: the slice never went away.
-	in.Apply(foo, false)
+	g.In.Apply(foo, false)
 	expectAddrs(t, g, "ns1/foo", "10.0.0.1:8080/Healthy")
 }
 
@@ -315,12 +280,10 @@ func finalObjects(hs []history) []any {
 
 func TestEventOrderNeverMatters(t *testing.T) {
 	hs := orderScenario()
-	stop := make(chan struct{})
-	defer close(stop)
-	truthGraph, _ := newStaticGraph(t, stop, finalObjects(hs)...)
+	truthGraph := rigs.NewGraph(t, finalObjects(hs)...)
 	var truth endpointsState
-	eventually(t, "ground truth", func() (bool, string) {
-		truth = stateOf(truthGraph)
+	truthGraph.Await(t, "ground truth", func() (bool, string) {
+		truth = stateOf(truthGraph.Graph)
 		return len(truth.Services) == 5, fmt.Sprint(len(truth.Services))
 	})
 	// Sanity: the scenario exercises what it claims to.
@@ -358,7 +321,12 @@ func TestEventOrderNeverMatters(t *testing.T) {
 		func() {
 			stop := make(chan struct{})
 			defer close(stop)
-			g, in := newStaticGraph(t, stop)
+			g := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop})
+			// A waker of this run's own, on the collections the state is read from, closed with
+			// the run.
+			w := fixtures.WakeOn(t, fixtures.NewWaker(), g.ServiceEndpoints)
+			fixtures.WakeOn(t, w, g.SliceEndpoints)
+			defer w.Close()
 			r := rand.New(rand.NewPCG(runSeed, 0))
 			next := make([]int, len(hs))
 			var trace []string
@@ -375,22 +343,15 @@ func TestEventOrderNeverMatters(t *testing.T) {
 				i := open[r.IntN(len(open))]
 				o := hs[i][next[i]]
 				next[i]++
-				in.Apply(o.obj, o.del)
+				g.In.Apply(o.obj, o.del)
 				trace = append(trace, describeOp(o))
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				got := stateOf(g)
-				diff := cmp.Diff(truth, got)
-				if diff == "" {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("run %d (seed %d, run seed %d): final state differs from ground truth after order:\n  %s\n(-truth +got):\n%s",
-						run, seed, runSeed, strings.Join(trace, "\n  "), diff)
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			what := fmt.Sprintf("run %d (seed %d, run seed %d): the final state of the ground truth after order:\n  %s\n",
+				run, seed, runSeed, strings.Join(trace, "\n  "))
+			w.Await(t, rigs.Timeout, what, func() (bool, string) {
+				diff := cmp.Diff(truth, stateOf(g.Graph))
+				return diff == "", "(-truth +got):\n" + diff
+			})
 		}()
 	}
 }
@@ -409,8 +370,7 @@ func describeOp(o op) string {
 }
 
 func TestDescription(t *testing.T) {
-	stop := test.NewStop(t)
-	g, _ := newStaticGraph(t, stop,
+	g := rigs.NewGraph(t,
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"),
 		fixtures.ZoneNode("n1", "r1", "z1"),
@@ -423,14 +383,14 @@ func TestDescription(t *testing.T) {
 			t.Errorf("%s not synced", n.Name)
 		}
 	}
-	se, _ := s.Node(NameServiceEndpoints)
-	if se.Size != 1 || se.Recomputes == 0 || se.Input != NameServiceInfos {
+	se, _ := s.Node(graphs.NameServiceEndpoints)
+	if se.Size != 1 || se.Recomputes == 0 || se.Input != graphs.NameServiceInfos {
 		t.Fatalf("ServiceEndpoints node: %+v", se)
 	}
-	if n, _ := s.Node(NameSliceEndpoints); n.Input != collections.NameEndpointSlices || !slices.Contains(n.Dependencies, collections.NamePods) {
+	if n, _ := s.Node(graphs.NameSliceEndpoints); n.Input != collections.NameEndpointSlices || !slices.Contains(n.Dependencies, collections.NamePods) {
 		t.Fatalf("SliceEndpoints node: %+v", n)
 	}
-	if n, _ := s.Node(NameProxyClasses); n.Input != NameProxiesByClass {
+	if n, _ := s.Node(graphs.NameProxyClasses); n.Input != graphs.NameProxiesByClass {
 		t.Fatalf("ProxyClasses node: %+v", n)
 	}
 }

@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 const manifests = `
@@ -90,7 +92,7 @@ func TestInformerInputs(t *testing.T) {
 	stop := test.NewStop(t)
 	client := kube.NewFakeClient(objs...)
 	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	g := Build(collections.DefaultConfig(), sources.Informers(client, opts), opts)
+	g := rigs.GraphOf(t, graphs.Build(collections.DefaultConfig(), sources.Informers(client, opts), opts))
 	client.RunAndWait(stop)
 	if !g.WaitUntilSynced(stop) {
 		t.Fatal("not synced")

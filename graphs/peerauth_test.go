@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"fmt"
@@ -23,7 +23,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // peerAuthn builds a PeerAuthentication (selector nil: namespace- or mesh-wide; ports: its
@@ -60,7 +62,7 @@ func injectedPod(ns, name, app, ip string, labels map[string]string) *corev1.Pod
 
 // tlsModes reads each endpoint's tlsMode metadata ("-" for none) from a cluster's shared CLA, or
 // from the load assignment of a DNS cluster.
-func tlsModes(g *Graph, name string) string {
+func tlsModes(g *graphs.Graph, name string) string {
 	var la *endpoint.ClusterLoadAssignment
 	if set := g.CLAs.GetKey(name); set != nil && set.Shared != nil {
 		la = &endpoint.ClusterLoadAssignment{}
@@ -107,7 +109,7 @@ func TestPeerAuthenticationsDecideTLSMode(t *testing.T) {
 		Spec: networking.ServiceEntry{Hosts: []string{"dns.example.com"}, Resolution: networking.ServiceEntry_DNS,
 			Ports:     []*networking.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}},
 			Endpoints: []*networking.WorkloadEntry{{Address: "backend.example.com", ServiceAccount: "vm", Labels: map[string]string{"app": "vm"}}}}}
-	g, in := newStaticGraph(t, stop, vm, dns,
+	gr := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop}, vm, dns,
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
 		injectedPod("ns1", "foo-1", "foo", "10.0.0.1", map[string]string{"version": "v1"}),
 		injectedPod("ns1", "foo-2", "foo", "10.0.0.2", map[string]string{"version": "v2"}),
@@ -118,6 +120,7 @@ func TestPeerAuthenticationsDecideTLSMode(t *testing.T) {
 		injectedPod("ns2", "baz-1", "baz", "10.0.1.1", nil),
 		fixtures.Slice("ns2", "baz-a", "baz", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.1.1", Pod: "baz-1", Cond: fixtures.Ready}),
 	)
+	g, in := gr.Graph, gr.In
 	w := fixtures.NewWaker()
 	fixtures.WakeOn(t, w, g.CLAs)
 	fixtures.WakeOn(t, w, g.Clusters)
@@ -261,7 +264,8 @@ func TestPeerAuthnChangeRecomputesOnlyItsServices(t *testing.T) {
 		addService("plain", fmt.Sprintf("p%d", i), false) // no sidecars: no policy decides them
 	}
 	addService("barrier", "z", true)
-	g, in := newStaticGraph(t, stop, objs...)
+	gr := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop}, objs...)
+	g, in := gr.Graph, gr.In
 	changed := make(chan string, 100)
 	// A service's CLA sets (its port's cluster, the unknown subsets') change in one batch: one
 	// event per service and batch.
@@ -278,7 +282,7 @@ func TestPeerAuthnChangeRecomputesOnlyItsServices(t *testing.T) {
 	}, false)
 	t.Cleanup(reg.UnregisterHandler)
 	recomputes := func() uint64 {
-		n, _ := g.Description.Snapshot().Node(NameCLAs)
+		n, _ := g.Description.Snapshot().Node(graphs.NameCLAs)
 		return n.Recomputes
 	}
 	// barrier flips the barrier namespace's policy, which changes the one CLA of barrier/z, and
@@ -349,13 +353,12 @@ func TestPeerAuthnChangeRecomputesOnlyItsServices(t *testing.T) {
 			t.Fatalf("%s: changed %v, want %v", step.name, got, step.changed)
 		}
 		// A policy of the root namespace recomputes the barrier's service too: were the barrier
-		// applied before that recomputation ran, krt would do both in one. A recomputation that
-		// changes nothing sends no event, so the count is polled until the step's have run.
-		for deadline := time.Now().Add(10 * time.Second); int(recomputes()-before) < step.recomputed; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d CLA recomputations after 10s, want %d", step.name, recomputes()-before, step.recomputed)
-			}
-		}
+		// applied before that recomputation ran, krt would do both in one.
+		fixtures.PollingEvery(time.Millisecond, "a recomputation that changes nothing sends no event").
+			Await(t, 10*time.Second, step.name+": the step's recomputations", func() (bool, string) {
+				d := int(recomputes() - before)
+				return d >= step.recomputed, fmt.Sprintf("%d CLA recomputations, want %d", d, step.recomputed)
+			})
 		barrier()
 		// The barrier itself recomputes its one service.
 		if d := int(recomputes()-before) - 1; d != step.recomputed {
@@ -391,7 +394,7 @@ func TestPeerAuthnEventOrderNeverMatters(t *testing.T) {
 	}
 	transient := peerAuthn("ns2", "transient", nil, paStrict, nil)
 	const foo, baz = "outbound|80||foo.ns1.svc.cluster.local", "outbound|80||baz.ns2.svc.cluster.local"
-	truthGraph, _ := newStaticGraph(t, test.NewStop(t), final...)
+	truthGraph := rigs.NewGraph(t, final...).Graph
 	truth := map[string]string{foo: tlsModes(truthGraph, foo), baz: tlsModes(truthGraph, baz)}
 	if truth[foo] != "10.3.0.1=- 10.3.0.2=istio" || truth[baz] != "10.3.0.1=-" {
 		t.Fatalf("the scenario does not exercise the rules: %v", truth)
@@ -405,7 +408,8 @@ func TestPeerAuthnEventOrderNeverMatters(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	for run := 0; run < runs; run++ {
 		func() {
-			g, in := newStaticGraph(t, test.NewStop(t))
+			gr := rigs.NewGraph(t)
+			g, in := gr.Graph, gr.In
 			w := fixtures.NewWaker()
 			fixtures.WakeOn(t, w, g.CLAs)
 			// Every object once, the relabelled Pod first as it was, the transient policy

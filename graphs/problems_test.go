@@ -3,11 +3,13 @@ package graphs
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/transforms"
 )
 
@@ -27,9 +29,10 @@ func TestResourceProblemsFollowTheSets(t *testing.T) {
 	b := krt.NewStaticCollection(nil, []collections.ResourceSet{set("b1", false)}, opts.WithName("b")...)
 	d := newDescription(opts)
 	probs := DeriveFromNothing(d, "problems", transforms.ResourceProblems(a, b))
+	w := fixtures.WakeOn(t, fixtures.NewWaker(), probs)
 	expect := func(want ...string) {
 		t.Helper()
-		eventually(t, fmt.Sprint("problems of ", want), func() (bool, string) {
+		w.Await(t, 10*time.Second, fmt.Sprint("problems of ", want), func() (bool, string) {
 			got := probs.List()
 			if len(got) != len(want) {
 				return false, fmt.Sprint(got)

@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"encoding/json"
@@ -6,28 +6,24 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	networking "istio.io/api/networking/v1"
 	securityapi "istio.io/api/security/v1beta1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // TestReadsAreWhatKrtRecords: the edges /debug/krt draws come from the collections each
 // transform declares it reads; they must be exactly the collections krt recorded the transform
 // Fetching, on a mesh that exercises every transform.
 func TestReadsAreWhatKrtRecords(t *testing.T) {
-	stop := test.NewStop(t)
-	debugger := new(krt.DebugHandler)
-	opts := krt.NewOptionsBuilder(stop, "", debugger)
 	dr := &networkingclient.DestinationRule{ObjectMeta: metav1.ObjectMeta{Name: "dr", Namespace: "ns1"},
 		Spec: networking.DestinationRule{Host: "foo", Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"app": "foo"}}}}}
 	sc := &networkingclient.Sidecar{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "ns1"},
@@ -54,7 +50,7 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 		Spec: securityapi.PeerAuthentication{Mtls: &securityapi.PeerAuthentication_MutualTLS{Mode: securityapi.PeerAuthentication_MutualTLS_STRICT}}}
 	foo1 := fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1")
 	foo1.Labels[collections.LabelTLSMode] = collections.TLSModeIstio
-	in := sources.NewStatic(opts, nil, ext, sel, vm, dns, pa,
+	g := rigs.NewGraph(t, ext, sel, vm, dns, pa,
 		fixtures.Namespace("istio-system", map[string]string{"topology.istio.io/network": "net1"}, nil),
 		fixtures.ZoneNode("n1", "r1", "z1"),
 		fixtures.Service("ns1", "foo", fixtures.HTTP...),
@@ -64,23 +60,18 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
 			fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}, fixtures.Endpoint{IP: "10.0.0.9", Cond: fixtures.Ready}),
 		dr, sc)
-	g := Build(collections.DefaultConfig(), in.Inputs(), opts)
-	if !g.WaitUntilSynced(stop) {
-		t.Fatal("not synced")
-	}
 	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.0.0.1~foo-1.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.1", PodName: "foo-1", Namespace: "ns1"})
 	g.Connect(collections.ConnectedProxy{ConnID: "c2", ID: "sidecar~10.0.0.2~foo-2.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.2", PodName: "foo-2", Namespace: "ns1"})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(g.Views.List()) == 0 || g.CLAs.GetKey("outbound|80|v1|foo.ns1.svc.cluster.local") == nil ||
-		len(g.CLAs.GetKey("outbound|80|v1|foo.ns1.svc.cluster.local").ByClass) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the graph never computed the proxy's CLAs")
+	g.Await(t, "the proxies' views and per-class CLAs", func() (bool, string) {
+		set := g.CLAs.GetKey("outbound|80|v1|foo.ns1.svc.cluster.local")
+		if set == nil {
+			return false, fmt.Sprintf("%d views, no CLA set", len(g.Views.List()))
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	raw, err := json.Marshal(debugger)
+		return len(g.Views.List()) > 0 && len(set.ByClass) > 0, fmt.Sprintf("%d views, %d per-class CLAs", len(g.Views.List()), len(set.ByClass))
+	})
+	raw, err := json.Marshal(g.Debugger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +89,7 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 	// krt names an index collection "index/<name>"; the graph's node is <name>.
 	indexes := map[string]bool{}
 	for _, n := range g.Description.Snapshot().Nodes {
-		indexes[n.Name] = n.Kind == KindIndex
+		indexes[n.Name] = n.Kind == graphs.KindIndex
 	}
 	recorded := map[string][]string{}
 	for _, c := range dump {
@@ -114,7 +105,7 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 		}
 	}
 	for _, n := range g.Description.Snapshot().Nodes {
-		if n.Kind != KindDerived {
+		if n.Kind != graphs.KindDerived {
 			continue
 		}
 		got := slices.Sorted(slices.Values(recorded[n.Name]))
@@ -127,12 +118,11 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 // TestRuleChangeRecomputesOnlyItsServices: DestinationRules are read through their host index, so
 // a rule recomputes the policies of the services its host can match and no others.
 func TestRuleChangeRecomputesOnlyItsServices(t *testing.T) {
-	stop := test.NewStop(t)
 	var objs []any
 	for i := 0; i < 50; i++ {
 		objs = append(objs, fixtures.Service("ns1", fmt.Sprintf("s%d", i), fixtures.HTTP...))
 	}
-	g, in := newStaticGraph(t, stop, objs...)
+	g := rigs.NewGraph(t, objs...)
 	changed := make(chan string, 100)
 	g.ServicePolicies.RegisterBatch(func(evs []krt.Event[collections.ServicePolicy]) {
 		for _, e := range evs {
@@ -140,7 +130,7 @@ func TestRuleChangeRecomputesOnlyItsServices(t *testing.T) {
 		}
 	}, false)
 	recomputes := func() uint64 {
-		n, _ := g.Description.Snapshot().Node(NamePolicies)
+		n, _ := g.Description.Snapshot().Node(graphs.NamePolicies)
 		return n.Recomputes
 	}
 	before := recomputes()
@@ -148,12 +138,12 @@ func TestRuleChangeRecomputesOnlyItsServices(t *testing.T) {
 		return &networkingclient.DestinationRule{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns1"},
 			Spec: networking.DestinationRule{Host: host, Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"v": "1"}}}}}
 	}
-	in.Apply(rule("a", "s7"), false)
+	g.In.Apply(rule("a", "s7"), false)
 	if got := <-changed; got != "ns1/s7" {
 		t.Fatalf("policy of %s changed", got)
 	}
 	// A second rule, for another host: its event proves the first change is fully processed.
-	in.Apply(rule("b", "s8.ns1.svc.cluster.local"), false)
+	g.In.Apply(rule("b", "s8.ns1.svc.cluster.local"), false)
 	if got := <-changed; got != "ns1/s8" {
 		t.Fatalf("policy of %s changed", got)
 	}
@@ -161,7 +151,7 @@ func TestRuleChangeRecomputesOnlyItsServices(t *testing.T) {
 		t.Fatalf("two rules for one service each recomputed %d service policies, want 2", d)
 	}
 	// A wildcard rule matches every service of the namespace.
-	in.Apply(rule("c", "*.ns1.svc.cluster.local"), false)
+	g.In.Apply(rule("c", "*.ns1.svc.cluster.local"), false)
 	for i := 0; i < 50; i++ {
 		<-changed
 	}

@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"fmt"
@@ -14,10 +14,9 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections/sources"
-	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // sep is one expected lb endpoint: address, port, weight, tlsMode ("" = no
@@ -355,7 +354,7 @@ spec:
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, _ := newStaticGraph(t, test.NewStop(t), objs...)
+			g := rigs.NewGraph(t, objs...)
 			for name, want := range tc.clusters {
 				set := g.CLAs.GetKey(name)
 				if set == nil || set.Shared == nil {
@@ -375,9 +374,7 @@ spec:
 				}
 			}
 			var all []string
-			w := fixtures.NewWaker()
-			fixtures.WakeOn(t, w, g.Problems)
-			w.Await(t, 5*time.Second, "the problems reported", func() (bool, string) {
+			g.Await(t, "the problems reported", func() (bool, string) {
 				all = all[:0]
 				for _, op := range g.Problems.List() {
 					for _, p := range op.Problems {
@@ -438,7 +435,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, _ := newStaticGraph(t, test.NewStop(t), objs...)
+	g := rigs.NewGraph(t, objs...)
 	for _, tc := range []struct {
 		name string
 		typ  cluster.Cluster_DiscoveryType

@@ -1,4 +1,4 @@
-package graphs
+package graphs_test
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 	"github.com/krteds/krteds/transforms"
 )
 
@@ -70,7 +71,8 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := test.NewStop(t)
-	g, in := newStaticGraph(t, stop, objs...)
+	gr := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop}, objs...)
+	g, in := gr.Graph, gr.In
 	for i, ns := range []string{"a", "b", "c", "d"} {
 		ip := fmt.Sprintf("10.9.0.%d", i+1)
 		g.Connect(collections.ConnectedProxy{ConnID: ns, ID: "sidecar~" + ip + "~p." + ns + "~" + ns + ".svc.cluster.local", Type: "sidecar", IP: ip, Namespace: ns})

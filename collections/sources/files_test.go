@@ -20,17 +20,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
-// harness runs a manifests source over a folder and waits on its collections' events.
+// harness runs a manifests source over a folder and waits on its collections' events. It is the
+// rig of the input layer: a source alone, below the graph, read as the graph reads it.
 type harness struct {
 	t    *testing.T
 	dir  string
 	f    *Files
 	stop chan struct{}
-
-	mu      sync.Mutex
-	changed chan struct{}
+	// changed wakes on every event of the source's collections.
+	changed *fixtures.Waker
 	seq     int
 }
 
@@ -46,44 +47,34 @@ func newHarnessWith(t *testing.T, dir string, o FilesOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, dir: dir, f: f, stop: stop, changed: make(chan struct{}, 1)}
-	notify := func() {
-		select {
-		case h.changed <- struct{}{}:
-		default:
-		}
-	}
-	onEvents(f.static.Namespaces, notify)
-	onEvents(f.static.Nodes, notify)
-	onEvents(f.static.Services, notify)
-	onEvents(f.static.Pods, notify)
-	onEvents(f.static.EndpointSlices, notify)
-	onEvents(f.static.DestinationRules, notify)
-	onEvents(f.static.Sidecars, notify)
-	onEvents(f.problems, notify)
+	w := fixtures.NewWaker()
+	fixtures.WakeOn(t, w, f.static.Namespaces)
+	fixtures.WakeOn(t, w, f.static.Nodes)
+	fixtures.WakeOn(t, w, f.static.Services)
+	fixtures.WakeOn(t, w, f.static.Pods)
+	fixtures.WakeOn(t, w, f.static.EndpointSlices)
+	fixtures.WakeOn(t, w, f.static.DestinationRules)
+	fixtures.WakeOn(t, w, f.static.Sidecars)
+	fixtures.WakeOn(t, w, f.problems)
+	h := &harness{t: t, dir: dir, f: f, stop: stop, changed: w}
 	go f.Run(stop)
 	return h
 }
 
-func onEvents[T any](c krt.Collection[T], f func()) {
-	c.RegisterBatch(func([]krt.Event[T]) { f() }, false)
-}
-
-// waitFor waits, on collection events, until cond holds.
+// waitFor waits, on the source's collection events, until cond holds; a failure says which
+// namespaces the source holds and the state of its files.
 func (h *harness) waitFor(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.After(10 * time.Second)
-	for !cond() {
-		select {
-		case <-h.changed:
-		case <-deadline:
-			var ns []string
-			for _, n := range h.f.static.Namespaces.List() {
-				ns = append(ns, n.Name)
-			}
-			h.t.Fatalf("timed out waiting for %s (namespaces %v; files %+v)", what, ns, h.f.Status())
+	h.changed.Await(h.t, 10*time.Second, what, func() (bool, string) {
+		if cond() {
+			return true, ""
 		}
-	}
+		var ns []string
+		for _, n := range h.f.static.Namespaces.List() {
+			ns = append(ns, n.Name)
+		}
+		return false, fmt.Sprintf("namespaces %v; files %+v", ns, h.f.Status())
+	})
 }
 
 // barrier returns once every file change made before it has been applied: it writes a
@@ -570,14 +561,15 @@ func TestFilesDeeplyNestedFileIsAProblem(t *testing.T) {
 	h.waitFor("a file written after them", func() bool { return h.f.static.Namespaces.GetKey("more") != nil })
 }
 
-// recorder records the events of collections, in the order each delivers them.
+// recorder records the events of collections, in the order each delivers them, and wakes its
+// waits after each batch recorded.
 type recorder struct {
 	mu      sync.Mutex
 	events  []string // "<event> <Kind>/<key>"
-	changed chan struct{}
+	changed *fixtures.Waker
 }
 
-func newRecorder() *recorder { return &recorder{changed: make(chan struct{}, 1)} }
+func newRecorder() *recorder { return &recorder{changed: fixtures.NewWaker()} }
 
 func record[T any](r *recorder, kind string, c krt.Collection[T]) {
 	c.RegisterBatch(func(evs []krt.Event[T]) {
@@ -586,10 +578,7 @@ func record[T any](r *recorder, kind string, c krt.Collection[T]) {
 			r.events = append(r.events, e.Event.String()+" "+kind+"/"+krt.GetKey(any(e.Latest())))
 		}
 		r.mu.Unlock()
-		select {
-		case r.changed <- struct{}{}:
-		default:
-		}
+		r.changed.Wake()
 	}, false)
 }
 
@@ -609,19 +598,11 @@ func (r *recorder) len() int {
 // await waits, on the recorded events, until every one of want has been recorded after index i.
 func (r *recorder) await(t *testing.T, i int, want ...string) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
+	r.changed.Await(t, 10*time.Second, fmt.Sprintf("the events %v", want), func() (bool, string) {
 		got := r.since(i)
 		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return slices.Contains(got, w) })
-		if len(missing) == 0 {
-			return
-		}
-		select {
-		case <-r.changed:
-		case <-deadline:
-			t.Fatalf("timed out waiting for %v; recorded %v", missing, got)
-		}
-	}
+		return len(missing) == 0, fmt.Sprintf("missing %v; recorded %v", missing, got)
+	})
 }
 
 // TestFilesRenameIsOneChange: a file renamed, or removed and another written with the same

@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -12,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/krt"
 	istiolog "istio.io/istio/pkg/log"
@@ -20,10 +17,9 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
-	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 func TestMain(m *testing.M) {
@@ -34,50 +30,45 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// running is krteds' graph and xDS server over static input collections seeded with a mesh (the
-// objects as informers would hold them, without the cost of an API server), with a fleet of
-// proxies connected over gRPC on loopback.
+// running is the serving layer's rig (rigs.Serving: krteds' graph and xDS server over static
+// input collections seeded with a mesh, the objects as informers would hold them, without the
+// cost of an API server), with a fleet of proxies connected over gRPC on loopback.
 type running struct {
+	*rigs.Serving
 	mesh  *Mesh
-	in    sources.Static
-	g     *graphs.Graph
-	grpc  *grpc.Server
-	srv   *xds.Server
 	stopc chan struct{}
 	fleet *Fleet
 }
 
+// start serves the mesh (and extra objects) and connects the fleet of its size at once, while the
+// graph computes (a cold start measures that).
 func start(b testing.TB, m *Mesh, extra ...any) *running {
 	b.Helper()
 	stop := make(chan struct{})
-	opts := krt.NewOptionsBuilder(stop, "", nil)
-	in := sources.NewStatic(opts, nil, append(m.Objects(), extra...)...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
-	srv, gs, addr := serveXDS(b, g, stop)
-	fleet, err := Connect(addr, m.Size)
+	s := serve(b, stop, append(m.Objects(), extra...)...)
+	fleet, err := Connect(s.Addr, m.Size)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &running{mesh: m, in: in, g: g, grpc: gs, srv: srv, stopc: stop, fleet: fleet}
+	return &running{Serving: s, mesh: m, stopc: stop, fleet: fleet}
 }
 
-// serveXDS serves the graph over ADS on a loopback port until stop closes (the caller stops gs).
-func serveXDS(tb testing.TB, g *graphs.Graph, stop <-chan struct{}) (*xds.Server, *grpc.Server, string) {
+// serve serves objs over ADS until stop closes and the caller closes the rig: a graph without a
+// krt debug handler, as the figures measure it, returned before it has synced.
+func serve(tb testing.TB, stop chan struct{}, objs ...any) *rigs.Serving {
 	tb.Helper()
-	srv := xds.NewServer(g, xds.Options{ClusterID: "Kubernetes"})
-	srv.Start(stop)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	gs := xds.NewGRPCServer(context.Background(), srv, nil)
-	go func() { _ = gs.Serve(lis) }()
-	return srv, gs, lis.Addr().String()
+	return serveGraph(tb, rigs.NewGraphWith(tb, rigs.GraphOptions{Stop: stop, NoDebugger: true, NoWait: true}, objs...))
+}
+
+// serveGraph serves a graph with the server's default limits.
+func serveGraph(tb testing.TB, g *rigs.Graph) *rigs.Serving {
+	tb.Helper()
+	return rigs.Serve(tb, g, rigs.ServeOptions{})
 }
 
 func (r *running) stop() {
 	r.fleet.Close()
-	r.grpc.Stop()
+	r.Close()
 	close(r.stopc)
 }
 
@@ -152,7 +143,7 @@ func BenchmarkEndpointFlip(b *testing.B) {
 		runtime.ReadMemStats(&ms0)
 		c0 := cpuTime()
 		t0 := time.Now()
-		r.in.Apply(slice, false)
+		r.In.Apply(slice, false)
 		last, err := r.fleet.WaitChanged(cluster, subs, old, time.Minute)
 		if err != nil {
 			b.Fatalf("flip %d of %s: %v", i, cluster, err)
@@ -186,12 +177,12 @@ func BenchmarkGraphUpdate(b *testing.B) {
 	}
 	// The whole initial computation first (every collection synced, every CLA built): at the
 	// large size it outlasts the service endpoints', and the first update would carry it.
-	if !r.g.WaitUntilSynced(r.stopc) {
+	if !r.WaitUntilSynced(r.stopc) {
 		b.Fatal("not synced")
 	}
-	waitCLAs(b, r.g, size)
+	waitCLAs(b, r.Graph, size)
 	changed := make(chan string, 1024)
-	r.g.CLAs.RegisterBatch(func(evs []krt.Event[collections.ResourceSet]) {
+	r.CLAs.RegisterBatch(func(evs []krt.Event[collections.ResourceSet]) {
 		for _, e := range evs {
 			changed <- e.Latest().Name
 		}
@@ -213,7 +204,7 @@ func BenchmarkGraphUpdate(b *testing.B) {
 		slice.Endpoints[0].Conditions = discovery.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ptr(false)}
 		slicesBySvc[ServiceName(svc)][0] = slice
 		runtime.ReadMemStats(&ms0)
-		r.in.Apply(slice, false)
+		r.In.Apply(slice, false)
 		for name := range changed {
 			if name == cluster {
 				break
@@ -256,12 +247,12 @@ func BenchmarkRollout500(b *testing.B) {
 		b.StartTimer()
 		delivered := r.fleet.Deliveries(ro.Cluster)
 		var lastWrite time.Time
-		ro.Restart(func(o any, del bool) { r.in.Apply(o, del); lastWrite = time.Now() }, func() {
+		ro.Restart(func(o any, del bool) { r.In.Apply(o, del); lastWrite = time.Now() }, func() {
 			if pace > 0 {
 				time.Sleep(pace)
 			}
 		})
-		last, err := r.waitRolledOut(ro, 5*time.Minute)
+		last, err := r.waitRolledOut(b, ro, 5*time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -276,21 +267,23 @@ func BenchmarkRollout500(b *testing.B) {
 
 // waitRolledOut waits until the graph holds the rollout's final CLA and every proxy has it,
 // returning when the last proxy got it.
-func (r *running) waitRolledOut(ro *Rollout, timeout time.Duration) (time.Time, error) {
+func (r *running) waitRolledOut(tb testing.TB, ro *Rollout, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	var want *collections.Resource
 	final := ro.finalIn()
-	for {
-		// The CLA's content, not only its size: while the graph catches up, a CLA built from an
-		// earlier state may have as many endpoints.
-		if set := r.g.CLAs.GetKey(ro.Cluster); final(set) {
+	// The CLA's content, not only its size: while the graph catches up, a CLA built from an
+	// earlier state may have as many endpoints. Woken by the CLAs' events only, and closed after,
+	// so that nothing of the wait runs in what follows.
+	w := fixtures.WakeOn(tb, fixtures.NewWaker(), r.CLAs)
+	defer w.Close()
+	if err := w.Wait(timeout, "the rollout's final CLA in the graph", func() (bool, string) {
+		if set := r.CLAs.GetKey(ro.Cluster); final(set) {
 			want = set.Shared
-			break
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("the rollout never settled in the graph")
-		}
-		time.Sleep(time.Millisecond)
+		return false, "an earlier state"
+	}); err != nil {
+		return time.Time{}, err
 	}
 	last, err := r.fleet.WaitVersion(ro.Cluster, r.fleet.All(), func(int) string { return want.VersionString() }, time.Until(deadline))
 	if err != nil {
@@ -303,14 +296,14 @@ func (r *running) waitRolledOut(ro *Rollout, timeout time.Duration) (time.Time, 
 func (r *running) lagging(cluster, want string) string {
 	var b strings.Builder
 	status := map[string]xds.ConnStatus{}
-	for _, st := range r.srv.Status() {
+	for _, st := range r.Srv.Status() {
 		if st.Proxy != nil {
 			status[st.Proxy.ID] = st
 		}
 	}
-	set := r.g.CLAs.GetKey(cluster)
+	set := r.CLAs.GetKey(cluster)
 	fmt.Fprintf(&b, "the server last heard of a change to %s at %v; the graph has version %s with %d endpoints\n", cluster,
-		r.srv.LastChange("type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", cluster).Format(time.RFC3339Nano),
+		r.Srv.LastChange("type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", cluster).Format(time.RFC3339Nano),
 		set.Shared.VersionString(), set.Shared.Endpoints)
 	for i, v := range r.fleet.Versions(cluster, r.fleet.All()) {
 		if v == want {
@@ -341,32 +334,13 @@ func BenchmarkMemory(b *testing.B) {
 		}
 		withObjects := heap()
 		stop := test.NewStop(b)
-		opts := krt.NewOptionsBuilder(stop, "", nil)
-		in := sources.NewStatic(opts, nil, m.Objects()...)
-		g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
-		if !g.WaitUntilSynced(stop) {
-			b.Fatal("not synced")
-		}
-		deadline := time.Now().Add(5 * time.Minute)
-		plain := size.Services
-		if size.PreferCloseEvery > 0 {
-			plain -= (size.Services + size.PreferCloseEvery - 1) / size.PreferCloseEvery
-		}
-		for len(g.CLAs.List()) < plain {
-			if time.Now().After(deadline) {
-				b.Fatal("CLAs never computed")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		g := rigs.NewGraphWith(b, rigs.GraphOptions{Stop: stop, NoDebugger: true}, m.Objects()...)
+		awaitCLAs(b, g, plainServices(size), 0)
 		m = nil
 		withGraph := heap()
-		srv := xds.NewServer(g, xds.Options{ClusterID: "Kubernetes"})
-		srv.Start(stop)
-		lis, _ := net.Listen("tcp", "127.0.0.1:0")
-		gs := xds.NewGRPCServer(context.Background(), srv, nil)
-		go func() { _ = gs.Serve(lis) }()
+		s := serveGraph(b, g)
 		beforeProxies := heap()
-		fleet, err := Connect(lis.Addr().String(), size)
+		fleet, err := Connect(s.Addr, size)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -382,6 +356,6 @@ func BenchmarkMemory(b *testing.B) {
 		b.ReportMetric((float64(withGraph)-float64(withObjects))/eps, "graph-B/endpoint")
 		b.ReportMetric((float64(withProxies)-float64(beforeProxies))/float64(size.Proxies), "proxy-B/proxy(incl-client)")
 		fleet.Close()
-		gs.Stop()
+		s.Close()
 	}
 }

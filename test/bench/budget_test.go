@@ -9,14 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"istio.io/istio/pkg/kube/krt"
-
-	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/memz"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // settledHeap is the least of a few live-heap readings: when every proxy holds every CLA, the
@@ -57,20 +54,16 @@ func measureMesh(tb testing.TB, size Size) budget {
 	base := fixtures.LiveHeap()
 	stop := make(chan struct{})
 	defer close(stop)
-	opts := krt.NewOptionsBuilder(stop, "", nil)
-	in := sources.NewStatic(opts, nil, Generate(size).Objects()...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
-	if !g.WaitUntilSynced(stop) {
-		tb.Fatal("not synced")
-	}
+	g := rigs.NewGraphWith(tb, rigs.GraphOptions{Stop: stop, NoDebugger: true}, Generate(size).Objects()...)
 	waitCLAs(tb, g, size)
 	b.graphHeap = int64(fixtures.LiveHeap() - base)
-	b.graph = memz.Measure(outputs.MemoryRoots(g, nil))
+	b.graph = memz.Measure(outputs.MemoryRoots(g.Graph, nil))
 
-	srv, gs, addr := serveXDS(tb, g, stop)
-	defer gs.Stop()
+	s := serveGraph(tb, g)
+	defer s.Close()
+	srv, gs := s.Srv, s.GRPC
 	before := fixtures.LiveHeap()
-	fleet, err := Connect(addr, size)
+	fleet, err := Connect(s.Addr, size)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -79,7 +72,7 @@ func measureMesh(tb testing.TB, size Size) budget {
 		tb.Fatal(err)
 	}
 	b.proxyHeap = int64(settledHeap() - before)
-	all := memz.Measure(append(outputs.MemoryRoots(g, srv, gs),
+	all := memz.Measure(append(outputs.MemoryRoots(g.Graph, srv, gs),
 		memz.Root{Group: "clients", Name: "in-process ADS clients", Value: fleet}))
 	for _, r := range all.Roots {
 		if r.Group == "xds" {
@@ -90,22 +83,35 @@ func measureMesh(tb testing.TB, size Size) budget {
 	for p := 0; p < size.Proxies; p++ {
 		b.subs += len(size.Subscriptions(p))
 	}
-	runtime.KeepAlive(in)
+	runtime.KeepAlive(g.In)
 	return b
 }
 
-func waitCLAs(tb testing.TB, g *graphs.Graph, size Size) {
+// plainServices is how many of the size's services have a CLA without proxies (no PreferClose).
+func plainServices(size Size) int {
 	plain := size.Services
 	if size.PreferCloseEvery > 0 {
 		plain -= (size.Services + size.PreferCloseEvery - 1) / size.PreferCloseEvery
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for len(g.CLAs.List()) < plain || len(g.ServiceEndpoints.List()) < size.Services {
-		if time.Now().After(deadline) {
-			tb.Fatal("CLAs never computed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return plain
+}
+
+// waitCLAs waits until the graph holds every service's endpoints and every plain service's CLA.
+func waitCLAs(tb testing.TB, g *rigs.Graph, size Size) {
+	awaitCLAs(tb, g, plainServices(size), size.Services)
+}
+
+// awaitCLAs waits until the graph holds clas CLA sets and services services' endpoints, woken by
+// those two collections only, and closed after: nothing of the wait runs in what is measured next.
+func awaitCLAs(tb testing.TB, g *rigs.Graph, clas, services int) {
+	tb.Helper()
+	w := fixtures.WakeOn(tb, fixtures.NewWaker(), g.CLAs)
+	fixtures.WakeOn(tb, w, g.ServiceEndpoints)
+	defer w.Close()
+	w.Await(tb, 5*time.Minute, "the graph's CLAs", func() (bool, string) {
+		c, s := len(g.CLAs.List()), len(g.ServiceEndpoints.List())
+		return c >= clas && s >= services, fmt.Sprintf("%d of %d CLA sets, %d of %d services' endpoints", c, clas, s, services)
+	})
 }
 
 // tableRow renders one root: its bytes, the same per unit, and its largest parts.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // filesMesh is the mesh written as a folder of manifests: one file with the namespace and the
@@ -86,42 +87,33 @@ func (f *filesMesh) write(tb testing.TB, name string, content []byte) {
 	}
 }
 
-// servedFiles is krteds serving a folder: the composition the binary runs.
+// servedFiles is krteds serving a folder: the composition the binary runs (the process layer's
+// rig, rigs.App).
 type servedFiles struct {
-	app   *app.App
-	addr  string
+	*rigs.App
 	fleet *Fleet
 }
 
 func serveFiles(tb testing.TB, dir string) *servedFiles {
 	tb.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Manifests: dir, XDSListener: lis})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(a.Stop)
-	return &servedFiles{app: a, addr: lis.Addr().String()}
+	return &servedFiles{App: rigs.StartApp(tb, app.Options{Config: collections.DefaultConfig(), Manifests: dir})}
 }
 
-// waitComputed waits until the graph has synced and holds a CLA set for every service.
+// waitComputed waits until the graph has synced and holds a CLA set for every service, woken by
+// the CLAs' events (and closed after).
 func (s *servedFiles) waitComputed(tb testing.TB, services int) {
 	tb.Helper()
 	stop := make(chan struct{})
 	defer close(stop)
-	if !s.app.WaitUntilSynced(stop) {
+	if !s.WaitUntilSynced(stop) {
 		tb.Fatal("not synced")
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for len(s.app.Graph.CLAs.List()) < services {
-		if time.Now().After(deadline) {
-			tb.Fatalf("%d of %d CLA sets computed", len(s.app.Graph.CLAs.List()), services)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	w := fixtures.WakeOn(tb, fixtures.NewWaker(), s.Graph.CLAs)
+	defer w.Close()
+	w.Await(tb, 5*time.Minute, "a CLA set of every service", func() (bool, string) {
+		n := len(s.Graph.CLAs.List())
+		return n >= services, fmt.Sprintf("%d of %d", n, services)
+	})
 }
 
 // BenchmarkFilesColdStart: a folder of manifests (at the medium size 1 002 services, 10 600 pods,
@@ -138,7 +130,7 @@ func BenchmarkFilesColdStart(b *testing.B) {
 		s.waitComputed(b, services)
 		one := size
 		one.Proxies, one.SubscribedServices = 1, 1
-		fl, err := Connect(s.addr, one)
+		fl, err := Connect(s.XDSAddr, one)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -148,7 +140,7 @@ func BenchmarkFilesColdStart(b *testing.B) {
 		total += time.Since(t0)
 		b.StopTimer()
 		fl.Close()
-		s.app.Stop()
+		s.Stop()
 		b.StartTimer()
 	}
 	b.ReportMetric(ms(total/time.Duration(b.N)), "ms-ready")
@@ -159,7 +151,7 @@ func BenchmarkFilesColdStart(b *testing.B) {
 func startFilesFleet(b *testing.B, fm *filesMesh, size Size) *servedFiles {
 	s := serveFiles(b, fm.dir)
 	s.waitComputed(b, size.Services+2)
-	fl, err := Connect(s.addr, size)
+	fl, err := Connect(s.XDSAddr, size)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -218,21 +210,21 @@ func BenchmarkFilesRollout500(b *testing.B) {
 		ro.Gen++
 		ro.Slices = ro.slicesOf(ro.Gen)
 		content := ro.Manifest()
+		w := fixtures.WakeOn(b, fixtures.NewWaker(), s.Graph.CLAs)
 		t0 := time.Now()
 		fm.write(b, "zz-rollout.yaml", content)
 		deadline := time.Now().Add(5 * time.Minute)
 		var want *collections.Resource
 		final := ro.finalIn()
-		for want == nil {
-			if set := s.app.Graph.CLAs.GetKey(ro.Cluster); final(set) {
+		w.Await(b, 5*time.Minute, "the rollout settled in the graph", func() (bool, string) {
+			if set := s.Graph.CLAs.GetKey(ro.Cluster); final(set) {
 				want = set.Shared
 				graph += time.Since(t0)
-			} else if time.Now().After(deadline) {
-				b.Fatal("the rollout never settled in the graph")
-			} else {
-				time.Sleep(100 * time.Microsecond)
+				return true, ""
 			}
-		}
+			return false, "an earlier state"
+		})
+		w.Close()
 		last, err := s.fleet.WaitVersion(ro.Cluster, s.fleet.All(), func(int) string { return want.VersionString() }, time.Until(deadline))
 		if err != nil {
 			b.Fatal(err)
@@ -241,7 +233,7 @@ func BenchmarkFilesRollout500(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(ms(total/time.Duration(b.N)), "ms-converged-after-rename")
-	// When the graph held the final CLA (polled every 100 µs): the rest is the fan-out.
+	// When the graph held the final CLA (woken by the CLAs' events): the rest is the fan-out.
 	b.ReportMetric(ms(graph/time.Duration(b.N)), "ms-graph-settled")
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // Fleet is a set of real ADS clients (gRPC, delta or state of the world) that subscribe to EDS
@@ -30,9 +31,10 @@ type Fleet struct {
 	deltas  []*adsclient.DeltaStream
 	conns   []*grpc.ClientConn
 
-	mu     sync.Mutex
-	cond   *sync.Cond
-	latest []map[string]arrival
+	mu sync.Mutex
+	// received wakes the waits after each response recorded, and when a stream fails.
+	received *fixtures.Waker
+	latest   []map[string]arrival
 	// deliveries counts, per cluster, the CLAs every proxy received.
 	deliveries map[string]int
 	subs       [][]string
@@ -63,8 +65,7 @@ func Protocol() string {
 // for its subscriptions.
 func Connect(addr string, s Size) (*Fleet, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Fleet{Size: s, cancel: cancel, Delta: Protocol() == "delta", deliveries: map[string]int{}}
-	f.cond = sync.NewCond(&f.mu)
+	f := &Fleet{Size: s, cancel: cancel, Delta: Protocol() == "delta", deliveries: map[string]int{}, received: fixtures.NewWaker()}
 	var opts []grpc.DialOption
 	if f.Delta {
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(versionsCodec{})))
@@ -117,8 +118,8 @@ func (f *Fleet) pump(p int, recv func() (map[string]string, func() error, error)
 		if err != nil {
 			f.mu.Lock()
 			f.errs = append(f.errs, err)
-			f.cond.Broadcast()
 			f.mu.Unlock()
+			f.received.Wake()
 			return
 		}
 		now := time.Now()
@@ -127,8 +128,8 @@ func (f *Fleet) pump(p int, recv func() (map[string]string, func() error, error)
 			f.latest[p][name] = arrival{version: v, at: now}
 			f.deliveries[name]++
 		}
-		f.cond.Broadcast()
 		f.mu.Unlock()
+		f.received.Wake()
 		_ = ack()
 	}
 }
@@ -255,11 +256,11 @@ func (f *Fleet) Versions(cluster string, proxies []int) []string {
 // WaitAll blocks until every proxy has a CLA for each of its subscriptions, returning when the
 // last one arrived.
 func (f *Fleet) WaitAll(timeout time.Duration) (time.Time, error) {
-	return f.wait(timeout, func() (bool, time.Time) {
+	return f.wait(timeout, "every proxy holding a CLA of each of its subscriptions", func() (bool, time.Time, int) {
 		var last time.Time
 		for p, subs := range f.subs {
 			if len(f.latest[p]) < len(subs) {
-				return false, last
+				return false, last, p
 			}
 			for _, a := range f.latest[p] {
 				if a.at.After(last) {
@@ -267,67 +268,79 @@ func (f *Fleet) WaitAll(timeout time.Duration) (time.Time, error) {
 				}
 			}
 		}
-		return true, last
+		return true, last, 0
+	}, func(p int) string {
+		return fmt.Sprintf("proxy %d holds %d of its %d", p, len(f.latest[p]), len(f.subs[p]))
 	})
 }
 
 // WaitChanged blocks until each proxy has received a version of cluster other than old[i],
 // returning when the last one arrived.
 func (f *Fleet) WaitChanged(cluster string, proxies []int, old []string, timeout time.Duration) (time.Time, error) {
-	return f.wait(timeout, func() (bool, time.Time) {
+	return f.wait(timeout, "every proxy subscribed to "+cluster+" holding a new version", func() (bool, time.Time, int) {
 		var last time.Time
 		for i, p := range proxies {
 			a := f.latest[p][cluster]
 			if a.version == old[i] {
-				return false, last
+				return false, last, p
 			}
 			if a.at.After(last) {
 				last = a.at
 			}
 		}
-		return true, last
+		return true, last, 0
+	}, func(p int) string {
+		return fmt.Sprintf("proxy %d still holds version %s", p, f.latest[p][cluster].version)
 	})
 }
 
 // WaitVersion blocks until each proxy's last CLA of cluster has the version want(p).
 func (f *Fleet) WaitVersion(cluster string, proxies []int, want func(p int) string, timeout time.Duration) (time.Time, error) {
-	return f.wait(timeout, func() (bool, time.Time) {
+	return f.wait(timeout, "every proxy holding the version wanted of "+cluster, func() (bool, time.Time, int) {
 		var last time.Time
 		for _, p := range proxies {
 			a := f.latest[p][cluster]
 			if a.version != want(p) {
-				return false, last
+				return false, last, p
 			}
 			if a.at.After(last) {
 				last = a.at
 			}
 		}
-		return true, last
+		return true, last, 0
+	}, func(p int) string {
+		return fmt.Sprintf("proxy %d holds version %s, not %s", p, f.latest[p][cluster].version, want(p))
 	})
 }
 
-func (f *Fleet) wait(timeout time.Duration, cond func() (bool, time.Time)) (time.Time, error) {
-	deadline := time.Now().Add(timeout)
-	timer := time.AfterFunc(timeout, func() {
+// wait waits, woken by each response, until cond (read under the fleet's lock) holds, and returns
+// the time it gave; a failed stream ends it at once. cond names a proxy that lags, which a
+// failure describes (only then: the checks allocate nothing in the allocations the benchmarks
+// measure).
+func (f *Fleet) wait(timeout time.Duration, what string, cond func() (ok bool, last time.Time, lagging int), describe func(p int) string) (time.Time, error) {
+	var at time.Time
+	var failed error
+	var lagging int
+	err := f.received.Wait(timeout, what, func() (bool, string) {
 		f.mu.Lock()
-		f.cond.Broadcast()
-		f.mu.Unlock()
-	})
-	defer timer.Stop()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for {
+		defer f.mu.Unlock()
 		if len(f.errs) > 0 {
-			return time.Time{}, fmt.Errorf("an ADS stream failed: %w", f.errs[0])
+			failed = f.errs[0]
+			return true, ""
 		}
-		if ok, at := cond(); ok {
-			return at, nil
-		}
-		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("timed out after %s", timeout)
-		}
-		f.cond.Wait()
+		ok, last, p := cond()
+		at, lagging = last, p
+		return ok, "a proxy lags, described after"
+	})
+	switch {
+	case failed != nil:
+		return time.Time{}, fmt.Errorf("an ADS stream failed: %w", failed)
+	case err != nil:
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return time.Time{}, fmt.Errorf("%w; %s", err, describe(lagging))
 	}
+	return at, nil
 }
 
 // Close ends every stream.

@@ -26,6 +26,8 @@ import (
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // The herd: every proxy connecting at once to a krteds in a process of its own, so that its
@@ -93,14 +95,12 @@ func TestHerdServer(t *testing.T) {
 		return l
 	}
 	xl, dl, cl := listen(), listen(), listen()
-	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Objects: m.Objects(), XDSListener: xl, DebugListener: dl, Limits: herdLimits()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
+	a := rigs.StartApp(t, app.Options{Config: collections.DefaultConfig(), Objects: m.Objects(), XDSListener: xl, DebugListener: dl, Limits: herdLimits()})
 	if !a.WaitUntilSynced(nil) {
 		t.Fatal("never synced")
 	}
+	// A flip's answer waits for its CLA on the CLAs' events.
+	clas := fixtures.WakeOn(t, fixtures.NewWaker(), a.Graph.CLAs)
 	slices := map[string]*discovery.EndpointSlice{}
 	for _, s := range m.Slices {
 		slices[s.Labels["kubernetes.io/service-name"]] = s
@@ -151,13 +151,11 @@ func TestHerdServer(t *testing.T) {
 		a.Static.Apply(s, false)
 		// The answer is the CLA's version once the graph has computed the change (a service
 		// whose CLA is shared by every proxy: no PreferClose).
-		deadline := time.Now().Add(10 * time.Second)
-		for version() == was {
-			if time.Now().After(deadline) {
-				http.Error(w, "the change was not computed in 10 s", http.StatusInternalServerError)
-				return
-			}
-			time.Sleep(100 * time.Microsecond)
+		if err := clas.Wait(10*time.Second, "the flip's change computed", func() (bool, string) {
+			return version() != was, fmt.Sprintf("version %x still", was)
+		}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
 		}
 		fmt.Fprintf(w, "%x %d", version(), time.Since(start).Microseconds())
 	})
@@ -453,7 +451,7 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 			if srv.killed.Load() {
 				return
 			}
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // the flips' pace: real time passes between them
 			idx := flipService(size, k)
 			for range 2 {
 				took, graph, tracked, err := flipAndWait(srv, h, idx)
@@ -523,17 +521,14 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 	next := startHerdServer(tb, env...)
 	h.SetAddr(next.xds)
 	before, beforeRes := h.Bytes.Load(), h.Resources.Load()
-	deadline := time.Now().Add(timeout)
-	for {
-		st, err := next.stats("stats")
-		if err == nil && st.Streams == proxies && st.InFlight == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%d of %d proxies back on the restarted server after %v", st.Streams, proxies, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.PollingEvery(50*time.Millisecond, "the server is another process, read through its control port; a tick of 50 ms loads it little while the proxies come back").
+		Await(tb, timeout, "every proxy back on the restarted server, nothing in flight", func() (bool, string) {
+			st, err := next.stats("stats")
+			if err != nil {
+				return false, err.Error()
+			}
+			return st.Streams == proxies && st.InFlight == 0, fmt.Sprintf("%d of %d streams, %d bytes in flight", st.Streams, proxies, st.InFlight)
+		})
 	res.restartTook = time.Since(t0)
 	res.restartBytes, res.restartResources = h.Bytes.Load()-before, h.Resources.Load()-beforeRes
 	// A flip proves every proxy subscribes again (its bytes are not the restart's).

@@ -15,14 +15,12 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-	"istio.io/istio/pkg/kube/krt"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
-	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 	"github.com/krteds/krteds/transforms"
 )
 
@@ -146,14 +144,13 @@ func BenchmarkLEDSFlip(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			stop := make(chan struct{})
 			defer close(stop)
-			opts := krt.NewOptionsBuilder(stop, "", nil)
-			in := sources.NewStatic(opts, nil, ledsMesh(n, func(int) bool { return true })...)
 			cfg := collections.DefaultConfig()
 			cfg.LEDSThreshold = mode.threshold
-			g := graphs.Build(cfg, in.Inputs(), opts)
-			_, gs, addr := serveXDS(b, g, stop)
-			defer gs.Stop()
-			cc, err := adsclient.Dial(addr)
+			g := rigs.NewGraphWith(b, rigs.GraphOptions{Config: cfg, Stop: stop, NoDebugger: true, NoWait: true}, ledsMesh(n, func(int) bool { return true })...)
+			in := g.In
+			s := serveGraph(b, g)
+			defer s.Close()
+			cc, err := adsclient.Dial(s.Addr)
 			if err != nil {
 				b.Fatal(err)
 			}

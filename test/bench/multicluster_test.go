@@ -5,12 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"istio.io/istio/pkg/kube/krt"
 	discovery "k8s.io/api/discovery/v1"
 
-	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
-	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // multiClusterSize is the mesh of each of the four clusters: the same 250 services in each, so
@@ -27,22 +25,17 @@ func BenchmarkMultiCluster(b *testing.B) {
 	m := Generate(size)
 	stop := make(chan struct{})
 	defer close(stop)
-	opts := krt.NewOptionsBuilder(stop, "", nil)
-	in := sources.NewStatic(opts, nil, m.Objects()...)
-	inputs := in.Inputs()
-	clusters := krt.NewStaticCollection[*collections.Cluster](nil, nil, opts.WithName(collections.NameRemoteClusters)...)
-	inputs.RemoteClusters = clusters
+	g := rigs.NewGraphWith(b, rigs.GraphOptions{Stop: stop, NoDebugger: true, NoWait: true, Remote: true}, m.Objects()...)
 	remote := func(id string) sources.Static {
-		st := sources.NewStatic(krt.NewOptionsBuilder(stop, id, nil), nil, m.Objects()...)
-		clusters.UpdateObject(&collections.Cluster{ID: id, Source: "bench", Inputs: st.Inputs(), Stop: stop})
-		return st
+		c := g.Remote(id, m.Objects()...)
+		g.RemoteClusters.UpdateObject(c.Cluster)
+		return c.In
 	}
 	east := remote("east")
 	remote("north")
-	g := graphs.Build(collections.DefaultConfig(), inputs, opts)
-	_, gs, addr := serveXDS(b, g, stop)
-	defer gs.Stop()
-	fleet, err := Connect(addr, size)
+	s := serveGraph(b, g)
+	defer s.Close()
+	fleet, err := Connect(s.Addr, size)
 	if err != nil {
 		b.Fatal(err)
 	}

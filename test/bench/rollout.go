@@ -150,8 +150,8 @@ func (r *Rollout) Settled(se *collections.ServiceEndpoints) bool {
 }
 
 // finalIn returns a check of whether a CLA set holds the final CLA that decodes each version once:
-// the wait polls while the graph works, and decoding a 70 KB CLA at every poll would take the CPU
-// the graph needs.
+// the wait checks at each change of the CLAs while the graph works, and decoding a 70 KB CLA at
+// every check would take the CPU the graph needs.
 func (r *Rollout) finalIn() func(*collections.ResourceSet) bool {
 	var checked uint64
 	return func(set *collections.ResourceSet) bool {

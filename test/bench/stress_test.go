@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -53,7 +53,7 @@ func TestRolloutsUnderStarvation(t *testing.T) {
 	start := time.Now()
 	for n := 0; n < rollouts; n++ {
 		flipped := map[int]bool{}
-		ro.Restart(r.in.Apply, func() {
+		ro.Restart(r.In.Apply, func() {
 			if rnd.IntN(10) != 0 {
 				return
 			}
@@ -66,10 +66,10 @@ func TestRolloutsUnderStarvation(t *testing.T) {
 			ready := !*sl.Endpoints[0].Conditions.Ready
 			sl.Endpoints[0].Conditions = discovery.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ptr(false)}
 			slices[svc] = sl
-			r.in.Apply(sl, false)
+			r.In.Apply(sl, false)
 			flipped[svc] = true
 		})
-		if _, err := r.waitRolledOut(ro, 2*time.Minute); err != nil {
+		if _, err := r.waitRolledOut(t, ro, 2*time.Minute); err != nil {
 			if f, ferr := os.Create(filepath.Join(os.TempDir(), "krteds-stress-goroutines.txt")); ferr == nil {
 				_ = pprof.Lookup("goroutine").WriteTo(f, 2)
 				_ = f.Close()
@@ -78,7 +78,7 @@ func TestRolloutsUnderStarvation(t *testing.T) {
 			t.Fatalf("restart %d: %v", n, err)
 		}
 		for svc := range flipped {
-			if err := r.waitShared(ClusterName(svc), time.Minute); err != nil {
+			if err := r.waitShared(t, ClusterName(svc), time.Minute); err != nil {
 				t.Fatalf("restart %d, flipped %s: %v", n, ServiceName(svc), err)
 			}
 		}
@@ -88,29 +88,36 @@ func TestRolloutsUnderStarvation(t *testing.T) {
 	}
 }
 
-// waitShared waits until every proxy holds the graph's current CLA of a plain cluster.
-func (r *running) waitShared(cluster string, timeout time.Duration) error {
+// waitShared waits until every proxy holds the graph's current CLA of a plain cluster: the
+// graph's CLA is waited for on the CLAs' events, the proxies' on their responses, and the two
+// again while the graph moves on.
+func (r *running) waitShared(tb testing.TB, cluster string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for {
-		set := r.g.CLAs.GetKey(cluster)
-		if set == nil || set.Shared == nil {
-			if time.Now().After(deadline) {
-				return errNoCLA
-			}
-			time.Sleep(time.Millisecond)
-			continue
+	w := fixtures.WakeOn(tb, fixtures.NewWaker(), r.CLAs)
+	defer w.Close()
+	current := func() string {
+		if set := r.CLAs.GetKey(cluster); set != nil && set.Shared != nil {
+			return set.Shared.VersionString()
 		}
-		want := set.Shared.VersionString()
+		return ""
+	}
+	for {
+		var want string
+		if err := w.Wait(time.Until(deadline), "a shared CLA of "+cluster+" in the graph", func() (bool, string) {
+			want = current()
+			return want != "", "none"
+		}); err != nil {
+			return err
+		}
 		_, err := r.fleet.WaitVersion(cluster, r.fleet.Subscribers(cluster), func(int) string { return want }, 2*time.Second)
-		if err == nil {
-			if now := r.g.CLAs.GetKey(cluster); now != nil && now.Shared != nil && now.Shared.VersionString() == want {
-				return nil
-			}
+		if err == nil && current() == want {
+			return nil
 		}
 		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("the graph's CLA of %s kept changing for %v", cluster, timeout)
+			}
 			return err
 		}
 	}
 }
-
-var errNoCLA = errors.New("the cluster has no shared CLA")

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // repoRoot is the module root, two levels above this package.
@@ -166,7 +168,7 @@ func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir, xdsAddr, debugAddr, serve, done := serveExample(t, bin)
-	waitFor(t, "/ready", func() bool { return readyStatus(debugAddr) == http.StatusOK })
+	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))
 	const reviews = "outbound|9080||reviews.shop.svc.cluster.local"
 	endpoints := func() string {
 		out, err := run(t, bin, "endpoints", "--xds", xdsAddr, "--cluster", reviews,
@@ -204,7 +206,7 @@ func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
-	waitFor(t, "the watcher's first table", func() bool { return strings.Contains(watchOut.String(), "10.10.1.11:9080") })
+	waitFor(t, "the watcher's first table", holds(watchOut.String, "10.10.1.11:9080"))
 
 	// The late Pod arrives as a new file.
 	late, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", "late", "reviews-late-pod.yaml"))
@@ -214,10 +216,10 @@ func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "20-late.yaml"), late, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the late pod's endpoint", func() bool { return strings.Contains(endpoints(), "10.10.1.15:9080   HEALTHY") })
-	waitFor(t, "the watcher to print the late pod's endpoint", func() bool {
+	waitFor(t, "the late pod's endpoint", holds(endpoints, "10.10.1.15:9080   HEALTHY"))
+	waitFor(t, "the watcher to print the late pod's endpoint", func() (bool, string) {
 		out := watchOut.String()
-		return strings.Count(out, "# ") >= 2 && strings.Contains(out, "10.10.1.15:9080")
+		return strings.Count(out, "# ") >= 2 && strings.Contains(out, "10.10.1.15:9080"), "…" + out[max(0, len(out)-600):]
 	})
 
 	// An edit: the not-ready endpoint becomes ready.
@@ -233,7 +235,7 @@ func TestBinaryServesExamplesAndFollowsEdits(t *testing.T) {
 	if err := os.WriteFile(shop, []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the edited endpoint to be healthy", func() bool { return strings.Contains(endpoints(), "10.10.1.13:9080   HEALTHY") })
+	waitFor(t, "the edited endpoint to be healthy", holds(endpoints, "10.10.1.13:9080   HEALTHY"))
 
 	// The graph command reads the live graph.
 	g, err := run(t, bin, "graph", "--debug", debugAddr)
@@ -280,14 +282,31 @@ func TestBinaryWithoutClusterSaysHowToRunTheExample(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitFor waits until cond holds. The binary is another process: what it serves is read through
+// its HTTP endpoint, its CLI and its output, which signal nothing; they are polled.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	fixtures.Polling("the binary is another process, read through its endpoints and output").Await(t, 20*time.Second, what, cond)
+}
+
+// answers is a condition on /ready's status.
+func answers(debugAddr string, want int) func() (bool, string) {
+	return func() (bool, string) {
+		got := readyStatus(debugAddr)
+		return got == want, fmt.Sprintf("/ready answers %d", got)
+	}
+}
+
+// holds is a condition on a text holding want; the detail is the text's last lines.
+func holds(text func() string, want ...string) func() (bool, string) {
+	return func() (bool, string) {
+		s := text()
+		for _, w := range want {
+			if !strings.Contains(s, w) {
+				return false, fmt.Sprintf("no %q in …%s", w, s[max(0, len(s)-600):])
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		return true, ""
 	}
 }
 
@@ -319,18 +338,18 @@ func TestBinaryServesTwoClustersOnTwoNetworks(t *testing.T) {
 		"network1": {"10.10.1.11:9080", "203.0.113.10:15443"},
 		"network2": {"10.10.1.11:9080", "10.30.1.11:9080", "10.30.1.12:9080"},
 	} {
-		waitFor(t, "the reviews endpoints of a proxy on "+network, func() bool {
+		waitFor(t, "the reviews endpoints of a proxy on "+network, func() (bool, string) {
 			out, err := run(t, bin, "endpoints", "--xds", xdsAddr, "--network", network, "--cluster", "outbound|9080||reviews.shop.svc.cluster.local",
 				"--node-id", "sidecar~10.10.0.99~probe.shop~shop.svc.cluster.local")
 			if err != nil {
-				return false
+				return false, fmt.Sprintf("%v: %s", err, out)
 			}
 			for _, w := range want {
 				if !strings.Contains(out, w) {
-					return false
+					return false, out
 				}
 			}
-			return network != "network1" || !strings.Contains(out, "10.30.1.1")
+			return network != "network1" || !strings.Contains(out, "10.30.1.1"), out
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // TestGRPCClientTakesDestinationRuleClusters: a real gRPC xDS client accepts (ACKs) the cluster of
@@ -46,7 +47,7 @@ spec:
 			t.Fatal(err)
 		}
 		since := time.Now()
-		m.app.Static.Apply(objs[0], false)
+		m.Static.Apply(objs[0], false)
 		if c.changes {
 			waitCDSAcked(t, m, since, lb)
 		}
@@ -59,21 +60,27 @@ spec:
 // and fails on any CDS NACK.
 func waitCDSAcked(t *testing.T, m *mesh, since time.Time, what string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, c := range m.app.XDS.Status() {
-			st, ok := c.Types[adsclient.TypeCluster]
-			if !ok {
-				continue
+	var nack string
+	fixtures.Polling("the server records a client's ACK in its stream's goroutine, which signals nothing").
+		Await(t, 20*time.Second, what+": a CDS update acknowledged", func() (bool, string) {
+			var seen []string
+			for _, c := range m.XDS.Status() {
+				st, ok := c.Types[adsclient.TypeCluster]
+				if !ok {
+					continue
+				}
+				if st.NACKs > 0 {
+					nack = st.LastError
+					return true, ""
+				}
+				if st.SentTime.After(since) && st.AckedVersion == st.SentVersion {
+					return true, ""
+				}
+				seen = append(seen, fmt.Sprintf("sent %s at %v, acked %s", st.SentVersion, st.SentTime, st.AckedVersion))
 			}
-			if st.NACKs > 0 {
-				t.Fatalf("%s: the gRPC client rejected the clusters: %s", what, st.LastError)
-			}
-			if st.SentTime.After(since) && st.AckedVersion == st.SentVersion {
-				return
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
+			return false, fmt.Sprint(seen)
+		})
+	if nack != "" {
+		t.Fatalf("%s: the gRPC client rejected the clusters: %s", what, nack)
 	}
-	t.Fatalf("%s: no CDS update acknowledged", what)
 }

@@ -22,8 +22,7 @@ func TestSIGTERMDrainsAsAReplicaShould(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	_, xdsAddr, debugAddr, serve, done := serveExample(t, bin, "--drain-duration", "2s")
-	ready := func() int { return readyStatus(debugAddr) }
-	waitFor(t, "/ready", func() bool { return ready() == http.StatusOK })
+	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))
 	cc, err := adsclient.Dial(xdsAddr)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +47,7 @@ func TestSIGTERMDrainsAsAReplicaShould(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Not ready at once: before the first stream has even been ended.
-	waitFor(t, "/ready to say 503", func() bool { return ready() == http.StatusServiceUnavailable })
+	waitFor(t, "/ready to say 503", answers(debugAddr, http.StatusServiceUnavailable))
 	var ended []time.Duration
 	for i, s := range streams {
 		_, err := s.Recv(20 * time.Second)

@@ -21,7 +21,7 @@ func TestExplainProxyForms(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	_, xdsAddr, debugAddr, _, _ := serveExample(t, bin)
-	waitFor(t, "/ready", func() bool { return readyStatus(debugAddr) == http.StatusOK })
+	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))
 	cc, err := adsclient.Dial(xdsAddr)
 	if err != nil {
 		t.Fatal(err)

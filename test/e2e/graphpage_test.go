@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // chromiumPath finds Debian's chromium; the test is skipped with a message where it is missing.
@@ -85,21 +85,11 @@ const readDrawing = `(() => {
 // debug addresses.
 func startDemo(t *testing.T, mesh string) (a *app.App, xdsAddr, debugAddr string) {
 	t.Helper()
-	xl, _ := net.Listen("tcp", "127.0.0.1:0")
-	dl, _ := net.Listen("tcp", "127.0.0.1:0")
-	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Manifests: mesh,
-		Remote:      []app.Remote{{ID: "east", Manifests: filepath.Join(repoRoot(t), "examples", "east")}},
-		XDSListener: xl, DebugListener: dl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	stop := make(chan struct{})
-	defer close(stop)
-	if !a.WaitUntilSynced(stop) {
-		t.Fatal("not synced")
-	}
-	return a, xl.Addr().String(), dl.Addr().String()
+	r := rigs.StartApp(t, app.Options{Config: collections.DefaultConfig(), Manifests: mesh,
+		Remote:        []app.Remote{{ID: "east", Manifests: filepath.Join(repoRoot(t), "examples", "east")}},
+		DebugListener: rigs.Listen(t)})
+	r.AwaitSynced()
+	return r.App, r.XDSAddr, r.DebugAddr
 }
 
 // segmentCrossesBox reports whether the segment a→b passes through the inside of the box

@@ -29,6 +29,7 @@ import (
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // whoami is a one-method gRPC service: it answers with the address the backend listens on.
@@ -83,10 +84,10 @@ func startBackends(t *testing.T, ips ...string) int {
 	return 0
 }
 
+// mesh is krteds in process (the process layer's rig) serving gRPC xDS clients of the test.
 type mesh struct {
+	*rigs.App
 	t    *testing.T
-	app  *app.App
-	addr string
 	port int32
 }
 
@@ -94,16 +95,16 @@ const ns = "default"
 
 func startKrteds(t *testing.T, port int32, objs ...any) *mesh {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return startKrtedsWith(t, port, app.Options{Objects: objs})
+}
+
+// startKrtedsWith starts krteds with o and istiod's default configuration where o has none.
+func startKrtedsWith(t *testing.T, port int32, o app.Options) *mesh {
+	t.Helper()
+	if o.Config.Domain == "" {
+		o.Config = collections.DefaultConfig()
 	}
-	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Objects: objs, XDSListener: lis})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	return &mesh{t: t, app: a, addr: lis.Addr().String(), port: port}
+	return &mesh{App: rigs.StartApp(t, o), t: t, port: port}
 }
 
 func (m *mesh) dial(target string) *grpc.ClientConn {
@@ -111,7 +112,7 @@ func (m *mesh) dial(target string) *grpc.ClientConn {
 	bootstrap := fmt.Sprintf(`{
   "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
   "node": {"id": "sidecar~127.0.0.10~client.%s~%s.svc.cluster.local", "metadata": {"GENERATOR": "grpc", "NAMESPACE": %q}}
-}`, m.addr, ns, ns, ns)
+}`, m.XDSAddr, ns, ns, ns)
 	rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		m.t.Fatal(err)
@@ -134,7 +135,9 @@ func whoami(cc *grpc.ClientConn) (string, error) {
 	return out.Value, nil
 }
 
-// until sends RPCs until cond holds for the backends seen in the last window RPCs.
+// until sends RPCs until cond holds for the backends seen in the last window RPCs. It is no
+// wait of its own: what the client does is seen only by using it, so each RPC is the probe (back
+// to back, each its own round trip; no tick).
 func until(t *testing.T, cc *grpc.ClientConn, what string, window int, cond func(seen map[string]int) bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -195,7 +198,7 @@ func echoSlice(port int, c ...discoveryv1.EndpointConditions) *discoveryv1.Endpo
 }
 
 func (m *mesh) updateSlice(s *discoveryv1.EndpointSlice) {
-	m.app.Static.Apply(s, false)
+	m.Static.Apply(s, false)
 }
 
 func TestGRPCClientFollowsEndpointSlices(t *testing.T) {
@@ -221,7 +224,7 @@ func TestGRPCClientFollowsEndpointSlices(t *testing.T) {
 	m.updateSlice(s)
 	until(t, cc, "only 127.0.0.4 while echo-4 is missing", 30, exactly("127.0.0.4"))
 	// ...until the Pod is created.
-	m.app.Static.Apply(fixtures.Pod(ns, "echo-4", "echo", "127.0.0.5", "n1"), false)
+	m.Static.Apply(fixtures.Pod(ns, "echo-4", "echo", "127.0.0.5", "n1"), false)
 	until(t, cc, "the late pod's endpoint is reached", 30, exactly("127.0.0.4", "127.0.0.5"))
 }
 
@@ -287,7 +290,7 @@ func TestGRPCClientReachesWorkloadEntries(t *testing.T) {
 	vms := m.dial("xds:///vm.example.com:80")
 	until(t, vms, "both WorkloadEntries behind the ServiceEntry are reached", 30, exactly("127.0.0.6", "127.0.0.7"))
 	// vm-2's health check fails: it is no longer an endpoint.
-	m.app.Static.Apply(vm("vm-2", "127.0.0.7", "vm", "False"), false)
+	m.Static.Apply(vm("vm-2", "127.0.0.7", "vm", "False"), false)
 	until(t, vms, "the unhealthy WorkloadEntry is no longer reached", 30, exactly("127.0.0.6"))
 
 	cc := m.dial("xds:///mixed.default.svc.cluster.local:80")
@@ -302,20 +305,10 @@ func TestUnreachableRemoteClusterHoldsNothingBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.Start(app.Options{Config: collections.DefaultConfig(), Objects: manifests(t, port), XDSListener: lis,
-		Remote: []app.Remote{{ID: "dead", Client: dead}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	m := &mesh{t: t, app: a, addr: lis.Addr().String(), port: 80}
+	m := startKrtedsWith(t, 80, app.Options{Objects: manifests(t, port), Remote: []app.Remote{{ID: "dead", Client: dead}}})
 	cc := m.dial("xds:///echo.default.svc.cluster.local:80")
 	until(t, cc, "the local backends are reached", 30, exactly("127.0.0.2", "127.0.0.3", "127.0.0.4"))
-	if a.Remote.Collection().GetKey("dead") != nil {
+	if m.Remote.Collection().GetKey("dead") != nil {
 		t.Fatal("an unreachable cluster joined")
 	}
 }

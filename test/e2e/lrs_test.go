@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -20,18 +19,10 @@ import (
 // cluster and locality: the successes and errors the client had, exactly.
 func TestLoadReportsFromGRPCClient(t *testing.T) {
 	port := startBackends(t, "127.0.0.2", "127.0.0.3", "127.0.0.4")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := collections.DefaultConfig()
 	cfg.LRS = true
-	a, err := app.Start(app.Options{Config: cfg, Objects: manifests(t, port), XDSListener: lis, LRSInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	m := &mesh{t: t, app: a, addr: lis.Addr().String(), port: 80}
+	m := startKrtedsWith(t, 80, app.Options{Config: cfg, Objects: manifests(t, port), LRSInterval: 100 * time.Millisecond})
+	a := m.App
 	cc := m.dial("xds:///echo.default.svc.cluster.local:80")
 
 	// Every RPC waits for the channel to be ready, so each one goes through the cluster's picker

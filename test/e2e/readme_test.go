@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,7 +110,7 @@ func TestReadmeFirstExample(t *testing.T) {
 			t.Logf("krteds serve output:\n%s", logs.String())
 		}
 	})
-	waitFor(t, "/ready", func() bool { return readyStatus(debugAddr) == 200 })
+	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))
 
 	endpoints := readmeShell(t, bin, dir, endpointsLine, "--xds", xdsAddr)
 	out, err := endpoints.Output()

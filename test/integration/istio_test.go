@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -46,21 +47,18 @@ func installCRDOf(t *testing.T, c kube.Client, group, kind, plural string) {
 	if _, err := c.Ext().ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	apiServer.Await(t, 30*time.Second, "CRD "+crd.Name+" established", func() (bool, string) {
 		got, err := c.Ext().ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err == nil {
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextensions.Established && cond.Status == apiextensions.ConditionTrue {
-					return
-				}
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensions.Established && cond.Status == apiextensions.ConditionTrue {
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRD %s never established (%v)", crd.Name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, fmt.Sprint(got.Status.Conditions)
+	})
 }
 
 // TestWorkloadEntriesFromTheCluster: krteds starts before Istio's CRDs exist; once they are
@@ -76,7 +74,7 @@ func TestWorkloadEntriesFromTheCluster(t *testing.T) {
 	defer app.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	web, vms := &watcher{}, &watcher{}
+	web, vms := newWatcher(), newWatcher()
 	go follow(ctx, func() string { return addr }, "outbound|80||web."+ns+".svc.cluster.local", web)
 	go follow(ctx, func() string { return addr }, "outbound|80||vm."+ns+".example", vms)
 	waitHealthy(t, web, ips(0))
@@ -130,17 +128,10 @@ func (w *watcher) tlsModes() []string {
 
 func waitTLSModes(t *testing.T, w *watcher, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	w.received.Await(t, 60*time.Second, fmt.Sprintf("tlsModes %v", want), func() (bool, string) {
 		got := w.tlsModes()
-		if slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tlsModes %v, want %v", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return slices.Equal(got, want), fmt.Sprintf("tlsModes %v", got)
+	})
 }
 
 // TestPeerAuthenticationsFromTheCluster: krteds starts before the PeerAuthentication CRD exists;
@@ -164,7 +155,7 @@ func TestPeerAuthenticationsFromTheCluster(t *testing.T) {
 	}
 	app, addr := startKrteds(t, "127.0.0.1:0")
 	defer app.Stop()
-	w := &watcher{}
+	w := newWatcher()
 	go follow(ctx, func() string { return addr }, "outbound|80||web."+ns+".svc.cluster.local", w)
 	waitTLSModes(t, w, "10.20.0.1=istio")
 

@@ -67,7 +67,7 @@ func TestRemoteClusterBySecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer app.Stop()
-	w := &watcher{}
+	w := newWatcher()
 	go follow(ctx, func() string { return lis.Addr().String() }, "outbound|80||web.mc.svc.cluster.local", w)
 	waitHealthy(t, w, ips(0))
 

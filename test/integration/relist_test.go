@@ -141,7 +141,7 @@ func TestTooOldResourceVersionRelists(t *testing.T) {
 	defer app.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := &watcher{}
+	w := newWatcher()
 	addr := lis.Addr().String()
 	go follow(ctx, func() string { return addr }, "outbound|80||web."+ns+".svc.cluster.local", w)
 	waitHealthy(t, w, ips(0, 1, 2, 3))

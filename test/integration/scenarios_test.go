@@ -80,28 +80,25 @@ func mesh(t *testing.T, c kube.Client, ns string, n int) {
 // waitSlices waits until Kubernetes' slices of the service list n ready endpoints.
 func waitSlices(t *testing.T, c kube.Client, ns string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	apiServer.Await(t, 60*time.Second, fmt.Sprintf("the EndpointSlice controller writing %d ready endpoints", n), func() (bool, string) {
 		l, err := c.Kube().DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+		if err != nil {
+			return false, err.Error()
+		}
 		ready := 0
-		if err == nil {
-			for _, s := range l.Items {
-				for _, e := range s.Endpoints {
-					if e.Conditions.Ready != nil && *e.Conditions.Ready {
-						ready++
-					}
+		for _, s := range l.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					ready++
 				}
 			}
 		}
-		if ready == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the EndpointSlice controller wrote %d ready endpoints, want %d (%v)", ready, n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ready == n, fmt.Sprintf("%d ready", ready)
+	})
 }
+
+// apiServer polls what the tests read from the API server (LIST, GET), which signals nothing.
+var apiServer = fixtures.Polling("the API server is read by LIST and GET, which signal nothing")
 
 func podName(i int) string { return fmt.Sprintf("web-%d", i) }
 
@@ -134,21 +131,32 @@ func setPod(t *testing.T, c kube.Client, ns string, i int, ready bool) {
 	}
 }
 
-// watcher is an ADS client that records every CLA it receives.
+// watcher is an ADS client that records every CLA it receives, waking its waits after each.
 type watcher struct {
-	mu     sync.Mutex
-	clas   []*endpoint.ClusterLoadAssignment
-	latest *endpoint.ClusterLoadAssignment
+	mu       sync.Mutex
+	clas     []*endpoint.ClusterLoadAssignment
+	latest   *endpoint.ClusterLoadAssignment
+	received *fixtures.Waker
 }
+
+func newWatcher() *watcher { return &watcher{received: fixtures.NewWaker()} }
 
 func (w *watcher) record(resp *discovery.DiscoveryResponse) {
 	clas, _ := adsclient.CLAs(resp)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for _, c := range clas {
 		w.clas = append(w.clas, c)
 		w.latest = c
 	}
+	w.mu.Unlock()
+	w.received.Wake()
+}
+
+// count is how many CLAs the watcher has received.
+func (w *watcher) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.clas)
 }
 
 // healthy is the addresses of a CLA's endpoints a client sends requests to: HEALTHY ones, and
@@ -172,7 +180,7 @@ func follow(ctx context.Context, addr func() string, cluster string, w *watcher)
 	for ctx.Err() == nil {
 		cc, err := adsclient.Dial(addr())
 		if err != nil {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the client's back-off before it dials again
 			continue
 		}
 		s, err := adsclient.Open(ctx, cc, adsclient.Node{ID: "sidecar~10.30.0.1~client.default~default.svc.cluster.local", Namespace: "default"})
@@ -188,25 +196,20 @@ func follow(ctx context.Context, addr func() string, cluster string, w *watcher)
 			}
 		}
 		_ = cc.Close()
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the client's back-off before it reconnects
 	}
 }
 
+// waitHealthy waits, on the CLAs the watcher receives, until the last one's healthy endpoints
+// are want.
 func waitHealthy(t *testing.T, w *watcher, want []string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	w.received.Await(t, 60*time.Second, fmt.Sprintf("healthy endpoints %v", want), func() (bool, string) {
 		w.mu.Lock()
 		got := healthy(w.latest)
 		w.mu.Unlock()
-		if slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("healthy endpoints %v, want %v", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return slices.Equal(got, want), fmt.Sprintf("healthy endpoints %v", got)
+	})
 }
 
 func ips(n ...int) []string {
@@ -229,7 +232,7 @@ func TestSlicesMadeByKubernetes(t *testing.T) {
 	defer app.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := &watcher{}
+	w := newWatcher()
 	go follow(ctx, func() string { return addr }, "outbound|80||web.scenario1.svc.cluster.local", w)
 	waitHealthy(t, w, ips(0, 1, 2))
 	setPod(t, c, "scenario1", 1, false)
@@ -250,29 +253,18 @@ func TestKrtedsRestartNeverServesAnEmptyCLA(t *testing.T) {
 	app, addr := startKrteds(t, "127.0.0.1:0")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := &watcher{}
+	w := newWatcher()
 	go follow(ctx, func() string { return addr }, "outbound|80||web.scenario3.svc.cluster.local", w)
 	want := ips(0, 1, 2, 3)
 	waitHealthy(t, w, want)
 	for i := 0; i < 2; i++ {
 		app.Stop()
 		app, _ = startKrteds(t, addr) // the same address: the client reconnects to it
-		w.mu.Lock()
-		before := len(w.clas)
-		w.mu.Unlock()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			w.mu.Lock()
-			n := len(w.clas)
-			w.mu.Unlock()
-			if n > before {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the client never received a CLA from the restarted krteds")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		before := w.count()
+		w.received.Await(t, 60*time.Second, "a CLA from the restarted krteds", func() (bool, string) {
+			n := w.count()
+			return n > before, fmt.Sprintf("%d CLAs, as before the restart", n)
+		})
 		waitHealthy(t, w, want)
 	}
 	app.Stop()
@@ -296,7 +288,7 @@ func TestAPIServerRestartDuringBurst(t *testing.T) {
 	defer app.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := &watcher{}
+	w := newWatcher()
 	go follow(ctx, func() string { return addr }, "outbound|80||web.scenario2.svc.cluster.local", w)
 	waitHealthy(t, w, ips(0, 1, 2, 3, 4, 5))
 
@@ -315,12 +307,12 @@ func TestAPIServerRestartDuringBurst(t *testing.T) {
 				if err := trySetPod(c, "scenario2", i, ready[i]); err == nil {
 					break
 				}
-				time.Sleep(100 * time.Millisecond)
+				time.Sleep(100 * time.Millisecond) // the writer's back-off while the API server is down
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the burst's pace: readiness flips over real time
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the API server restarts in the middle of the burst
 	stopAPIServer()
 	if _, err := startAPIServer(); err != nil {
 		t.Fatalf("restarting the API server: %v", err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // fleet is the ADS clients, half delta and half state of the world, each subscribed to every
@@ -339,21 +340,18 @@ func (f *fleet) rebalance() {
 	for _, c := range f.clients {
 		c.moveTo(c.home)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for _, c := range f.clients {
-		for {
-			c.mu.Lock()
-			taken := c.target < 0
-			c.mu.Unlock()
-			if taken {
-				break
+	fixtures.Polling("a client takes its move in its own goroutine, which signals nothing").
+		Await(f.r.t, time.Minute, "every client to take its move home", func() (bool, string) {
+			for _, c := range f.clients {
+				c.mu.Lock()
+				taken := c.target < 0
+				c.mu.Unlock()
+				if !taken {
+					return false, fmt.Sprintf("client %d has not taken its move to krteds-%d", c.i, c.home)
+				}
 			}
-			if time.Now().After(deadline) {
-				f.r.t.Fatalf("client %d never took its move to krteds-%d", c.i, c.home)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+			return true, ""
+		})
 }
 
 // on is the clients on replica i now.

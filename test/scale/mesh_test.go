@@ -13,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // zoneOf is the region and zone of node n.
@@ -44,7 +46,7 @@ func (r *rig) createNodes() {
 			r.t.Fatal(err)
 		}
 	}
-	r.eventually(2*time.Minute, "every node ready", func() (bool, string) {
+	apiServer.Await(r.t, 2*time.Minute, "every node ready", func() (bool, string) {
 		nodes, err := r.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -61,22 +63,10 @@ func (r *rig) createNodes() {
 	})
 }
 
-// eventually polls cond every 100 ms until it holds (a rig's state is the API server's: nothing
-// signals it).
-func (r *rig) eventually(timeout time.Duration, what string, cond func() (bool, string)) {
-	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("%s: not after %v (%s)", what, timeout, detail)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+// apiServer polls what the rig reads from the API server (LIST, GET) and from its audit log: they
+// signal nothing, and the tick is 100 ms so that the probes load little the machine under
+// measurement.
+var apiServer = fixtures.PollingEvery(100*time.Millisecond, "the API server is read by LIST, GET and its audit log, which signal nothing; 100 ms loads the machine under measurement little")
 
 var evictAfter int64 = 2
 
@@ -159,7 +149,7 @@ func (r *rig) createMesh(extra map[string]int32) {
 	for _, n := range want {
 		total += int(n)
 	}
-	r.eventually(20*time.Minute, "every pod ready in the EndpointSlices", func() (bool, string) {
+	r.truth.updates.Await(r.t, 20*time.Minute, "every pod ready in the EndpointSlices", func() (bool, string) {
 		ready := r.truth.readyTotal()
 		return ready == total, fmt.Sprintf("%d of %d endpoints ready", ready, total)
 	})

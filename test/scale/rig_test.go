@@ -28,6 +28,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // size is one shape of the rig.
@@ -276,9 +278,10 @@ func (r *rig) restartAPIServer() {
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	for syscall.Kill(pid, 0) == nil {
-		time.Sleep(10 * time.Millisecond)
-	}
+	fixtures.Polling("the API server is no child of the test: its end is seen by signal 0").
+		Await(r.t, time.Minute, "the killed API server gone", func() (bool, string) {
+			return syscall.Kill(pid, 0) != nil, fmt.Sprintf("pid %d alive", pid)
+		})
 	r.restarts = append(r.restarts, time.Now())
 	cmd := exec.Command(filepath.Join(kube, "apiserver.sh"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -287,16 +290,10 @@ func (r *rig) restartAPIServer() {
 	}
 	_ = os.WriteFile(filepath.Join(kube, "apiserver.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
 	go func() { _ = cmd.Wait() }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if ok, _ := r.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background()); string(ok) == "ok" {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatal("the API server did not come back")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	apiServer.Await(r.t, 2*time.Minute, "the API server back", func() (bool, string) {
+		ok, err := r.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+		return string(ok) == "ok", fmt.Sprintf("/readyz: %q, %v", ok, err)
+	})
 }
 
 // kubeconfigFor writes a kubeconfig of replica i's own user (the admin's, another token).
@@ -362,16 +359,11 @@ func (r *rig) startReplica(i int) *replica {
 // waitReady waits until the replica's /ready answers 200.
 func (rep *replica) waitReady(timeout time.Duration) {
 	rep.r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if rep.status("/ready") == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			rep.r.t.Fatalf("krteds %d not ready after %v (its log: %s)", rep.i, timeout, filepath.Join(rep.r.dir, fmt.Sprintf("krteds-%d.log", rep.i)))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	fixtures.Polling("a replica is another process: /ready is its HTTP endpoint").
+		Await(rep.r.t, timeout, fmt.Sprintf("krteds %d ready (its log: %s)", rep.i, filepath.Join(rep.r.dir, fmt.Sprintf("krteds-%d.log", rep.i))), func() (bool, string) {
+			code := rep.status("/ready")
+			return code == http.StatusOK, fmt.Sprintf("/ready answers %d", code)
+		})
 }
 
 func (rep *replica) status(path string) int {

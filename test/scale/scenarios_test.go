@@ -16,6 +16,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // The Deployments the scenarios move, besides the services' own.
@@ -427,7 +429,7 @@ func (r *rig) rolloutProgress() (updated int, done bool) {
 
 func (r *rig) waitRollout(timeout time.Duration) time.Time {
 	r.t.Helper()
-	r.eventually(timeout, "the rollout complete", func() (bool, string) {
+	apiServer.Await(r.t, timeout, "the rollout complete", func() (bool, string) {
 		u, done := r.rolloutProgress()
 		return done, fmt.Sprintf("%d of %d updated", u, r.sz.rollout)
 	})
@@ -479,7 +481,7 @@ func (r *rig) nodeNotReady(f *fleet, rep *report) {
 	kubelet, _ := r.procs.Load("kwok-doomed")
 	_ = kubelet.(*exec.Cmd).Process.Kill()
 	var tNode time.Time
-	r.eventually(3*time.Minute, node+" not ready", func() (bool, string) {
+	apiServer.Await(r.t, 3*time.Minute, node+" not ready", func() (bool, string) {
 		n, err := r.admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -502,7 +504,7 @@ func (r *rig) nodeNotReady(f *fleet, rep *report) {
 			tSlices = at
 		}
 	}
-	r.eventually(5*time.Minute, "the pods replaced", func() (bool, string) {
+	r.truth.updates.Await(r.t, 5*time.Minute, "the pods replaced", func() (bool, string) {
 		for svc, n := range before {
 			if got := len(r.truth.readyOf(svc)); got < n {
 				return false, fmt.Sprintf("%s: %d of %d ready", svc, got, n)
@@ -593,7 +595,7 @@ func (r *rig) waitWatching(since time.Time, timeout time.Duration) []time.Durati
 		users = append(users, fmt.Sprintf("krteds-%d", i))
 	}
 	back := make([]time.Duration, len(users))
-	r.eventually(timeout, "every replica watching again after the API server's restart", func() (bool, string) {
+	apiServer.Await(r.t, timeout, "every replica watching again after the API server's restart", func() (bool, string) {
 		now := time.Now()
 		loads := r.apiLoadOf(users, since, now)
 		var missing []string
@@ -641,13 +643,13 @@ func (r *rig) checkSlicesAgain(rep *report) {
 	// lost, so the check is that they come to agree, and how soon.
 	t0 := time.Now()
 	var differ, of int
-	for {
-		differ, of = r.listDiffers()
-		if differ == 0 || time.Since(t0) > 30*time.Second {
-			break
-		}
-		time.Sleep(500 * time.Millisecond) // nothing signals a LIST agreeing: polled, bounded
-	}
+	// Nothing signals a LIST agreeing, and a LIST of every slice and Pod loads the API server: it
+	// is polled every 500 ms, for 30 s at most (the check below reports what is left).
+	_ = fixtures.PollingEvery(500*time.Millisecond, "a fresh LIST agreeing signals nothing").
+		Wait(30*time.Second, "a fresh LIST agreeing with the informers", func() (bool, string) {
+			differ, of = r.listDiffers()
+			return differ == 0, fmt.Sprintf("%d of %d services differ", differ, of)
+		})
 	rep.note("a fresh LIST of the slices and Pods agrees with what the clients hold on %d of %d services (%v after the first LIST)", of-differ, of, since(t0))
 	if differ > 0 {
 		r.t.Errorf("%d services' ready endpoints differ between a fresh LIST and the informer the clients were checked against, 30 s on", differ)
@@ -705,7 +707,7 @@ func (r *rig) killReplica(f *fleet, rep *report, v string) {
 	sc := r.scenario(f, rep, "A replica killed (-9) during a rollout")
 	moved := len(f.on(0))
 	r.startRollout(v)
-	r.eventually(10*time.Minute, "the rollout a quarter done", func() (bool, string) {
+	apiServer.Await(r.t, 10*time.Minute, "the rollout a quarter done", func() (bool, string) {
 		u, _ := r.rolloutProgress()
 		return u >= r.sz.rollout/4, fmt.Sprintf("%d updated", u)
 	})

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // truth is what the EndpointSlices say, joined with the Pods that exist, as the rig's own
@@ -21,9 +23,10 @@ import (
 // a client's CLA and a slice change are ordered: a client is current for a service when the
 // healthy addresses of its CLA are the ready addresses of the service's slices.
 type truth struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	svcs map[string]*svcTruth
+	mu sync.Mutex
+	// updates wakes the waits after each change of the slices or of what a client holds.
+	updates *fixtures.Waker
+	svcs    map[string]*svcTruth
 	// changed is, per address, when the slices last changed its readiness, and to what.
 	changed   map[uint32]readyChange
 	addrReady map[uint32]bool
@@ -159,7 +162,7 @@ func newTruth() *truth {
 	tr := &truth{svcs: map[string]*svcTruth{}, changed: map[uint32]readyChange{}, addrReady: map[uint32]bool{},
 		pods: map[string]bool{}, podSvc: map[string]string{},
 		addrPod: map[uint32]string{}, listed: map[uint32]time.Time{}, podChanged: map[string]readyChange{}, podReady: map[string]bool{}, podSeen: map[string]time.Time{}, podGone: map[string]time.Time{}}
-	tr.cond = sync.NewCond(&tr.mu)
+	tr.updates = fixtures.NewWaker()
 	return tr
 }
 
@@ -308,7 +311,7 @@ func (tr *truth) recompute(st *svcTruth, now time.Time) {
 	set = slices.Compact(set)
 	name := st.name
 	if n := st.newest(); n != nil && slices.Equal(n.set, set) {
-		tr.cond.Broadcast()
+		tr.updates.Wake()
 		return
 	}
 	seq := 0
@@ -335,7 +338,7 @@ func (tr *truth) recompute(st *svcTruth, now time.Time) {
 		}
 		tr.setCurrent(c, h, slices.Equal(h.set, set), now)
 	}
-	tr.cond.Broadcast()
+	tr.updates.Wake()
 }
 
 // reach records that client c holds state k of st (and so every state it had not held before).
@@ -429,7 +432,7 @@ func (tr *truth) received(c *tracked, svc, version string, set []uint32, at time
 		}
 	}
 	tr.setCurrent(c, h, slices.Equal(n.set, set), at)
-	tr.cond.Broadcast()
+	tr.updates.Wake()
 }
 
 // broke records that a client's stream broke (or the rig moved it) and where it goes next; a
@@ -460,7 +463,7 @@ func (tr *truth) resumed(c *tracked, versions map[string]string, at time.Time) {
 	if c.waiting && c.behind == 0 {
 		c.waiting = false
 		m.back = at
-		tr.cond.Broadcast()
+		tr.updates.Wake()
 	}
 }
 
@@ -506,18 +509,16 @@ func (tr *truth) heldVersions(c *tracked) map[string]string {
 	return out
 }
 
-// waitFor waits, the lock held, until cond holds; false if timeout passed first.
+// waitFor waits, the lock held, until cond holds; false if timeout passed first. The lock is
+// released while it waits, and the wait is woken by every update of the truth.
 func (tr *truth) waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	t := time.AfterFunc(timeout, func() { tr.mu.Lock(); tr.cond.Broadcast(); tr.mu.Unlock() })
-	defer t.Stop()
-	for !cond() {
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		tr.cond.Wait()
-	}
-	return true
+	tr.mu.Unlock()
+	defer tr.mu.Lock()
+	return tr.updates.Wait(timeout, "", func() (bool, string) {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return cond(), ""
+	}) == nil
 }
 
 // waitCurrent waits until every tracked client is current on every service.

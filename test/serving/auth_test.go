@@ -42,7 +42,7 @@ func TestAuthenticatedXDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := xds.NewGRPCServer(context.Background(), r.srv, credentials.NewTLS(&tls.Config{
+	gs := xds.NewGRPCServer(context.Background(), r.Srv, credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{issue(t, ca, "", true)}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
 	}))
 	go func() { _ = gs.Serve(lis) }()

@@ -57,11 +57,11 @@ func findCluster(t *testing.T, resp *discovery.DiscoveryResponse, name string) *
 // cluster changes.
 func TestClustersFollowTheRuleOfTheProxysNamespace(t *testing.T) {
 	r := newRig(t, append(mesh(), decode(t, drRingHashHere)...)...)
-	inside := r.open(sidecar("10.9.0.1", "ns1"))
-	outside := r.open(sidecar("10.9.0.2", "ns2"))
+	inside := r.Open(sidecar("10.9.0.1", "ns1"))
+	outside := r.Open(sidecar("10.9.0.2", "ns2"))
 	grpcNode := sidecar("10.9.0.3", "ns1")
 	grpcNode.Generator = collections.GeneratorGRPC
-	grpcClient := r.open(grpcNode)
+	grpcClient := r.Open(grpcNode)
 
 	check := func(resp *discovery.DiscoveryResponse, what string, lb cluster.Cluster_LbPolicy, outlier bool, panic float64) {
 		t.Helper()
@@ -86,7 +86,7 @@ func TestClustersFollowTheRuleOfTheProxysNamespace(t *testing.T) {
 
 	// The rule now says RANDOM: ns1's Envoy gets it; nothing changes for ns2, nor for gRPC
 	// (which keeps round robin for RANDOM, as istiod's grpcgen).
-	r.in.Apply(decode(t, strings.Replace(drRingHashHere, "consistentHash: {useSourceIp: true, ringHash: {minimumRingSize: 2048}}", "simple: RANDOM", 1))[0], false)
+	r.In.Apply(decode(t, strings.Replace(drRingHashHere, "consistentHash: {useSourceIp: true, ringHash: {minimumRingSize: 2048}}", "simple: RANDOM", 1))[0], false)
 	resp = recv(t, inside)
 	check(resp, "Envoy in ns1 after the change", cluster.Cluster_RANDOM, true, 30)
 	_ = inside.Ack(resp)

@@ -6,15 +6,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
 
-	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
-	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // TestConvergenceMetricMeasuresInputToWire drives known changes, spaced by idle gaps, and holds
@@ -23,12 +19,8 @@ import (
 // stand out by the gap), and together not far shorter.
 func TestConvergenceMetricMeasuresInputToWire(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	stop := test.NewStop(t)
-	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := sources.NewStatic(opts, nil, mesh()...)
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
-	r := startRigWithMetrics(t, stop, g, in, xds.NewMetrics(reg))
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	r := serve(t, rigs.NewGraph(t, mesh()...), xds.NewMetrics(reg))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	resp := recv(t, s)
 	_ = s.Ack(resp, fooCluster)
@@ -44,7 +36,7 @@ func TestConvergenceMetricMeasuresInputToWire(t *testing.T) {
 			c = fixtures.Ready
 		}
 		t0 := time.Now()
-		r.in.Apply(fooSlice(fixtures.Ready, c, fixtures.Ready), false)
+		r.In.Apply(fooSlice(fixtures.Ready, c, fixtures.Ready), false)
 		resp = recv(t, s)
 		d := time.Since(t0)
 		total += d

@@ -18,7 +18,7 @@ func TestDebugSynczOverXDS(t *testing.T) {
 	r := newRig(t, mesh()...)
 	node := sidecar("10.9.0.1", "ns1")
 	node.IstioVersion = "1.31.0"
-	p := r.open(node)
+	p := r.Open(node)
 	_ = p.Request(adsclient.TypeCLA, fooCluster)
 	first := recv(t, p)
 	_ = p.Ack(first, fooCluster)
@@ -26,7 +26,7 @@ func TestDebugSynczOverXDS(t *testing.T) {
 	_ = p.Request(adsclient.TypeCluster)
 	_ = recv(t, p)
 
-	q := r.open(adsclient.Node{ID: "sidecar~127.0.0.1~istioctl.ns1~ns1.svc.cluster.local", Namespace: "ns1"})
+	q := r.Open(adsclient.Node{ID: "sidecar~127.0.0.1~istioctl.ns1~ns1.svc.cluster.local", Namespace: "ns1"})
 	if err := q.Request(xds.TypeDebugSyncz); err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestFailoverPriorityOnTheProxysMetadataLabels(t *testing.T) {
 	get := func(ip, version string) []string {
 		n := sidecar(ip, "ns1")
 		n.Labels = map[string]string{"app": "client", "version": version}
-		s := r.open(n)
+		s := r.Open(n)
 		_ = s.Request(adsclient.TypeCLA, fooCluster)
 		return endpointsOf(onlyCLA(t, recv(t, s)))
 	}

@@ -51,8 +51,8 @@ func TestListenerAliasesFollowTheService(t *testing.T) {
 		n.Generator = collections.GeneratorGRPC
 		return n
 	}
-	same := r.open(grpcNode("10.9.0.1", "ns1"))
-	other := r.open(grpcNode("10.9.0.2", "ns2"))
+	same := r.Open(grpcNode("10.9.0.1", "ns1"))
+	other := r.Open(grpcNode("10.9.0.2", "ns2"))
 	// Only short names: nothing but their own notification can tell these streams of bar.
 	sameNames, otherNames := []string{"bar:80", "foo:80"}, []string{"bar.ns1:80", "bar:80"}
 	if err := same.Request(adsclient.TypeListener, sameNames...); err != nil {
@@ -69,7 +69,7 @@ func TestListenerAliasesFollowTheService(t *testing.T) {
 		t.Fatalf("ns2 client before bar exists: %v", got)
 	}
 
-	r.in.Apply(fixtures.Service("ns1", "bar", fixtures.HTTP...), false)
+	r.In.Apply(fixtures.Service("ns1", "bar", fixtures.HTTP...), false)
 	barRoute := "outbound|80||bar.ns1.svc.cluster.local"
 	if got := listenersOf(t, same, sameNames); !maps.Equal(got, map[string]string{"foo:80": fooRoute, "bar:80": barRoute}) {
 		t.Fatalf("ns1 client once bar exists: %v", got)

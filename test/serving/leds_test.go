@@ -41,7 +41,7 @@ func ledsRig(t *testing.T, objs ...any) *rig {
 
 func openLEDS(t *testing.T, r *rig, cluster string) *ledsClient {
 	t.Helper()
-	s := r.openDelta(sidecar("10.9.0.7", "ns1"))
+	s := r.OpenDelta(sidecar("10.9.0.7", "ns1"))
 	if err := s.Subscribe(adsclient.TypeCLA, []string{cluster}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,8 @@ func (c *ledsClient) assembled() []string {
 	return out
 }
 
-// until applies responses until the assembled endpoints are want.
+// until applies responses until the assembled endpoints are want. It needs no Waker: the client
+// changes only by the responses it receives, and each Recv blocks until the server sends one.
 func (c *ledsClient) until(want []string) {
 	c.t.Helper()
 	deadline := time.Now().Add(wait)
@@ -201,9 +202,9 @@ func (c *ledsClient) noneDue() {
 // a gRPC client is sent the plain CLA.
 func TestLEDSOverDeltaADS(t *testing.T) {
 	r := ledsRig(t, mesh()...)
-	in := r.in
+	in := r.In
 
-	plain := r.open(sidecar("10.9.0.1", "ns1"))
+	plain := r.Open(sidecar("10.9.0.1", "ns1"))
 	if err := plain.Request(adsclient.TypeCLA, fooCluster); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestLEDSOverDeltaADS(t *testing.T) {
 	// A gRPC client on delta ADS is sent the plain CLA.
 	grpcNode := sidecar("10.9.0.8", "ns1")
 	grpcNode.Generator = collections.GeneratorGRPC
-	g := r.openDelta(grpcNode)
+	g := r.OpenDelta(grpcNode)
 	if err := g.Subscribe(adsclient.TypeCLA, []string{fooCluster}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +319,7 @@ func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
 
 	// A proxy of ns2 subscribing to foo's collection directly (and to a name that is not a
 	// collection) is sent nothing.
-	other := r.openDelta(sidecar("10.9.1.1", "ns2"))
+	other := r.OpenDelta(sidecar("10.9.1.1", "ns2"))
 	if err := other.Subscribe(transforms.TypeLbEndpoint, []string{glob, transforms.TypeLbEndpoint}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
 		}
 	}
 
-	sotw := r.open(sidecar("10.9.0.2", "ns1"))
+	sotw := r.Open(sidecar("10.9.0.2", "ns1"))
 	if err := sotw.Request(transforms.TypeLbEndpoint, glob); err != nil {
 		t.Fatal(err)
 	}
@@ -352,8 +353,8 @@ func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
 // CLA instead, and whole CLAs from then on.
 func TestLEDSRejectedFallsBackToWholeCLAs(t *testing.T) {
 	r := ledsRig(t, mesh()...)
-	in := r.in
-	s := r.openDelta(sidecar("10.9.0.7", "ns1"))
+	in := r.In
+	s := r.OpenDelta(sidecar("10.9.0.7", "ns1"))
 	cla := func() *endpoint.ClusterLoadAssignment {
 		t.Helper()
 		resp, err := s.Recv(wait)
@@ -383,7 +384,7 @@ func TestLEDSRejectedFallsBackToWholeCLAs(t *testing.T) {
 	if got := endpointsOf(cla()); !slices.Equal(got, want) {
 		t.Fatalf("after the rejection: %v, want the whole CLA %v", got, want)
 	}
-	if st := r.srv.Status(); st[0].Types[adsclient.TypeCLA].NACKs != 1 {
+	if st := r.Srv.Status(); st[0].Types[adsclient.TypeCLA].NACKs != 1 {
 		t.Fatalf("the rejection is not recorded: %+v", st[0].Types[adsclient.TypeCLA])
 	}
 	// Later changes come as whole CLAs too.

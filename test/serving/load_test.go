@@ -21,7 +21,7 @@ func TestStreamChurnLeavesNothingBehind(t *testing.T) {
 	}
 	r := newRig(t, mesh()...)
 	// Warm up once so lazily started goroutines (gRPC transport, krt handlers) are in the baseline.
-	warm := r.open(sidecar("10.9.9.9", "ns1"))
+	warm := r.Open(sidecar("10.9.9.9", "ns1"))
 	_ = warm.Request(adsclient.TypeCLA, fooCluster)
 	recv(t, warm)
 	warm.Close()
@@ -39,7 +39,7 @@ func TestStreamChurnLeavesNothingBehind(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s, err := adsclient.Open(context.Background(), r.cc, sidecar(fmt.Sprintf("10.8.%d.%d", i/250, i%250), "ns1"))
+			s, err := adsclient.Open(context.Background(), r.Conn(), sidecar(fmt.Sprintf("10.8.%d.%d", i/250, i%250), "ns1"))
 			if err != nil {
 				errs <- err
 				return
@@ -60,9 +60,10 @@ func TestStreamChurnLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitQuiet(t, r)
-	if g := goroutines(); g > baseG+10 {
-		t.Fatalf("goroutines: %d after churn, %d before", g, baseG)
-	}
+	fixtures.Polling("the runtime signals no goroutine's end").Await(t, wait, "the goroutines back to their baseline", func() (bool, string) {
+		g := runtime.NumGoroutine()
+		return g <= baseG+10, fmt.Sprintf("%d goroutines, %d before the churn", g, baseG)
+	})
 	if h := fixtures.LiveHeap(); h > baseHeap+8<<20 {
 		t.Fatalf("heap: %d MB after churn, %d MB before", h>>20, baseHeap>>20)
 	}
@@ -72,58 +73,49 @@ func TestStreamChurnLeavesNothingBehind(t *testing.T) {
 // a thousand times: the server holds at most one response for it.
 func TestStalledClientDoesNotGrowMemory(t *testing.T) {
 	r := newRig(t, mesh()...)
-	stalled := r.open(sidecar("10.9.0.5", "ns1"))
+	stalled := r.Open(sidecar("10.9.0.5", "ns1"))
 	_ = stalled.Request(adsclient.TypeCLA, fooCluster)
 	// The first response is sent (the server's status says so), and never read.
-	deadline := time.Now().Add(wait)
-	for len(r.srv.Status()) != 1 || r.srv.Status()[0].Types[adsclient.TypeCLA].Responses != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("no first response")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	fixtures.Polling("the stream counts its responses in its own goroutine, which signals nothing").
+		Await(t, wait, "the first response", func() (bool, string) {
+			st := r.Srv.Status()
+			return len(st) == 1 && st[0].Types[adsclient.TypeCLA].Responses == 1, fmt.Sprintf("%+v", st)
+		})
 	before := fixtures.LiveHeap()
 	for i := 0; i < 1000; i++ {
 		c := fixtures.Ready
 		if i%2 == 0 {
 			c = fixtures.NotReady
 		}
-		r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, c), false)
+		r.In.Apply(fooSlice(fixtures.Ready, fixtures.Ready, c), false)
 	}
 	// The barrier: a last state none of the others had, so its change cannot be folded into an
 	// earlier, equal one when the graph batches the writes.
 	last := time.Now()
-	r.in.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
+	r.In.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
 	waitTold(t, r, adsclient.TypeCLA, fooCluster, last)
 	if after := fixtures.LiveHeap(); after > before+4<<20 {
 		t.Fatalf("heap grew by %d MB while a client stalled", (after-before)>>20)
 	}
-	st := r.srv.Status()
+	st := r.Srv.Status()
 	if len(st) != 1 || st[0].Types[adsclient.TypeCLA].Responses != 1 {
 		t.Fatalf("a client that never ACKs must have been sent exactly one response: %+v", st)
 	}
 }
 
+// waitQuiet waits until the server holds no stream and the graph no proxy.
 func waitQuiet(t *testing.T, r *rig) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n := len(r.srv.Status())
-		if n == 0 && len(r.g.ConnectedProxies.List()) == 0 && len(r.g.Proxies.List()) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still open", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	fixtures.Polling("the server drops a stream from its table after telling the graph; nothing signals the drop").
+		Await(t, 30*time.Second, "every connection gone", func() (bool, string) {
+			n, c, p := len(r.Srv.Status()), len(r.ConnectedProxies.List()), len(r.Proxies.List())
+			return n == 0 && c == 0 && p == 0, fmt.Sprintf("%d streams, %d connected proxies, %d proxies", n, c, p)
+		})
 }
 
+// goroutines counts the goroutines after half a second: the time lets those of streams just
+// closed end, which nothing signals (the baseline of TestStreamChurnLeavesNothingBehind).
 func goroutines() int {
-	var n int
-	for i := 0; i < 50; i++ {
-		n = runtime.NumGoroutine()
-		time.Sleep(10 * time.Millisecond)
-	}
-	return n
+	time.Sleep(500 * time.Millisecond)
+	return runtime.NumGoroutine()
 }

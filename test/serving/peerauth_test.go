@@ -59,7 +59,7 @@ func TestPeerAuthenticationDisablingMTLSReachesTheProxy(t *testing.T) {
 		}
 	}
 	r := newRig(t, objs...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	if err := s.Request(adsclient.TypeCLA, fooCluster); err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +75,13 @@ func TestPeerAuthenticationDisablingMTLSReachesTheProxy(t *testing.T) {
 	}
 	step("no PeerAuthentication", "10.0.0.1=istio", "10.0.0.2=istio", "10.0.0.3=istio")
 
-	r.in.Apply(decode(t, nsPlaintext)[0], false)
+	r.In.Apply(decode(t, nsPlaintext)[0], false)
 	step("ns1 DISABLE", "10.0.0.1=-", "10.0.0.2=-", "10.0.0.3=-")
 
-	r.in.Apply(decode(t, zoneStrict)[0], false)
+	r.In.Apply(decode(t, zoneStrict)[0], false)
 	step("z1's port 8080 STRICT", "10.0.0.1=istio", "10.0.0.2=-", "10.0.0.3=-")
 
-	r.in.Apply(decode(t, nsPlaintext)[0], true)
+	r.In.Apply(decode(t, nsPlaintext)[0], true)
 	step("ns1 DISABLE deleted", "10.0.0.1=istio", "10.0.0.2=istio", "10.0.0.3=istio")
 	expectNone(t, s)
 }

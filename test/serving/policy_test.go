@@ -61,7 +61,7 @@ func TestDestinationRuleSubsetsAndLocalityFailover(t *testing.T) {
 	r := newRig(t, append(versionedMesh(), decode(t, drSubsets)...)...)
 	n := sidecar("10.9.0.1", "ns1")
 	n.Locality = &core.Locality{Region: "r1", Zone: "z1"}
-	s := r.open(n)
+	s := r.Open(n)
 
 	// CDS lists the subset clusters.
 	_ = s.Request(adsclient.TypeCluster)
@@ -138,7 +138,7 @@ func TestMinHealthPercentStopsUnhealthyEndpoints(t *testing.T) {
 	objs := mesh()
 	objs[7] = fooSlice(fixtures.Ready, fixtures.NotReady, fixtures.Ready)
 	r := newRig(t, append(objs, decode(t, drMinHealth)...)...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	if got := endpointsOf(onlyCLA(t, recv(t, s))); !slices.Equal(got, []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.3:8080 HEALTHY p0 r2/z3"}) {
 		t.Fatalf("with minHealthPercent > 0 and locality LB disabled: %v", got)
@@ -176,9 +176,9 @@ spec:
 	r := newRig(t, append(append(mesh(), decode(t, exportedOnlyHere)...), decode(t, sidecarYAML)...)...)
 	private := "outbound|80||private.ns1.svc.cluster.local"
 
-	inside := r.open(sidecar("10.9.0.1", "ns1"))
-	outside := r.open(sidecar("10.9.0.2", "ns2"))
-	scoped := r.open(sidecar("10.9.0.3", "ns3"))
+	inside := r.Open(sidecar("10.9.0.1", "ns1"))
+	outside := r.Open(sidecar("10.9.0.2", "ns2"))
+	scoped := r.Open(sidecar("10.9.0.3", "ns3"))
 	for _, c := range []struct {
 		name string
 		s    *adsclient.Stream
@@ -215,11 +215,11 @@ spec:
 	}
 	// A change to the private service pushes to the proxy that sees it, and to no other.
 	before := map[string]int{}
-	for _, st := range r.srv.Status() {
+	for _, st := range r.Srv.Status() {
 		before[st.Proxy.IP] = st.Types[adsclient.TypeCLA].Responses
 	}
 	changed := time.Now()
-	r.in.Apply(decode(t, strings.Replace(exportedOnlyHere[strings.Index(exportedOnlyHere, "apiVersion: discovery"):], "10.0.7.1", "10.0.7.2", 1))[0], false)
+	r.In.Apply(decode(t, strings.Replace(exportedOnlyHere[strings.Index(exportedOnlyHere, "apiVersion: discovery"):], "10.0.7.1", "10.0.7.2", 1))[0], false)
 	resp := recv(t, inside)
 	waitTold(t, r, adsclient.TypeCLA, private, changed)
 	if got := endpointsOf(onlyCLA(t, resp)); len(got) != 1 || !strings.HasPrefix(got[0], "10.0.7.2") {
@@ -227,7 +227,7 @@ spec:
 	}
 	expectNone(t, outside)
 	expectNone(t, scoped)
-	for _, st := range r.srv.Status() {
+	for _, st := range r.Srv.Status() {
 		if st.Proxy.IP != "10.9.0.1" && st.Types[adsclient.TypeCLA].Responses != before[st.Proxy.IP] {
 			t.Fatalf("proxy %s cannot see the service but got a push", st.Proxy.IP)
 		}
@@ -243,11 +243,11 @@ func TestDestinationRuleEditRecomputesOnlyItsHosts(t *testing.T) {
 	r := newRig(t, objs...)
 	n := sidecar("10.9.0.1", "ns1")
 	n.Locality = &core.Locality{Region: "r1", Zone: "z1"}
-	s := r.open(n)
+	s := r.Open(n)
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	_ = s.Ack(recv(t, s), fooCluster)
 	count := func() uint64 {
-		n, _ := r.g.Description.Snapshot().Node(graphs.NameCLAs)
+		n, _ := r.Description.Snapshot().Node(graphs.NameCLAs)
 		return n.Recomputes
 	}
 	// The answer above needed the proxy's view, not its class: the class may still be on its
@@ -255,7 +255,7 @@ func TestDestinationRuleEditRecomputesOnlyItsHosts(t *testing.T) {
 	// foo once for the rule and once more for the class; the baseline is taken once it is there.
 	waitClassOf(t, r)
 	before := count()
-	r.in.Apply(decode(t, drSubsets)[0], false)
+	r.In.Apply(decode(t, drSubsets)[0], false)
 	resp := recv(t, s) // the new policy (failover priorities) reaches the proxy
 	if got := endpointsOf(onlyCLA(t, resp)); !slices.Contains(got, "10.0.0.3:8080 HEALTHY p2 r2/z3") {
 		t.Fatalf("after the DestinationRule: %v", got)
@@ -263,18 +263,12 @@ func TestDestinationRuleEditRecomputesOnlyItsHosts(t *testing.T) {
 	_ = s.Ack(resp, fooCluster)
 	// A rule for another service, after it: once its CLA has changed, every recomputation the
 	// first rule caused has happened (the CLA collection works through its changes in order).
-	otherCLA := r.g.CLAs.GetKey("outbound|80||other-a.ns1.svc.cluster.local").Shared.Version
-	r.in.Apply(decode(t, strings.NewReplacer("host: foo", "host: other-a", "{name: foo,", "{name: other-a,").Replace(drSubsets))[0], false)
-	deadline := time.Now().Add(wait)
-	for {
-		if set := r.g.CLAs.GetKey("outbound|80||other-a.ns1.svc.cluster.local"); set != nil && (set.Shared == nil || set.Shared.Version != otherCLA) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second rule never reached its service's CLA")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	otherCLA := r.CLAs.GetKey("outbound|80||other-a.ns1.svc.cluster.local").Shared.Version
+	r.In.Apply(decode(t, strings.NewReplacer("host: foo", "host: other-a", "{name: foo,", "{name: other-a,").Replace(drSubsets))[0], false)
+	r.Await(t, "the second rule to reach its service's CLA", func() (bool, string) {
+		set := r.CLAs.GetKey("outbound|80||other-a.ns1.svc.cluster.local")
+		return set != nil && (set.Shared == nil || set.Shared.Version != otherCLA), "the CLA of other-a unchanged"
+	})
 	if d := count() - before; d != 2 {
 		t.Fatalf("two DestinationRules, each for one service, recomputed %d services' CLAs, want 2", d)
 	}
@@ -292,13 +286,13 @@ spec:
     labels: {"not a label": x}
 `
 	r := newRig(t, append(mesh(), decode(t, bad)...)...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	if n := len(endpointsOf(onlyCLA(t, recv(t, s)))); n != 3 {
 		t.Fatalf("the mesh must be unaffected: %d endpoints", n)
 	}
 	// Problems is computed with the graph, which has synced: the rule's entry is there.
-	ps := r.g.Problems.List()
+	ps := r.Problems.List()
 	if len(ps) != 1 || ps[0].ResourceName() != "DestinationRule/ns1/bad" || ps[0].Problems[0].Reason != collections.ReasonInvalidDestinationRule {
 		t.Fatalf("problems %+v", ps)
 	}

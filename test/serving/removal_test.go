@@ -21,7 +21,7 @@ func TestServiceRemovalSendsClustersFirst(t *testing.T) {
 			// clusters response that no longer lists foo.
 			var types []string
 			if delta {
-				s := r.openDelta(node)
+				s := r.OpenDelta(node)
 				_ = s.Subscribe(adsclient.TypeCluster, nil, nil)
 				first, err := s.Recv(wait)
 				if err != nil {
@@ -34,7 +34,7 @@ func TestServiceRemovalSendsClustersFirst(t *testing.T) {
 					t.Fatal(err)
 				}
 				_ = s.Ack(eds)
-				r.in.Delete(sources.KindService, "ns1/foo")
+				r.In.Delete(sources.KindService, "ns1/foo")
 				for {
 					resp, err := s.Recv(wait)
 					if err != nil {
@@ -47,14 +47,14 @@ func TestServiceRemovalSendsClustersFirst(t *testing.T) {
 					}
 				}
 			} else {
-				s := r.open(node)
+				s := r.Open(node)
 				_ = s.Request(adsclient.TypeCluster)
 				cds := recv(t, s)
 				_ = s.Ack(cds)
 				_ = s.Request(adsclient.TypeCLA, fooCluster)
 				eds := recv(t, s)
 				_ = s.Ack(eds, fooCluster)
-				r.in.Delete(sources.KindService, "ns1/foo")
+				r.In.Delete(sources.KindService, "ns1/foo")
 				for {
 					resp := recv(t, s)
 					types = append(types, resp.TypeUrl)

@@ -1,10 +1,7 @@
 package serving
 
 import (
-	"context"
 	"fmt"
-	"google.golang.org/protobuf/proto"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -13,19 +10,16 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"istio.io/istio/pkg/kube/krt"
-	"istio.io/istio/pkg/test"
+	"google.golang.org/protobuf/proto"
 	discovery_v1 "k8s.io/api/discovery/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
-	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 const (
@@ -33,14 +27,10 @@ const (
 	wait       = 10 * time.Second
 )
 
-type rig struct {
-	t   *testing.T
-	g   *graphs.Graph
-	in  sources.Static
-	srv *xds.Server
-	cc  *grpc.ClientConn
-}
+// rig is the serving layer's rig, with the limits these tests need.
+type rig = rigs.Serving
 
+// newRig serves objs through a graph with istiod's default configuration.
 func newRig(t *testing.T, objs ...any) *rig {
 	t.Helper()
 	return newRigWith(t, collections.DefaultConfig(), objs...)
@@ -49,63 +39,18 @@ func newRig(t *testing.T, objs ...any) *rig {
 // newRigWith serves objs through a graph built with cfg.
 func newRigWith(t *testing.T, cfg collections.Config, objs ...any) *rig {
 	t.Helper()
-	stop := test.NewStop(t)
-	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
-	in := sources.NewStatic(opts, nil, objs...)
-	return startRig(t, stop, graphs.Build(cfg, in.Inputs(), opts), in)
+	return serve(t, rigs.NewGraphWith(t, rigs.GraphOptions{Config: cfg}, objs...), nil)
 }
 
-func startRig(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static) *rig {
-	return startRigWithMetrics(t, stop, g, in, nil)
-}
-
-func startRigWithMetrics(t *testing.T, stop chan struct{}, g *graphs.Graph, in sources.Static, m *xds.Metrics) *rig {
+// serve serves g, with metrics m (nil: unregistered ones).
+func serve(t *testing.T, g *rigs.Graph, m *xds.Metrics) *rig {
 	t.Helper()
-	srv := xds.NewServer(g, xds.Options{ClusterID: "Kubernetes", TrustDomain: collections.DefaultTrustDomain, Metrics: m,
-		Limits: xds.Limits{StreamRate: -1}}) // the tests open streams faster than any herd
-	srv.Start(stop)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	gs := xds.NewGRPCServer(ctx, srv, nil)
-	go func() { _ = gs.Serve(lis) }()
-	cc, err := adsclient.Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cc.Close()
-		cancel()
-		gs.Stop()
-	})
-	return &rig{t: t, g: g, in: in, srv: srv, cc: cc}
+	// No stream rate: the tests open streams faster than any herd.
+	return rigs.Serve(t, g, rigs.ServeOptions{Metrics: m, Limits: xds.Limits{StreamRate: -1}})
 }
 
 func sidecar(ip, ns string) adsclient.Node {
 	return adsclient.Node{ID: fmt.Sprintf("sidecar~%s~app-%s.%s~%s.svc.cluster.local", ip, strings.ReplaceAll(ip, ".", "-"), ns, ns), Namespace: ns}
-}
-
-func (r *rig) open(n adsclient.Node) *adsclient.Stream {
-	r.t.Helper()
-	s, err := adsclient.Open(context.Background(), r.cc, n)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(s.Close)
-	return s
-}
-
-// openDelta opens a delta ADS stream as n, closed with the test.
-func (r *rig) openDelta(n adsclient.Node) *adsclient.DeltaStream {
-	r.t.Helper()
-	s, err := adsclient.OpenDelta(context.Background(), r.cc, n)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(s.Close)
-	return s
 }
 
 func recv(t *testing.T, s *adsclient.Stream) *discovery.DiscoveryResponse {
@@ -147,30 +92,24 @@ func expectNone(t *testing.T, s *adsclient.Stream) {
 }
 
 // waitTold waits until the server has told every stream holding name of a change made at or
-// after since.
+// after since: it wakes each time the server has taken a change of the graph.
 func waitTold(t *testing.T, r *rig, typeURL, name string, since time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for r.srv.LastChange(typeURL, name).Before(since) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server never heard of the change to %s", name)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	r.Await(t, "the server to tell the streams holding "+name+" of the change", func() (bool, string) {
+		last := r.Srv.LastChange(typeURL, name)
+		return !last.Before(since), fmt.Sprintf("last told of a change at %v, want %v or later", last, since)
+	})
 }
 
 // waitResolved waits until the graph resolves the CLA name, for the rig's only client, to want,
-// looking again after each change of the proxies or the CLAs.
+// looking again after each event of the graph.
 func waitResolved(t *testing.T, r *rig, name string, want []string) {
 	t.Helper()
-	w := fixtures.NewWaker()
-	fixtures.WakeOn(t, w, r.g.Proxies)
-	fixtures.WakeOn(t, w, r.g.CLAs)
 	var got []string
-	w.Await(t, wait, "the graph resolves "+name, func() (bool, string) {
-		if st := r.srv.Status(); len(st) == 1 {
-			if v := r.g.View(st[0].ConnID); v != nil {
-				if res, _ := r.g.Resolve(v, adsclient.TypeCLA, name); res != nil {
+	r.Await(t, "the graph resolves "+name, func() (bool, string) {
+		if st := r.Srv.Status(); len(st) == 1 {
+			if v := r.View(st[0].ConnID); v != nil {
+				if res, _ := r.Resolve(v, adsclient.TypeCLA, name); res != nil {
 					cla := &endpoint.ClusterLoadAssignment{}
 					if err := proto.Unmarshal(res.Body, cla); err != nil {
 						t.Fatal(err)
@@ -183,18 +122,17 @@ func waitResolved(t *testing.T, r *rig, name string, want []string) {
 	})
 }
 
-// waitClassOf waits until the class of the rig's only client is among the graph's proxy classes.
+// waitClassOf waits until the class of the rig's only client is among the graph's proxy classes:
+// it wakes on the graph's events and after the server has taken each change (which sets the
+// stream's view).
 func waitClassOf(t *testing.T, r *rig) {
 	t.Helper()
-	w := fixtures.NewWaker()
-	fixtures.WakeOn(t, w, r.g.ProxyClasses)
-	fixtures.WakeOn(t, w, r.g.Views)
-	w.Await(t, wait, "the client's proxy class", func() (bool, string) {
-		st := r.srv.Status()
+	r.Await(t, "the client's proxy class", func() (bool, string) {
+		st := r.Srv.Status()
 		if len(st) != 1 || st[0].View == nil {
 			return false, fmt.Sprintf("%d clients, or no view yet", len(st))
 		}
-		return r.g.ProxyClasses.GetKey(st[0].View.ClassKey) != nil, "class " + st[0].View.ClassKey
+		return r.ProxyClasses.GetKey(st[0].View.ClassKey) != nil, "class " + st[0].View.ClassKey
 	})
 }
 
@@ -240,7 +178,7 @@ func fooSlice(c1, c2, c3 discovery_v1.EndpointConditions) any {
 
 func TestSotwSubscribeAckUpdateNack(t *testing.T) {
 	r := newRig(t, mesh()...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	if err := s.Request(adsclient.TypeCLA, fooCluster); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +194,7 @@ func TestSotwSubscribeAckUpdateNack(t *testing.T) {
 	expectNone(t, s)
 
 	// An endpoint turns not ready: a new version arrives by itself.
-	r.in.Apply(fooSlice(fixtures.Ready, fixtures.NotReady, fixtures.Ready), false)
+	r.In.Apply(fooSlice(fixtures.Ready, fixtures.NotReady, fixtures.Ready), false)
 	resp2 := recv(t, s)
 	if resp2.VersionInfo == resp.VersionInfo {
 		t.Fatal("version did not change")
@@ -270,12 +208,12 @@ func TestSotwSubscribeAckUpdateNack(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNone(t, s)
-	st := r.srv.Status()
+	st := r.Srv.Status()
 	if len(st) != 1 || st[0].Types[adsclient.TypeCLA].LastError != "bad cla" || st[0].Types[adsclient.TypeCLA].NACKs != 1 {
 		t.Fatalf("NACK not recorded: %+v", st)
 	}
 	// A later change is still pushed after a NACK.
-	r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, fixtures.Ready), false)
+	r.In.Apply(fooSlice(fixtures.Ready, fixtures.Ready, fixtures.Ready), false)
 	resp3 := recv(t, s)
 	if got := endpointsOf(onlyCLA(t, resp3)); len(got) != 3 || !slices.Contains(got, "10.0.0.2:8080 HEALTHY p0 r1/z2") {
 		t.Fatalf("endpoints %v", got)
@@ -284,14 +222,14 @@ func TestSotwSubscribeAckUpdateNack(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNone(t, s)
-	if st := r.srv.Status(); st[0].Types[adsclient.TypeCLA].LastError != "" {
+	if st := r.Srv.Status(); st[0].Types[adsclient.TypeCLA].LastError != "" {
 		t.Fatalf("ACK must clear the last error: %+v", st[0].Types)
 	}
 }
 
 func TestSotwUnknownClusterGetsEmptyCLA(t *testing.T) {
 	r := newRig(t, mesh()...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	names := []string{"outbound|80||nope.ns1.svc.cluster.local", "outbound|81||foo.ns1.svc.cluster.local", "garbage"}
 	if err := s.Request(adsclient.TypeCLA, names...); err != nil {
 		t.Fatal(err)
@@ -310,8 +248,8 @@ func TestSotwUnknownClusterGetsEmptyCLA(t *testing.T) {
 	if err := s.Ack(resp, names...); err != nil {
 		t.Fatal(err)
 	}
-	r.in.Apply(fixtures.Service("ns1", "nope", fixtures.HTTP...), false)
-	r.in.Apply(fixtures.Slice("ns1", "nope-a", "nope", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.5.1", Cond: fixtures.Ready}), false)
+	r.In.Apply(fixtures.Service("ns1", "nope", fixtures.HTTP...), false)
+	r.In.Apply(fixtures.Slice("ns1", "nope-a", "nope", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.5.1", Cond: fixtures.Ready}), false)
 	for {
 		resp := recv(t, s)
 		cla := onlyCLA(t, resp)
@@ -327,25 +265,25 @@ func TestSotwUnknownClusterGetsEmptyCLA(t *testing.T) {
 
 func TestSotwUnsubscribe(t *testing.T) {
 	r := newRig(t, mesh()...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	resp := recv(t, s)
 	// Unsubscribe: an empty name list on EDS.
 	if err := s.Ack(resp); err != nil {
 		t.Fatal(err)
 	}
-	r.in.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
+	r.In.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
 	expectNone(t, s)
 }
 
 func TestReconnectWithStaleVersionGetsReply(t *testing.T) {
 	r := newRig(t, mesh()...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	resp := recv(t, s)
 	s.Close()
 	// A new stream that claims the version it had: it still gets an answer.
-	s2 := r.open(sidecar("10.9.0.1", "ns1"))
+	s2 := r.Open(sidecar("10.9.0.1", "ns1"))
 	if err := s2.Send(&discovery.DiscoveryRequest{TypeUrl: adsclient.TypeCLA, VersionInfo: resp.VersionInfo, ResourceNames: []string{fooCluster}}); err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +310,7 @@ func TestLocalitiesGetDifferentPriorities(t *testing.T) {
 	region2.Locality = &core.Locality{Region: "r2", Zone: "z3"}
 	got := map[string][]string{}
 	for name, n := range map[string]adsclient.Node{"z1": zone1, "r2": region2} {
-		s := r.open(n)
+		s := r.Open(n)
 		_ = s.Request(adsclient.TypeCLA, fooCluster)
 		got[name] = endpointsOf(onlyCLA(t, recv(t, s)))
 	}
@@ -389,7 +327,7 @@ func TestLocalitiesGetDifferentPriorities(t *testing.T) {
 
 func TestSlowClientGetsOnlyTheLatest(t *testing.T) {
 	r := newRig(t, mesh()...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	first := recv(t, s)
 	// The client does not ACK while ten changes happen.
@@ -398,10 +336,10 @@ func TestSlowClientGetsOnlyTheLatest(t *testing.T) {
 		if i%2 == 0 {
 			c = fixtures.NotReady
 		}
-		r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, c), false)
+		r.In.Apply(fooSlice(fixtures.Ready, fixtures.Ready, c), false)
 	}
 	last := time.Now()
-	r.in.Apply(fixtures.Pod("ns1", "foo-3", "foo", "10.0.0.3", "n1"), false) // the pod moves to n1
+	r.In.Apply(fixtures.Pod("ns1", "foo-3", "foo", "10.0.0.3", "n1"), false) // the pod moves to n1
 	final := []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.3:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p0 r1/z2"}
 	// The graph has the final state for this client (a change told after last may still be an
 	// intermediate one: the input clock moved before the graph caught up), and the server has
@@ -425,7 +363,7 @@ func TestMalformedNodeIsRefused(t *testing.T) {
 		{ID: "sidecar~not-an-ip~a.b~b.svc.cluster.local"},
 		{ID: "waypoint~10.0.0.1~a.b~b.svc.cluster.local"},
 	} {
-		s := r.open(n)
+		s := r.Open(n)
 		_ = s.Request(adsclient.TypeCLA, fooCluster)
 		_, err := s.Recv(wait)
 		if status.Code(err) != codes.InvalidArgument {
@@ -433,7 +371,7 @@ func TestMalformedNodeIsRefused(t *testing.T) {
 		}
 	}
 	// Others are unaffected.
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	if len(endpointsOf(onlyCLA(t, recv(t, s)))) != 3 {
 		t.Fatal("a healthy client was affected")
@@ -441,13 +379,9 @@ func TestMalformedNodeIsRefused(t *testing.T) {
 }
 
 func TestNoResponseBeforeSync(t *testing.T) {
-	stop := test.NewStop(t)
-	opts := krt.NewOptionsBuilder(stop, "", new(krt.DebugHandler))
 	synced := &gate{ch: make(chan struct{})}
-	in := sources.NewStatic(opts, synced, fixtures.Service("ns1", "foo", fixtures.HTTP...))
-	g := graphs.Build(collections.DefaultConfig(), in.Inputs(), opts)
-	r := startRig(t, stop, g, in)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	r := serve(t, rigs.NewGraphWith(t, rigs.GraphOptions{Synced: synced}, fixtures.Service("ns1", "foo", fixtures.HTTP...)), nil)
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	_ = s.Request(adsclient.TypeCLA, fooCluster)
 	expectNone(t, s)
 	close(synced.ch)
@@ -458,7 +392,7 @@ func TestNoResponseBeforeSync(t *testing.T) {
 
 func TestDeltaSubscribeAckNackUnsubscribe(t *testing.T) {
 	r := newRig(t, mesh()...)
-	s := r.openDelta(sidecar("10.9.0.1", "ns1"))
+	s := r.OpenDelta(sidecar("10.9.0.1", "ns1"))
 	recvD := func() *discovery.DeltaDiscoveryResponse {
 		t.Helper()
 		resp, err := s.Recv(wait)
@@ -483,20 +417,20 @@ func TestDeltaSubscribeAckNackUnsubscribe(t *testing.T) {
 	}
 	_ = s.Ack(resp)
 	noneD()
-	r.in.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
+	r.In.Apply(fooSlice(fixtures.NotReady, fixtures.Ready, fixtures.Ready), false)
 	resp2 := recvD()
 	if len(resp2.Resources) != 1 || resp2.Resources[0].Version == resp.Resources[0].Version {
 		t.Fatalf("delta update %v", resp2)
 	}
 	_ = s.Nack(resp2, "rejected")
 	noneD()
-	if st := r.srv.Status(); st[0].Types[adsclient.TypeCLA].LastError != "rejected" {
+	if st := r.Srv.Status(); st[0].Types[adsclient.TypeCLA].LastError != "rejected" {
 		t.Fatalf("delta NACK not recorded: %+v", st[0].Types)
 	}
 	// Unsubscribe: later changes are not sent.
 	_ = s.Subscribe(adsclient.TypeCLA, nil, []string{fooCluster})
 	noneD()
-	r.in.Apply(fooSlice(fixtures.Ready, fixtures.Ready, fixtures.Ready), false)
+	r.In.Apply(fooSlice(fixtures.Ready, fixtures.Ready, fixtures.Ready), false)
 	noneD()
 	// Subscribing to a second name sends only that one.
 	_ = s.Subscribe(adsclient.TypeCLA, []string{"outbound|80||other.ns1.svc.cluster.local"}, nil)

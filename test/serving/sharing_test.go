@@ -19,7 +19,7 @@ import (
 func TestProxiesOfOneClassShareOneCLA(t *testing.T) {
 	r := newRig(t, preferCloseMesh()...)
 	claCount := func() int {
-		set := r.g.CLAs.GetKey(fooCluster)
+		set := r.CLAs.GetKey(fooCluster)
 		distinct := map[*collections.Resource]bool{}
 		for _, res := range set.ByClass {
 			distinct[res] = true
@@ -30,7 +30,7 @@ func TestProxiesOfOneClassShareOneCLA(t *testing.T) {
 	get := func(i int, loc *core.Locality) []byte {
 		n := sidecar(fmt.Sprintf("10.9.1.%d", i), "ns1")
 		n.Locality = loc
-		s := r.open(n)
+		s := r.Open(n)
 		_ = s.Request(adsclient.TypeCLA, fooCluster)
 		resp := recv(t, s)
 		return resp.Resources[0].Value
@@ -38,7 +38,7 @@ func TestProxiesOfOneClassShareOneCLA(t *testing.T) {
 	z1 := &core.Locality{Region: "r1", Zone: "z1"}
 	first := get(0, z1)
 	recomputes := func() uint64 {
-		n, _ := r.g.Description.Snapshot().Node(graphs.NameCLAs)
+		n, _ := r.Description.Snapshot().Node(graphs.NameCLAs)
 		return n.Recomputes
 	}
 	before := recomputes()

@@ -55,7 +55,7 @@ func tlsModes(cla *endpoint.ClusterLoadAssignment) []string {
 // endpoints change. Asking for any number of such names keeps no state in the graph.
 func TestUnknownSubsetGetsThePortsEndpoints(t *testing.T) {
 	r := newRig(t, append(injectedMesh(), decode(t, drSimpleTLS)...)...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	unknown := "outbound|80|nosuch|foo.ns1.svc.cluster.local"
 	all := []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 HEALTHY p0 r1/z2", "10.0.0.3:8080 HEALTHY p0 r2/z3"}
 
@@ -91,7 +91,7 @@ func TestUnknownSubsetGetsThePortsEndpoints(t *testing.T) {
 	expectNone(t, s)
 
 	// The endpoints change: the unknown subset's CLA follows.
-	r.in.Apply(fooSlice(fixtures.Ready, fixtures.NotReady, fixtures.Ready), false)
+	r.In.Apply(fooSlice(fixtures.Ready, fixtures.NotReady, fixtures.Ready), false)
 	want := []string{"10.0.0.1:8080 HEALTHY p0 r1/z1", "10.0.0.2:8080 UNHEALTHY p0 r1/z2", "10.0.0.3:8080 HEALTHY p0 r2/z3"}
 	for got := []string(nil); !slices.Equal(got, want); {
 		resp = recv(t, s)
@@ -113,7 +113,7 @@ func TestUnknownSubsetGetsThePortsEndpoints(t *testing.T) {
 		"outbound|80|nosuch|bar.ns1.svc.cluster.local": 0,
 		"outbound|81|nosuch|foo.ns1.svc.cluster.local": 0,
 	} {
-		o := r.open(sidecar("10.9.0.2", "ns1"))
+		o := r.Open(sidecar("10.9.0.2", "ns1"))
 		_ = o.Request(adsclient.TypeCLA, name)
 		c := onlyCLA(t, recv(t, o))
 		if c.ClusterName != name || len(endpointsOf(c)) != want {
@@ -122,7 +122,7 @@ func TestUnknownSubsetGetsThePortsEndpoints(t *testing.T) {
 	}
 
 	// Any number of made-up subset names: the graph holds no more CLA sets.
-	sets := len(r.g.CLAs.List())
+	sets := len(r.CLAs.List())
 	names := []string{fooCluster}
 	for i := range 200 {
 		names = append(names, fmt.Sprintf("outbound|80|made-up-%d|foo.ns1.svc.cluster.local", i))
@@ -139,7 +139,7 @@ func TestUnknownSubsetGetsThePortsEndpoints(t *testing.T) {
 		t.Fatalf("%d CLAs for %d new names", len(clas), len(names)-1)
 	}
 	_ = s.Ack(resp, names...)
-	if n := len(r.g.CLAs.List()); n != sets {
+	if n := len(r.CLAs.List()); n != sets {
 		t.Fatalf("asking for made-up subsets changed the CLA sets from %d to %d", sets, n)
 	}
 }
@@ -147,7 +147,7 @@ func TestUnknownSubsetGetsThePortsEndpoints(t *testing.T) {
 // TestUnknownSubsetWithoutARule: with no DestinationRule at all, any subset is unknown.
 func TestUnknownSubsetWithoutARule(t *testing.T) {
 	r := newRig(t, mesh()...)
-	s := r.open(sidecar("10.9.0.1", "ns1"))
+	s := r.Open(sidecar("10.9.0.1", "ns1"))
 	name := "outbound|80|v9|foo.ns1.svc.cluster.local"
 	_ = s.Request(adsclient.TypeCLA, name)
 	cla := onlyCLA(t, recv(t, s))

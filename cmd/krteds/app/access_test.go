@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
@@ -79,7 +80,7 @@ func startTLSRigWith(t *testing.T, manifests string) *tlsRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := startAppRigWith(t, Options{Objects: objs, SecureListener: sl, SecureTLS: &tls.Config{
+	r := startAppRigWith(t, app.Options{Objects: objs, SecureListener: sl, SecureTLS: &tls.Config{
 		Certificates: []tls.Certificate{serving}, ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	}})
 	return &tlsRig{appRig: r, ca: ca, secure: sl.Addr().String()}
@@ -131,7 +132,7 @@ func debugPage(t *testing.T, cc *grpc.ClientConn, node adsclient.Node, page stri
 // ClusterLoadAssignment of a service exported only to ns2.
 func TestDebugOverXDSStaysInTheCallersNamespace(t *testing.T) {
 	r := startTLSRig(t)
-	plain, err := adsclient.Dial(r.xds)
+	plain, err := adsclient.Dial(r.XDSAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestDebugOverXDSStaysInTheCallersNamespace(t *testing.T) {
 		t.Fatalf("the ns2 proxy is not sent the secret service's endpoints: %v", clas)
 	}
 	var victimConn string
-	for _, st := range r.app.XDS.Status() {
+	for _, st := range r.XDS.Status() {
 		if st.Proxy != nil && st.Proxy.ID == victimNode.ID {
 			victimConn = st.ConnID
 		}

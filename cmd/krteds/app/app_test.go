@@ -1,10 +1,9 @@
-package app
+package app_test
 
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,12 +18,14 @@ import (
 	"istio.io/istio/pkg/kube"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 const appManifests = `
@@ -58,11 +59,10 @@ endpoints:
   targetRef: {kind: Pod, name: foo-1, namespace: ns1}
 `
 
+// appRig is the process layer's rig (rigs.App) failing the test when a debug page cannot be read.
 type appRig struct {
-	t     *testing.T
-	app   *App
-	debug string
-	xds   string
+	*rigs.App
+	t *testing.T
 }
 
 func startAppRig(t *testing.T) *appRig {
@@ -71,45 +71,26 @@ func startAppRig(t *testing.T) *appRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startAppRigWith(t, Options{Objects: objs})
+	return startAppRigWith(t, app.Options{Objects: objs})
 }
 
-func startAppRigWith(t *testing.T, o Options) *appRig {
+// startAppRigWith starts the app with o and istiod's default configuration, and waits until it
+// is ready.
+func startAppRigWith(t *testing.T, o app.Options) *appRig {
 	t.Helper()
-	xl, _ := net.Listen("tcp", "127.0.0.1:0")
-	dl, _ := net.Listen("tcp", "127.0.0.1:0")
-	o.Config, o.XDSListener, o.DebugListener = collections.DefaultConfig(), xl, dl
-	app, err := Start(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(app.Stop)
-	r := &appRig{t: t, app: app, debug: "http://" + dl.Addr().String(), xds: xl.Addr().String()}
-	r.waitReady()
+	o.Config, o.DebugListener = collections.DefaultConfig(), rigs.Listen(t)
+	r := &appRig{App: rigs.StartApp(t, o), t: t}
+	r.AwaitReady()
 	return r
-}
-
-func (r *appRig) waitReady() {
-	r.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if code, _ := r.get("/ready"); code == http.StatusOK {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r.t.Fatal("/ready never returned 200")
 }
 
 func (r *appRig) get(path string) (int, string) {
 	r.t.Helper()
-	resp, err := http.Get(r.debug + path)
-	if err != nil {
-		r.t.Fatalf("GET %s: %v", path, err)
+	code, body := r.Get(path)
+	if code == 0 {
+		r.t.Fatalf("GET %s: %s", path, body)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return code, body
 }
 
 func (r *appRig) getJSON(path string, into any) {
@@ -123,23 +104,15 @@ func (r *appRig) getJSON(path string, into any) {
 	}
 }
 
-func eventuallyTrue(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// pages polls the debug server's pages, which are HTTP endpoints.
+var pages = fixtures.Polling("the debug pages are HTTP endpoints")
 
 // TestDebugEndpointsAndMetrics reads every debug endpoint and metric after known changes: a
 // client connects and NACKs, an endpoint flips, and a bad slice is created.
 func TestDebugEndpointsAndMetrics(t *testing.T) {
 	r := startAppRig(t)
 
-	cc, err := adsclient.Dial(r.xds)
+	cc, err := adsclient.Dial(r.XDSAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +132,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 
 	// Known change 1: the endpoint turns not ready; the push is NACKed.
 	slice := fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.NotReady})
-	r.app.Static.Apply(slice, false)
+	r.Static.Apply(slice, false)
 	second, err := s.Recv(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +140,7 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 	_ = s.Nack(second, first.VersionInfo, "test rejection", cluster)
 	// Known change 2: an invalid slice.
 	bad := fixtures.Slice("ns1", "bad", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "not-an-ip", Cond: fixtures.Ready})
-	r.app.Static.Apply(bad, false)
+	r.Static.Apply(bad, false)
 
 	t.Run("ready", func(t *testing.T) {
 		if code, _ := r.get("/ready"); code != 200 {
@@ -199,10 +172,10 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 	})
 	t.Run("krt", func(t *testing.T) {
 		var snap graphs.Snapshot
-		eventuallyTrue(t, "SliceEndpoints to hold both slices", func() bool {
+		pages.Await(t, rigs.Timeout, "SliceEndpoints to hold both slices", func() (bool, string) {
 			r.getJSON("/debug/krt", &snap)
 			n, _ := snap.Node(graphs.NameSliceEndpoints)
-			return n.Size == 2 && n.Recomputes >= 2 && n.LastChange != nil
+			return n.Size == 2 && n.Recomputes >= 2 && n.LastChange != nil, fmt.Sprintf("%+v", n)
 		})
 		if _, body := r.get("/debug/krt?format=dot"); !strings.Contains(body, `"input/EndpointSlices" -> "SliceEndpoints"`) {
 			t.Fatalf("dot:\n%s", body)
@@ -244,10 +217,10 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 			Shards          map[string][]map[string]any
 			ServiceAccounts map[string]struct{}
 		}
-		eventuallyTrue(t, "the endpoint to be unhealthy in the shard", func() bool {
+		pages.Await(t, rigs.Timeout, "the endpoint to be unhealthy in the shard", func() (bool, string) {
 			r.getJSON("/debug/endpointShardz", &shards)
 			eps := shards["foo.ns1.svc.cluster.local"]["ns1"].Shards["Kubernetes/Kubernetes"]
-			return len(eps) == 1 && eps[0]["HealthStatus"] == float64(2) && eps[0]["ServicePortName"] == "http"
+			return len(eps) == 1 && eps[0]["HealthStatus"] == float64(2) && eps[0]["ServicePortName"] == "http", fmt.Sprint(eps)
 		})
 		if _, ok := shards["foo.ns1.svc.cluster.local"]["ns1"].ServiceAccounts["spiffe://cluster.local/ns/ns1/sa/foo"]; !ok {
 			t.Fatalf("service accounts %+v", shards)
@@ -299,14 +272,14 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 	})
 	t.Run("syncz", func(t *testing.T) {
 		var st []map[string]any
-		eventuallyTrue(t, "the NACK in syncz", func() bool {
+		pages.Await(t, rigs.Timeout, "the NACK in syncz", func() (bool, string) {
 			r.getJSON("/debug/syncz", &st)
 			if len(st) != 1 {
-				return false
+				return false, fmt.Sprint(st)
 			}
 			res, _ := st[0]["resources"].(map[string]any)
 			cla, _ := res[adsclient.TypeCLA].(map[string]any)
-			return cla["lastError"] == "test rejection" && st[0]["endpoint_sent"] == second.Nonce && st[0]["endpoint_acked"] == first.Nonce
+			return cla["lastError"] == "test rejection" && st[0]["endpoint_sent"] == second.Nonce && st[0]["endpoint_acked"] == first.Nonce, fmt.Sprint(st)
 		})
 		r.getJSON("/debug/syncz?namespace=other", &st)
 		if len(st) != 0 {
@@ -366,22 +339,22 @@ func TestDebugEndpointsAndMetrics(t *testing.T) {
 			`pilot_services 1`,
 			`pilot_k8s_endpoints_pending_pod 0`,
 		}
-		var body string
-		eventuallyTrue(t, "metrics", func() bool {
-			_, body = r.get("/metrics")
+		pages.Await(t, rigs.Timeout, "metrics", func() (bool, string) {
+			_, body := r.get("/metrics")
+			var missing []string
 			for _, w := range want {
 				if !strings.Contains(body, w) {
-					return false
+					missing = append(missing, w)
 				}
 			}
-			return true
+			return len(missing) == 0, fmt.Sprintf("missing %q", missing)
 		})
 	})
 }
 
 func TestDebugIsLoopbackOnly(t *testing.T) {
 	r := startAppRig(t)
-	h := r.app.DebugHandler()
+	h := r.DebugHandler()
 	for path, want := range map[string]int{"/debug/krt": http.StatusForbidden, "/ready": http.StatusOK, "/healthz": http.StatusOK, "/metrics": http.StatusOK} {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		req.RemoteAddr = "192.0.2.7:4444"
@@ -405,12 +378,13 @@ func TestMissingIstioCRDsDoNotStopKrteds(t *testing.T) {
 		}
 		ros = append(ros, o)
 	}
-	r := startAppRigWith(t, Options{Cluster: kube.NewFakeClient(ros...)})
-	app := r.app
-	if n := len(app.Graph.DestinationRules.List()); n != 0 {
+	r := startAppRigWith(t, app.Options{Cluster: kube.NewFakeClient(ros...)})
+	if n := len(r.Graph.DestinationRules.List()); n != 0 {
 		t.Fatalf("%d DestinationRules without the CRD", n)
 	}
-	eventuallyTrue(t, "the service's CLA", func() bool { return app.Graph.CLAs.GetKey("outbound|80||foo.ns1.svc.cluster.local") != nil })
+	rigs.GraphOf(t, r.Graph).Await(t, "the service's CLA", func() (bool, string) {
+		return r.Graph.CLAs.GetKey("outbound|80||foo.ns1.svc.cluster.local") != nil, "none"
+	})
 }
 
 // TestGrafanaDashboardReadsKrtedsMetrics: every metric the bundled dashboard queries is one
@@ -432,7 +406,7 @@ func TestGrafanaDashboardReadsKrtedsMetrics(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
-	families, err := r.app.Registry.Gather()
+	families, err := r.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

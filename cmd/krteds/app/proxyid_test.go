@@ -1,4 +1,4 @@
-package app
+package app_test
 
 import (
 	"context"
@@ -61,7 +61,7 @@ spec: {clusterIP: 10.96.0.11, ports: [{name: http, port: 80, targetPort: 8080}],
 // proxy to proxy (checked first), so a form resolving to another proxy fails.
 func TestProxyIDFormsOnEveryPage(t *testing.T) {
 	r := startTLSRigWith(t, proxyIDManifests)
-	plain, err := adsclient.Dial(r.xds)
+	plain, err := adsclient.Dial(r.XDSAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func checkAmbiguous(t *testing.T, what, body, caller string) {
 func connOf(t *testing.T, r *tlsRig, nodeID string) string {
 	t.Helper()
 	latest := ""
-	for _, st := range r.app.XDS.Status() {
+	for _, st := range r.XDS.Status() {
 		if st.Proxy != nil && st.Proxy.ID == nodeID && (latest == "" || st.ConnectedAt.After(connectedAt(r, latest))) {
 			latest = st.ConnID
 		}
@@ -284,7 +284,7 @@ func connOf(t *testing.T, r *tlsRig, nodeID string) string {
 }
 
 func connectedAt(r *tlsRig, connID string) time.Time {
-	for _, st := range r.app.XDS.Status() {
+	for _, st := range r.XDS.Status() {
 		if st.ConnID == connID {
 			return st.ConnectedAt
 		}

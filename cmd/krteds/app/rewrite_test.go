@@ -1,9 +1,8 @@
-package app
+package app_test
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // rolloutFile is generation g of a service's file: n Pods named and addressed for the
@@ -63,16 +65,8 @@ func TestFileRewriteNeverServesAPartialCLA(t *testing.T) {
 			key := func(ips []string) string { return strings.Join(ips, ",") }
 			gens[key(write(0))] = 0
 
-			xl, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := Start(Options{Config: collections.DefaultConfig(), Manifests: dir, XDSListener: xl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(a.Stop)
-			cc, err := adsclient.Dial(xl.Addr().String())
+			a := rigs.StartApp(t, app.Options{Config: collections.DefaultConfig(), Manifests: dir})
+			cc, err := adsclient.Dial(a.XDSAddr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,8 +82,9 @@ func TestFileRewriteNeverServesAPartialCLA(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			// The client's receive loop wakes the waits after each response.
 			var mu sync.Mutex
-			cond := sync.NewCond(&mu)
+			received := fixtures.NewWaker()
 			var seen []string // every response's endpoints, in order
 			go func() {
 				for {
@@ -111,24 +106,18 @@ func TestFileRewriteNeverServesAPartialCLA(t *testing.T) {
 					slices.Sort(ips)
 					mu.Lock()
 					seen = append(seen, key(ips))
-					cond.Broadcast()
 					mu.Unlock()
+					received.Wake()
 					_ = st.Ack(resp, cluster)
 				}
 			}()
 			waitGen := func(want string) {
 				t.Helper()
-				deadline := time.Now().Add(20 * time.Second)
-				timer := time.AfterFunc(20*time.Second, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
-				defer timer.Stop()
-				mu.Lock()
-				defer mu.Unlock()
-				for len(seen) == 0 || seen[len(seen)-1] != want {
-					if time.Now().After(deadline) {
-						t.Fatalf("the client never received %s (last %d responses: %v)", want, min(len(seen), 3), seen[max(0, len(seen)-3):])
-					}
-					cond.Wait()
-				}
+				received.Await(t, 20*time.Second, "the client to receive "+want, func() (bool, string) {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(seen) > 0 && seen[len(seen)-1] == want, fmt.Sprintf("last %d responses: %v", min(len(seen), 3), seen[max(0, len(seen)-3):])
+				})
 			}
 			waitGen(key(mustIPs(rolloutFile(0, pods))))
 			for g := 1; g <= 15; g++ {
