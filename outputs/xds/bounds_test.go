@@ -127,13 +127,11 @@ func TestMadeUpTypeURLsLeaveNothingBehind(t *testing.T) {
 
 func waitStreams(t *testing.T, fs *fakeServer, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(fs.srv.Status()) != n || fs.src.connected() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d streams open, want %d", len(fs.srv.Status()), n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	fixtures.Polling("a stream's end is its handler returning, which nothing signals").
+		Await(t, 20*time.Second, fmt.Sprintf("%d streams open", n), func() (bool, string) {
+			st, c := len(fs.srv.Status()), fs.src.connected()
+			return st == n && c == n, fmt.Sprintf("%d streams, %d proxies connected", st, c)
+		})
 }
 
 // countingCore counts the bytes of every log entry.

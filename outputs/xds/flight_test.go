@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // TestEveryResponseGivesItsBudgetBack: the framing of every response, the smallest included, is
@@ -89,16 +91,7 @@ func TestBudgetLanes(t *testing.T) {
 		}()
 		<-started
 		// Each waiter queues before the next starts.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			large.mu.Lock()
-			n := large.waiters.Len()
-			large.mu.Unlock()
-			if n == i || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waiters(t, large, i)
 	}
 	// The small lane is free while the large one has a queue.
 	small := b.lane(1000)
@@ -113,15 +106,7 @@ func TestBudgetLanes(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- large.acquire(cctx, 100, false) }()
-	for {
-		large.mu.Lock()
-		n := large.waiters.Len()
-		large.mu.Unlock()
-		if n == 4 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waiters(t, large, 4)
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("a cancelled waiter was granted")
@@ -169,13 +154,23 @@ func TestConnectionsAreForgottenWhenTheyEnd(t *testing.T) {
 	for _, cc := range ccs {
 		_ = cc.Close()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for fs.srv.clientConns.size() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections known after the five closed, want none", fs.srv.clientConns.size())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	fixtures.Polling("a connection is forgotten when gRPC reports its end, which tests cannot hear").
+		Await(t, 10*time.Second, "no connection known after the five closed", func() (bool, string) {
+			n := fs.srv.clientConns.size()
+			return n == 0, fmt.Sprintf("%d connections known", n)
+		})
+}
+
+// waiters waits until a lane has n responses waiting for it.
+func waiters(t *testing.T, l *budgetLane, n int) {
+	t.Helper()
+	fixtures.PollingEvery(time.Millisecond, "a response starting to wait for the budget signals nothing").
+		Await(t, 10*time.Second, fmt.Sprintf("%d waiters", n), func() (bool, string) {
+			l.mu.Lock()
+			got := l.waiters.Len()
+			l.mu.Unlock()
+			return got == n, fmt.Sprintf("%d waiters", got)
+		})
 }
 
 // TestDrainEndsStreamsSpreadOverItsTime: once the server closes, a new stream is refused; Drain

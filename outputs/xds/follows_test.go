@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // TestFollowersChangeWithWhatTheyFollow: a name whose resource follows another's
@@ -63,17 +65,11 @@ func TestFollowersChangeWithWhatTheyFollow(t *testing.T) {
 	if err := s.Ack(second); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fs.srv.index.mu.RLock()
-		n := len(fs.srv.index.followers[tEndpoint])
-		fs.srv.index.mu.RUnlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d followers indexed after the last subscriber left", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	fixtures.Polling("the index changing signals nothing").
+		Await(t, 10*time.Second, "no follower indexed after the last subscriber left", func() (bool, string) {
+			fs.srv.index.mu.RLock()
+			n := len(fs.srv.index.followers[tEndpoint])
+			fs.srv.index.mu.RUnlock()
+			return n == 0, fmt.Sprintf("%d followers indexed", n)
+		})
 }
