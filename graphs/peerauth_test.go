@@ -79,16 +79,7 @@ func tlsModes(g *graphs.Graph, name string) string {
 	if la == nil {
 		return "no CLA"
 	}
-	var out []string
-	for _, l := range la.Endpoints {
-		for _, e := range l.LbEndpoints {
-			m := e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
-			if m == "" {
-				m = "-"
-			}
-			out = append(out, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()+"="+m)
-		}
-	}
+	out := fixtures.TLSModes(la)
 	slices.Sort(out)
 	return strings.Join(out, " ")
 }
@@ -223,16 +214,7 @@ func modesOf(body []byte) string {
 	if err := proto.Unmarshal(body, la); err != nil {
 		return err.Error()
 	}
-	var out []string
-	for _, l := range la.Endpoints {
-		for _, e := range l.LbEndpoints {
-			m := e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
-			if m == "" {
-				m = "-"
-			}
-			out = append(out, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()+"="+m)
-		}
-	}
+	out := fixtures.TLSModes(la)
 	slices.Sort(out)
 	return strings.Join(out, " ")
 }

@@ -70,21 +70,33 @@ func serveExample(t *testing.T, bin string, extra ...string) (dir, xdsAddr, debu
 	dir = t.TempDir()
 	copyDir(t, filepath.Join(repoRoot(t), "examples", "mesh"), dir)
 	xdsAddr, debugAddr = freePort(t), freePort(t)
-	logs := new(bytes.Buffer)
 	serve = exec.Command(bin, append([]string{"serve", "--manifests", dir, "--xds-addr", xdsAddr, "--debug-addr", debugAddr}, extra...)...)
-	serve.Stdout, serve.Stderr = logs, logs
-	if err := serve.Start(); err != nil {
+	_, done = startLogged(t, serve)
+	return dir, xdsAddr, debugAddr, serve, done
+}
+
+// startLogged starts a command, its output kept in logs, killed with the test, its output logged
+// if the test fails; exited says how it ended.
+func startLogged(t *testing.T, cmd *exec.Cmd) (logs *syncBuffer, exited <-chan error) {
+	t.Helper()
+	logs = new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- serve.Wait() }()
+	done, finished := make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- cmd.Wait()
+		close(finished)
+	}()
 	t.Cleanup(func() {
-		_ = serve.Process.Kill()
+		_ = cmd.Process.Kill()
+		<-finished
 		if t.Failed() {
-			t.Logf("krteds serve output:\n%s", logs.String())
+			t.Logf("%s output:\n%s", cmd.Args[0], logs.String())
 		}
 	})
-	return dir, xdsAddr, debugAddr, serve, exited
+	return logs, done
 }
 
 // readyStatus is the status /ready answers (0 when nothing answers).
@@ -320,20 +332,9 @@ func TestBinaryServesTwoClustersOnTwoNetworks(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	xdsAddr, debugAddr := freePort(t), freePort(t)
-	var logs bytes.Buffer
 	serve := exec.Command(bin, "serve", "--demo", "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
 	serve.Dir = t.TempDir()
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = serve.Process.Kill()
-		_ = serve.Wait()
-		if t.Failed() {
-			t.Logf("krteds serve output:\n%s", logs.String())
-		}
-	})
+	startLogged(t, serve)
 	for network, want := range map[string][]string{
 		"network1": {"10.10.1.11:9080", "203.0.113.10:15443"},
 		"network2": {"10.10.1.11:9080", "10.30.1.11:9080", "10.30.1.12:9080"},

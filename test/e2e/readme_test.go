@@ -97,19 +97,8 @@ func TestReadmeFirstExample(t *testing.T) {
 	dir := t.TempDir()
 	copyDir(t, filepath.Join(repoRoot(t), "examples"), filepath.Join(dir, "examples"))
 	xdsAddr, debugAddr := freePort(t), freePort(t)
-	var logs syncBuffer
 	serve := readmeShell(t, bin, dir, serveLine, "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = serve.Process.Kill()
-		_ = serve.Wait()
-		if t.Failed() {
-			t.Logf("krteds serve output:\n%s", logs.String())
-		}
-	})
+	startLogged(t, serve)
 	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))
 
 	endpoints := readmeShell(t, bin, dir, endpointsLine, "--xds", xdsAddr)

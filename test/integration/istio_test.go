@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/krteds/krteds/test/fixtures"
 	networking "istio.io/api/networking/v1"
 	securityapi "istio.io/api/security/v1beta1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
@@ -113,17 +114,7 @@ func TestWorkloadEntriesFromTheCluster(t *testing.T) {
 func (w *watcher) tlsModes() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []string
-	for _, l := range w.latest.GetEndpoints() {
-		for _, e := range l.LbEndpoints {
-			m := e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
-			if m == "" {
-				m = "-"
-			}
-			out = append(out, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()+"="+m)
-		}
-	}
-	return out
+	return fixtures.TLSModes(w.latest)
 }
 
 func waitTLSModes(t *testing.T, w *watcher, want ...string) {

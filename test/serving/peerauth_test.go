@@ -9,6 +9,7 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 const (
@@ -34,17 +35,7 @@ spec:
 // tlsModesOf renders the one CLA of a response as "ip=tlsMode" ("-" for none).
 func tlsModesOf(t *testing.T, resp *discovery.DiscoveryResponse) []string {
 	t.Helper()
-	var out []string
-	for _, l := range onlyCLA(t, resp).Endpoints {
-		for _, e := range l.LbEndpoints {
-			m := e.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
-			if m == "" {
-				m = "-"
-			}
-			out = append(out, e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()+"="+m)
-		}
-	}
-	return out
+	return fixtures.TLSModes(onlyCLA(t, resp))
 }
 
 // TestPeerAuthenticationDisablingMTLSReachesTheProxy: a proxy holding a CLA whose endpoints carry

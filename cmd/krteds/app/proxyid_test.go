@@ -21,27 +21,7 @@ const proxyIDManifests = `
 apiVersion: v1
 kind: Namespace
 metadata: {name: ns1}
----
-apiVersion: v1
-kind: Service
-metadata: {name: foo, namespace: ns1}
-spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, targetPort: 8080}], selector: {app: foo}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: foo-1, namespace: ns1, labels: {app: foo}}
-spec: {nodeName: n1, serviceAccountName: foo}
-status: {phase: Running, podIP: 10.0.0.1, conditions: [{type: Ready, status: "True"}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: foo-a, namespace: ns1, labels: {kubernetes.io/service-name: foo}}
-addressType: IPv4
-ports: [{name: http, port: 8080}]
-endpoints:
-- addresses: [10.0.0.1]
-  conditions: {ready: true}
-  targetRef: {kind: Pod, name: foo-1, namespace: ns1}
+---` + appManifests + `
 ---
 apiVersion: v1
 kind: Service
