@@ -64,8 +64,9 @@ func (s *Server) next(c *conn, t typ) *response {
 	if splittable {
 		limit = s.limits.ResponseBytes
 	}
-	// A forced state-of-the-world response lists what it looked at, changed or not.
-	listsAll := !c.delta && (t.fullState() || st.force)
+	// A state-of-the-world list of clusters or listeners lists what it looked at, changed or
+	// not; any other response lists what changed and what is forced (sub.forced).
+	listsAll := !c.delta && t.fullState()
 	var (
 		current = map[nameID]*collections.Resource{}
 		changed []nameID
@@ -98,10 +99,10 @@ func (s *Server) next(c *conn, t typ) *response {
 			st.deferred[id] = at
 		default:
 			current[id] = r
-			if held.version != r.Version {
+			if held.version != r.Version || held.forced {
 				changed = append(changed, id)
 			}
-			if listsAll || held.version != r.Version {
+			if listsAll || held.version != r.Version || held.forced {
 				size += itemSize(r, c.delta)
 			}
 		}
@@ -121,7 +122,7 @@ func (s *Server) next(c *conn, t typ) *response {
 				}
 				current[id] = r
 				when[id] = st.dirty[id]
-				if held, _ := st.subs.get(id); held.version != r.Version {
+				if held, _ := st.subs.get(id); held.version != r.Version || held.forced {
 					changed = append(changed, id)
 				}
 			}
@@ -257,7 +258,16 @@ func (s *Server) seal(c *conn, t typ, st *subscription, resp *response) *respons
 	st.st.Responses++
 	if t == tCluster {
 		if eds := c.types[tEndpoint]; eds != nil {
-			if !c.delta {
+			if c.delta {
+				// Envoy warms the clusters sent and waits for their CLAs, but on delta does not
+				// ask for them again: they are sent again (istiod's forceEDSPush sends every
+				// CLA after answering a clusters request).
+				ids := make([]nameID, len(resp.items))
+				for i, it := range resp.items {
+					ids[i] = it.id
+				}
+				eds.forceResend(ids)
+			} else {
 				// Envoy asks again for the endpoints of the clusters it warms, and waits for an
 				// answer.
 				eds.forceNext = true

@@ -34,7 +34,8 @@ type subEntry struct {
 const (
 	subExplicit uint32 = 1 << 31
 	subDead     uint32 = 1 << 30
-	subIDMask          = subDead - 1
+	subForced   uint32 = 1 << 29
+	subIDMask          = subForced - 1
 	// subTail is the longest unsorted tail: lookups scan it.
 	subTail = 64
 	// subRoom is the least spare room compact leaves.
@@ -49,7 +50,7 @@ func (e subEntry) id() nameID { return nameID(e.idf & subIDMask) }
 func (e subEntry) dead() bool { return e.idf&subDead != 0 }
 
 func (s *subSet) sub(e subEntry) sub {
-	return sub{version: s.vt.version(e.ver), explicit: e.idf&subExplicit != 0}
+	return sub{version: s.vt.version(e.ver), explicit: e.idf&subExplicit != 0, forced: e.idf&subForced != 0}
 }
 
 // entryOf packs a name's state, taking a reference to its version.
@@ -57,6 +58,9 @@ func (s *subSet) entryOf(id nameID, v sub) subEntry {
 	e := subEntry{idf: uint32(id) & subIDMask, ver: s.vt.acquire(v.version)}
 	if v.explicit {
 		e.idf |= subExplicit
+	}
+	if v.forced {
+		e.idf |= subForced
 	}
 	return e
 }
@@ -100,7 +104,7 @@ func (s *subSet) has(id nameID) bool {
 // set records what the stream holds of id, adding it when new.
 func (s *subSet) set(id nameID, v sub) {
 	if s.big == nil && uint32(id) > subIDMask {
-		s.toMap() // an id the packed form cannot hold (more than 2^30 names were ever interned)
+		s.toMap() // an id the packed form cannot hold (more than 2^29 names were ever interned)
 	}
 	if s.big != nil {
 		s.big[id] = v

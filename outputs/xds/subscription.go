@@ -18,6 +18,9 @@ type sub struct {
 	version uint64
 	// explicit: the client asked for the name (otherwise it came with a wildcard subscription).
 	explicit bool
+	// forced: the client needs the resource again whatever version it holds (the CLA of a
+	// cluster it warms); cleared once a response sends it.
+	forced bool
 }
 
 // subscription is one stream's subscription to one type: what its client asked for, what it
@@ -37,8 +40,11 @@ type subscription struct {
 	// inflight: a response was sent and is neither ACKed nor NACKed; changes wait for it.
 	inflight bool
 	// force answers even if nothing changed: the first response, and endpoints after clusters.
+	// Which resources are sent again unchanged is each name's forced mark, which stays until a
+	// response sends it: a forced answer in parts carries every forced name, part after part.
 	force bool
-	// forceNext forces the answer to the next request (endpoints, after a clusters response).
+	// forceNext forces the answer to the next request (endpoints, after a clusters response),
+	// with every name the client asked for.
 	forceNext bool
 	// members are, for LEDS, what the client holds of each collection subscribed to.
 	members map[nameID]heldCollection
@@ -88,8 +94,33 @@ func (sb *subscription) apply(req request, first bool) (reply, error) {
 	}
 	if sb.t == tEndpoint && sb.forceNext {
 		sb.force, sb.forceNext = true, false
+		sb.subs.each(func(id nameID, held sub) {
+			if !held.forced {
+				held.forced = true
+				sb.subs.set(id, held)
+			}
+		})
 	}
 	return r, nil
+}
+
+// forceResend marks names the client holds to be sent again, whatever version it holds, and to
+// be looked at (the CLAs of the clusters a delta response sent: Envoy warms them).
+func (sb *subscription) forceResend(ids []nameID) {
+	for _, id := range ids {
+		held, ok := sb.subs.get(id)
+		if !ok || held.version == 0 || held.forced {
+			continue
+		}
+		held.forced = true
+		sb.subs.set(id, held)
+		if sb.dirty == nil {
+			sb.dirty = map[nameID]int64{}
+		}
+		if _, marked := sb.dirty[id]; !marked {
+			sb.dirty[id] = 0
+		}
+	}
 }
 
 // replyOf reads a request's nonce. The first request of a type on a stream is a new
@@ -335,12 +366,12 @@ func (sb *subscription) sent(items []item, removed []nameID) {
 	for i, it := range items {
 		held, _ := sb.subs.get(it.id)
 		items[i].update = held.version != 0 && held.version != it.res.Version
-		held.version = it.res.Version
+		held.version, held.forced = it.res.Version, false
 		sb.subs.set(it.id, held)
 	}
 	for _, id := range removed {
 		if held, _ := sb.subs.get(id); held.explicit {
-			held.version = 0
+			held.version, held.forced = 0, false
 			sb.subs.set(id, held)
 		} else {
 			sb.drop(id)
