@@ -16,7 +16,8 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
-	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/admission"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
 // DebugOptions configures the debug HTTP surface.
@@ -33,8 +34,8 @@ type DebugOptions struct {
 	ReadyNotes func() []string
 	// Authenticate, when set, lets a non-loopback client in with the same authentication as the
 	// secure xDS port (a service-account bearer token); Scope says what its identity may read.
-	Authenticate func(*http.Request) (xds.Identity, error)
-	Scope        func(xds.Identity) xds.Scope
+	Authenticate func(*http.Request) (admission.Identity, error)
+	Scope        func(admission.Identity) xdsdebug.Scope
 	// Extra adds more pages (path → page) under the same loopback rule.
 	Extra map[string]DebugPage
 }
@@ -134,7 +135,7 @@ func guard(next http.Handler, o DebugOptions) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		scope := xds.Everything
+		scope := xdsdebug.Everything
 		if !o.AllowRemote && !overLoopback(r) {
 			if o.Authenticate == nil {
 				http.Error(w, "debug endpoints answer only on loopback", http.StatusForbidden)
@@ -145,23 +146,23 @@ func guard(next http.Handler, o DebugOptions) http.Handler {
 				http.Error(w, "debug endpoints answer non-loopback clients only with a valid service-account token: "+err.Error(), http.StatusUnauthorized)
 				return
 			}
-			scope = xds.Scope{Namespace: id.Namespace}
+			scope = xdsdebug.Scope{Namespace: id.Namespace}
 			if o.Scope != nil {
 				scope = o.Scope(id)
 			}
-			if page := strings.TrimPrefix(r.URL.Path, "/debug/"); !scope.All && !xds.NamespacePages[page] {
+			if page := strings.TrimPrefix(r.URL.Path, "/debug/"); !scope.All && !xdsdebug.NamespacePages[page] {
 				http.Error(w, fmt.Sprintf("identity %s may read only %s, for the proxies of its namespace", id, namespacePageList()), http.StatusForbidden)
 				return
 			}
 		}
-		next.ServeHTTP(w, r.WithContext(xds.WithCaller(r.Context(), xds.Caller{Scope: scope})))
+		next.ServeHTTP(w, r.WithContext(xdsdebug.WithCaller(r.Context(), xdsdebug.Caller{Scope: scope})))
 	})
 }
 
 // namespacePageList names the pages an identity outside the system namespace may read.
 func namespacePageList() string {
 	var out []string
-	for _, p := range collections.SortedKeys(xds.NamespacePages) {
+	for _, p := range collections.SortedKeys(xdsdebug.NamespacePages) {
 		out = append(out, "/debug/"+p)
 	}
 	return strings.Join(out, " and ")

@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/admission"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
 // TestDebugNeedsLoopbackAtBothEnds: a sidecar forwards mesh traffic to the pod's address from
@@ -47,9 +48,9 @@ func TestDebugNeedsLoopbackAtBothEnds(t *testing.T) {
 // per-proxy pages, the request carrying its scope to the page (which finds only that
 // namespace's proxies); a bad token nothing.
 func TestDebugScopeByIdentity(t *testing.T) {
-	var got xds.Caller
+	var got xdsdebug.Caller
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, ok := xds.CallerFrom(r.Context())
+		c, ok := xdsdebug.CallerFrom(r.Context())
 		if !ok && strings.HasPrefix(r.URL.Path, "/debug") {
 			http.Error(w, "no caller", http.StatusInternalServerError)
 			return
@@ -57,40 +58,40 @@ func TestDebugScopeByIdentity(t *testing.T) {
 		got = c
 	})
 	h := guard(next, DebugOptions{
-		Authenticate: func(r *http.Request) (xds.Identity, error) {
+		Authenticate: func(r *http.Request) (admission.Identity, error) {
 			ns, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ns:")
 			if !ok {
-				return xds.Identity{}, errors.New("no valid token")
+				return admission.Identity{}, errors.New("no valid token")
 			}
-			return xds.Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: "sa"}, nil
+			return admission.Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: "sa"}, nil
 		},
-		Scope: func(id xds.Identity) xds.Scope {
+		Scope: func(id admission.Identity) xdsdebug.Scope {
 			if id.Namespace == "istio-system" {
-				return xds.Everything
+				return xdsdebug.Everything
 			}
-			return xds.Scope{Namespace: id.Namespace}
+			return xdsdebug.Scope{Namespace: id.Namespace}
 		},
 	})
 	for _, tc := range []struct {
 		token, path string
 		want        int
-		scope       xds.Scope
+		scope       xdsdebug.Scope
 	}{
-		{"ns:istio-system", "/debug/pprof/", 200, xds.Everything},
-		{"ns:istio-system", "/debug/krtz", 200, xds.Everything},
-		{"ns:istio-system", "/debug/edsz?proxyID=x", 200, xds.Everything},
-		{"ns:ns1", "/debug/pprof/", 403, xds.Scope{}},
-		{"ns:ns1", "/debug/pprof/heap", 403, xds.Scope{}},
-		{"ns:ns1", "/debug/krtz", 403, xds.Scope{}},
-		{"ns:ns1", "/debug/syncz", 403, xds.Scope{}},
-		{"ns:ns1", "/debug/adsz", 403, xds.Scope{}},
-		{"ns:ns1", "/debug/explain?proxyID=x&cluster=y", 403, xds.Scope{}},
-		{"ns:ns1", "/debug/edsz?proxyID=x", 200, xds.Scope{Namespace: "ns1"}},
-		{"ns:ns1", "/debug/config_dump?proxyID=x", 200, xds.Scope{Namespace: "ns1"}},
-		{"bogus", "/debug/edsz?proxyID=x", 401, xds.Scope{}},
-		{"", "/ready", 200, xds.Scope{}},
+		{"ns:istio-system", "/debug/pprof/", 200, xdsdebug.Everything},
+		{"ns:istio-system", "/debug/krtz", 200, xdsdebug.Everything},
+		{"ns:istio-system", "/debug/edsz?proxyID=x", 200, xdsdebug.Everything},
+		{"ns:ns1", "/debug/pprof/", 403, xdsdebug.Scope{}},
+		{"ns:ns1", "/debug/pprof/heap", 403, xdsdebug.Scope{}},
+		{"ns:ns1", "/debug/krtz", 403, xdsdebug.Scope{}},
+		{"ns:ns1", "/debug/syncz", 403, xdsdebug.Scope{}},
+		{"ns:ns1", "/debug/adsz", 403, xdsdebug.Scope{}},
+		{"ns:ns1", "/debug/explain?proxyID=x&cluster=y", 403, xdsdebug.Scope{}},
+		{"ns:ns1", "/debug/edsz?proxyID=x", 200, xdsdebug.Scope{Namespace: "ns1"}},
+		{"ns:ns1", "/debug/config_dump?proxyID=x", 200, xdsdebug.Scope{Namespace: "ns1"}},
+		{"bogus", "/debug/edsz?proxyID=x", 401, xdsdebug.Scope{}},
+		{"", "/ready", 200, xdsdebug.Scope{}},
 	} {
-		got = xds.Caller{}
+		got = xdsdebug.Caller{}
 		r := httptest.NewRequest("GET", tc.path, nil)
 		r.RemoteAddr = "10.9.9.9:40000"
 		if tc.token != "" {

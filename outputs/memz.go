@@ -10,6 +10,7 @@ import (
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/memz"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
 // MemoryRoots lists what /debug/memz attributes the heap to, in dataflow order: each collection of
@@ -85,7 +86,7 @@ func Memory(g *graphs.Graph, srv *xds.Server, grpcServers ...any) MemoryReport {
 		rep.Endpoints += len(s.Endpoints)
 	}
 	if srv != nil {
-		for _, c := range srv.Status() {
+		for _, c := range srv.Debug().Statuses(xdsdebug.Everything, false) {
 			rep.Proxies++
 			for _, t := range c.Types {
 				rep.Subscriptions += t.Subscribed

@@ -14,6 +14,7 @@ import (
 
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/transforms"
 )
 
@@ -23,11 +24,11 @@ import (
 func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 	return map[string]DebugPage{
 		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<connection id, node id, pod.namespace or a part of it naming one proxy>",
-			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
+			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xdsdebug.ConnStatus) {
 				writeResources(w, srv, c, transforms.TypeCLA, func() proto.Message { return &endpoint.ClusterLoadAssignment{} })
 			})},
 		"/debug/config_dump": {Help: "what a proxy is sent, every type, as protojson; ?proxyID=",
-			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
+			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xdsdebug.ConnStatus) {
 				out := map[string]json.RawMessage{}
 				for _, t := range []struct {
 					url string
@@ -48,7 +49,7 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 				WriteJSON(w, r, out)
 			})},
 		"/debug/explain": {Help: "why each endpoint of a cluster is, or is not, sent to a proxy; ?proxyID=&cluster=[&endpoint=]",
-			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
+			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xdsdebug.ConnStatus) {
 				cluster := r.URL.Query().Get("cluster")
 				if cluster == "" {
 					http.Error(w, "?cluster= (an EDS cluster name, outbound|<port>|<subset>|<hostname>) is required", http.StatusBadRequest)
@@ -68,12 +69,12 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 			})},
 		"/debug/adsz": {Help: "connected xDS clients, their class and what they watch; ?proxyID= for one", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Get("proxyID") == "" {
-				WriteJSON(w, r, srv.Adsz())
+				WriteJSON(w, r, srv.Debug().Adsz())
 				return
 			}
 			// As istiod's adsz: the one connection ?proxyID= names, 404 when it names none.
-			proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xds.ConnStatus) {
-				WriteJSON(w, r, srv.AdszOf(c))
+			proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xdsdebug.ConnStatus) {
+				WriteJSON(w, r, xdsdebug.AdszOf(c))
 			}).ServeHTTP(w, r)
 		})},
 		"/debug/connections": {Help: "connected clients: connection id, address, connected since", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -87,10 +88,8 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 				Total   int    `json:"totalClients"`
 				Clients []conn `json:"clients"`
 			}{Clients: []conn{}}
-			for _, c := range srv.Status() {
-				if c.Proxy != nil {
-					out.Clients = append(out.Clients, conn{c.ConnID, c.ConnectedAt.UTC().Format("2006-01-02T15:04:05.000Z"), c.Proxy.IP, c.Peer})
-				}
+			for _, c := range srv.Debug().Statuses(xdsdebug.Everything, false) {
+				out.Clients = append(out.Clients, conn{c.ConnID, c.ConnectedAt.UTC().Format("2006-01-02T15:04:05.000Z"), c.Proxy.IP, c.Peer})
 			}
 			out.Total = len(out.Clients)
 			WriteJSON(w, r, out)
@@ -109,18 +108,18 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 			size := func(n string) int { ni, _ := snap.Node(n); return ni.Size }
 			WriteJSON(w, r, map[string]any{
 				"services": size(graphs.NameServiceInfos), "endpointShards": size(graphs.NameServiceEndpoints),
-				"clusterLoadAssignments": size(graphs.NameCLAs), "clients": len(srv.Status()), "problems": problems,
+				"clusterLoadAssignments": size(graphs.NameCLAs), "clients": srv.Streams(), "problems": problems,
 			})
 		})},
 	}
 }
 
 // proxyHandler finds the connection ?proxyID= names (a connection id, a node id, istiod's
-// <pod>.<namespace> or a part of it naming one proxy: xds.Server.FindProxy) among those the
+// <pod>.<namespace> or a part of it naming one proxy: xdsdebug.Debug.FindProxy) among those the
 // caller may read; a request that came over xDS names the connection it was resolved to already.
-func proxyHandler(srv *xds.Server, f func(http.ResponseWriter, *http.Request, xds.ConnStatus)) http.Handler {
+func proxyHandler(srv *xds.Server, f func(http.ResponseWriter, *http.Request, xdsdebug.ConnStatus)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		caller, ok := xds.CallerFrom(r.Context())
+		caller, ok := xdsdebug.CallerFrom(r.Context())
 		if !ok {
 			http.Error(w, "no caller: the page is served only through the debug port or xDS", http.StatusForbidden)
 			return
@@ -133,16 +132,16 @@ func proxyHandler(srv *xds.Server, f func(http.ResponseWriter, *http.Request, xd
 			http.Error(w, "You must provide a proxyID in the query string: a connection id, a node id, or <pod>.<namespace>", http.StatusBadRequest)
 			return
 		}
-		c, err := srv.FindProxy(id, caller.Scope)
+		c, err := srv.Debug().FindProxy(id, caller.Scope)
 		if err != nil {
-			http.Error(w, err.Error(), xds.ProxyLookupStatus(err))
+			http.Error(w, err.Error(), xdsdebug.ProxyLookupStatus(err))
 			return
 		}
 		f(w, r, c)
 	})
 }
 
-func writeResources(w http.ResponseWriter, srv *xds.Server, c xds.ConnStatus, typeURL string, mk func() proto.Message) {
+func writeResources(w http.ResponseWriter, srv *xds.Server, c xdsdebug.ConnStatus, typeURL string, mk func() proto.Message) {
 	b, err := resourcesJSON(srv, c, typeURL, mk)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -154,9 +153,9 @@ func writeResources(w http.ResponseWriter, srv *xds.Server, c xds.ConnStatus, ty
 
 // resourcesJSON renders, as a JSON array of protojson, the resources of a type the connection
 // watches (the wildcard included), as the graph resolves them for its view now.
-func resourcesJSON(srv *xds.Server, c xds.ConnStatus, typeURL string, mk func() proto.Message) (json.RawMessage, error) {
+func resourcesJSON(srv *xds.Server, c xdsdebug.ConnStatus, typeURL string, mk func() proto.Message) (json.RawMessage, error) {
 	out := []json.RawMessage{}
-	for _, r := range srv.Watched(c, typeURL) {
+	for _, r := range srv.Debug().Watched(c, typeURL) {
 		m := mk()
 		if err := proto.Unmarshal(r.Body, m); err != nil {
 			return nil, fmt.Errorf("decoding %s: %w", r.Name, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/krteds/krteds/examples"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/admission"
 	"github.com/krteds/krteds/transforms"
 )
 
@@ -263,7 +264,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		if o.manifests == "" {
 			opts.TokenAudiences = o.jwtAudiences
 		}
-		if opts.SecureTLS, err = xds.ServerTLS(o.tlsCert, o.tlsKey, o.tlsClientCA, len(opts.TokenAudiences) == 0); err != nil {
+		if opts.SecureTLS, err = admission.ServerTLS(o.tlsCert, o.tlsKey, o.tlsClientCA, len(opts.TokenAudiences) == 0); err != nil {
 			return err
 		}
 		if opts.SecureListener, err = net.Listen("tcp", o.xdsTLSAddr); err != nil {

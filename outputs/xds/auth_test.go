@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/krteds/krteds/outputs/xds/admission"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 )
@@ -28,13 +29,13 @@ type countingTokens struct {
 	reviews atomic.Int64
 }
 
-func (c *countingTokens) Authenticate(_ context.Context, token string) (Identity, error) {
+func (c *countingTokens) Authenticate(_ context.Context, token string) (admission.Identity, error) {
 	c.reviews.Add(1)
 	ns, ok := c.accept[token]
 	if !ok {
-		return Identity{}, RejectedToken{"unknown token"}
+		return admission.Identity{}, admission.RejectedToken{Reason: "unknown token"}
 	}
-	return Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: "sa"}, nil
+	return admission.Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: "sa"}, nil
 }
 
 // jwtWith is a token shaped as a JWT with these claims (its signature is not one).
@@ -56,7 +57,7 @@ func startTokenServer(t *testing.T, opts ...func(*Options)) *tokenServer {
 	tokens := &countingTokens{accept: map[string]string{}}
 	ts := &tokenServer{tokens: tokens}
 	ts.fakeServer = startFake(t, append([]func(*Options){func(o *Options) {
-		o.Tokens = NewTokenCache(tokens)
+		o.Tokens = admission.NewTokenCache(tokens)
 		o.TrustDomain = "cluster.local"
 	}}, opts...)...)
 	ca, err := fixtures.NewCA()
@@ -136,7 +137,7 @@ func TestStreamsAreAuthenticatedBeforeAnything(t *testing.T) {
 		}
 		s.Close()
 	}
-	if n := len(ts.srv.Status()); n != 0 {
+	if n := ts.srv.Streams(); n != 0 {
 		t.Fatalf("%d refused streams are registered", n)
 	}
 }
@@ -172,44 +173,8 @@ func TestTokenReviewsAreCached(t *testing.T) {
 	}
 	// One review each for the good and the refused token; at most a few more where streams
 	// asked at the same moment.
-	if n := ts.tokens.reviews.Load(); n < 2 || n > 2+maxConcurrentReviews {
+	if n := ts.tokens.reviews.Load(); n < 2 || n > 2+admission.MaxConcurrentReviews {
 		t.Fatalf("%d TokenReviews for 200 streams of 4 tokens, want 2 (plus concurrent misses)", n)
-	}
-}
-
-// TestTokenCacheExpiry: an accepted token is trusted until its expiry or maxTokenTTL, whichever
-// comes first; a refused one is refused without asking for rejectedTokenTTL; a failure to ask
-// is not remembered.
-func TestTokenCacheExpiry(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	tokens := &countingTokens{accept: map[string]string{}}
-	c := NewTokenCache(tokens).(*tokenCache)
-	c.now = func() time.Time { return now }
-	soon := jwtWith(fmt.Sprintf(`{"exp":%d}`, now.Add(time.Minute).Unix()))
-	late := jwtWith(fmt.Sprintf(`{"exp":%d}`, now.Add(24*time.Hour).Unix()))
-	tokens.accept[soon], tokens.accept[late] = "ns1", "ns1"
-	refused := jwtWith(`{}`)
-	ask := func(tok string) error { _, err := c.Authenticate(context.Background(), tok); return err }
-	for _, tok := range []string{soon, late, refused} {
-		_ = ask(tok)
-		_ = ask(tok)
-	}
-	if n := tokens.reviews.Load(); n != 3 {
-		t.Fatalf("%d reviews for three tokens asked twice, want 3", n)
-	}
-	now = now.Add(2 * time.Minute) // soon has expired; refused is asked again
-	if err := ask(soon); err == nil {
-		t.Error("an expired token is accepted from the cache")
-	}
-	_ = ask(late)
-	_ = ask(refused)
-	if n := tokens.reviews.Load(); n != 4 {
-		t.Fatalf("%d reviews, want 4 (the refused token asked again, the long-lived one not)", n)
-	}
-	now = now.Add(maxTokenTTL)
-	_ = ask(late)
-	if n := tokens.reviews.Load(); n != 5 {
-		t.Fatalf("%d reviews, want 5: a long-lived token is asked again after %v", n, maxTokenTTL)
 	}
 }
 
@@ -253,27 +218,4 @@ func TestStreamsPerIdentityAreBounded(t *testing.T) {
 			}
 			return err == nil, fmt.Sprint(err)
 		})
-}
-
-// TestLoadReportsAreAuthenticated: on the authenticated port an LRS stream is authenticated as
-// it opens and may report only as a proxy of its identity's namespace.
-func TestLoadReportsAreAuthenticated(t *testing.T) {
-	l := NewLoadReports(time.Second, nil, nil)
-	ts := startTokenServer(t, func(o *Options) { o.LoadReports = l })
-	tok := jwtWith(`{"sub":"ns1"}`)
-	ts.tokens.accept[tok] = "ns1"
-	cc := ts.dial(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := openLRS(ctx, t, cc, sidecarNode(1).Proto()); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("no token: %v, want Unauthenticated", err)
-	}
-	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
-	other := adsclient.Node{ID: "sidecar~10.1.0.2~x.ns2~ns2.svc.cluster.local", Namespace: "ns2"}
-	if _, err := openLRS(authed, t, cc, other.Proto()); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("a proxy of another namespace: %v, want PermissionDenied", err)
-	}
-	if _, err := openLRS(authed, t, cc, sidecarNode(1).Proto()); err != nil {
-		t.Errorf("its own namespace's proxy: %v", err)
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
 )
 
@@ -129,7 +130,7 @@ func waitStreams(t *testing.T, fs *fakeServer, n int) {
 	t.Helper()
 	fixtures.Polling("a stream's end is its handler returning, which nothing signals").
 		Await(t, 20*time.Second, fmt.Sprintf("%d streams open", n), func() (bool, string) {
-			st, c := len(fs.srv.Status()), fs.src.connected()
+			st, c := fs.srv.Streams(), fs.src.connected()
 			return st == n && c == n, fmt.Sprintf("%d streams, %d proxies connected", st, c)
 		})
 }
@@ -228,7 +229,7 @@ func TestHostileClientsGetBoundedLogs(t *testing.T) {
 	if nackBytes > 20*1024 {
 		t.Errorf("1000 NACKs with 1 MB details wrote %d bytes of log", nackBytes)
 	}
-	st := fs.srv.Status()
+	st := fs.srv.Debug().Statuses(xdsdebug.Everything, false)
 	for _, c := range st {
 		if ts := c.Types[tEndpoint.url()]; ts.NACKs != 0 && ts.NACKs != 1000 {
 			t.Errorf("NACKs counted: %d, want 1000", ts.NACKs)

@@ -1,15 +1,11 @@
 package xds
 
 import (
-	"container/list"
-	"context"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
 	"google.golang.org/grpc/mem"
 )
 
@@ -17,47 +13,65 @@ import (
 // seen written to their connections, or is about to encode: a reconnect storm of a thousand
 // proxies, each first answered with megabytes, is served a budget's worth at a time instead of
 // being encoded all at once. A response is decided (which resources it carries: no bytes are
-// built), then waits for its size, then is encoded and handed to gRPC; gRPC frees its buffers
-// once written (or once the stream is gone), which gives the bytes back.
+// built), then waits for its place (a ticket), then is encoded and handed to gRPC; gRPC frees its
+// buffers as it writes them (or once the stream is gone), which gives the bytes back.
 //
-// Responses wait in order of arrival. Small ones (a changed endpoint's CLA) have a lane of their
-// own, so that a flip reaches the connected proxies while the large first answers of a herd wait
-// for the rest. The large lane also bounds how many responses it has in flight at once: the
-// herd is served a few proxies at a time, each to the end of its answer (the next part of an
-// answer goes before a new answer), so that proxies complete one after another rather than all
-// at the end, and the few goroutines at work leave the cores to the flips. A response larger than
-// its lane's whole budget is let through alone, once the lane is empty: the budget delays it,
-// never refuses it.
+// Small responses (a changed endpoint's CLA) have a lane of their own, so that a flip reaches the
+// connected proxies while the large first answers of a herd wait for the rest. The large lane
+// also bounds how many responses it has at work at once: the herd is served a few proxies at a
+// time, each to the end of its answer (the next part of an answer goes before a new answer), so
+// that proxies complete one after another rather than all at the end, and the few goroutines at
+// work leave the cores to the flips. It takes no new response while small ones are at work.
+//
+// Places are shared, not first-come. Waiters are served in turn by caller (an identity, or a
+// connection on the plaintext port), so one caller's many streams do not push another's back.
+// A response whose client reads nothing of it for a while is parked: it gives back its place (its
+// bytes stay counted until written), and no longer holds the large lane closed. When parked
+// responses hold so many bytes that a waiter cannot fit, the one parked longest is evicted: its
+// stream is ended as a stalled one, and its connection closed, which gives its bytes back.
 type sendBudget struct {
 	small, large *budgetLane
 	// smallMax is the largest response of the small lane.
 	smallMax int
 	metrics  *Metrics
-	// taken is the bytes taken in both lanes, peak the most ever taken at once; smallHolders the
-	// small responses in flight.
-	taken, peak, smallHolders atomic.Int64
+	// taken is the bytes taken in both lanes, peak the most ever taken at once; smallAtWork the
+	// small responses in flight and not parked.
+	taken, peak, smallAtWork atomic.Int64
 }
 
-// budgetLane is one lane of the budget: bytes and slots taken, and the waiters in order of
-// arrival, those resuming an answer first.
+// budgetLane is one lane of the budget: bytes and places taken, the tickets waiting (in turn by
+// caller, those resuming an answer first), and the parked ones.
 type budgetLane struct {
 	name     string
 	capacity int64
-	// slots bounds the responses in flight at once (0: no bound).
+	// slots bounds the responses at work at once (0: no bound).
 	slots   int
 	metrics *Metrics
 	budget  *sendBudget
 
 	mu       sync.Mutex
 	taken    int64
-	holders  int
-	resuming list.List // of *budgetWaiter: the next parts of answers under way
-	waiters  list.List // of *budgetWaiter
+	atWork   int
+	resuming fairQueue
+	waiting  fairQueue
+	// parked are the granted tickets whose client stopped reading, oldest first.
+	parked []*ticket
 }
 
-type budgetWaiter struct {
-	n     int64
+// ticket is one response's place in the budget, from its request to its release.
+type ticket struct {
+	lane     *budgetLane
+	n        int64
+	caller   string
+	resuming bool
+	// ready is closed once the place is granted.
 	ready chan struct{}
+	// evict ends the ticket's stream (set by the stream; called without the lane's lock).
+	evict func()
+	asked time.Time
+
+	// Under the lane's lock.
+	granted, parked, released, evicting bool
 }
 
 // Default budget figures: the whole budget without a memory limit to derive it from, the share
@@ -68,7 +82,7 @@ const (
 	smallResponseBytes = 64 << 10
 )
 
-// DefaultLargeResponses is the default bound on large responses in flight at once: 4 per CPU.
+// DefaultLargeResponses is the default bound on large responses at work at once: 4 per CPU.
 func DefaultLargeResponses() int { return 4 * runtime.GOMAXPROCS(0) }
 
 func newSendBudget(total int64, largeResponses int, m *Metrics) *sendBudget {
@@ -97,100 +111,165 @@ func (b *sendBudget) capacity() int64 { return b.small.capacity + b.large.capaci
 // inFlight is the bytes taken in both lanes.
 func (b *sendBudget) inFlight() int64 { return b.taken.Load() }
 
-// acquire takes n bytes and a slot of lane l, waiting in order of arrival until they fit (the
-// next part of an answer under way, resuming, before the others); it fails only when ctx ends
-// first.
-func (l *budgetLane) acquire(ctx context.Context, n int64, resuming bool) error {
+// request asks for n bytes and a place for a response of caller's: the ticket is granted at once
+// when it fits and nobody waits before it, else it waits its turn (ready is closed then).
+func (l *budgetLane) request(n int64, caller string, resuming bool, evict func()) *ticket {
+	t := &ticket{lane: l, n: n, caller: caller, resuming: resuming, ready: make(chan struct{}), evict: evict, asked: time.Now()}
 	l.mu.Lock()
-	if l.resuming.Len() == 0 && (resuming || l.waiters.Len() == 0) && l.fits(n) {
-		l.take(n)
+	if l.resuming.empty() && (resuming || l.waiting.empty()) && l.fits(n) {
+		l.grantLocked(t)
 		l.mu.Unlock()
-		return nil
+		return t
 	}
-	queue := &l.waiters
 	if resuming {
-		queue = &l.resuming
+		l.resuming.push(t)
+	} else {
+		l.waiting.push(t)
 	}
-	w := &budgetWaiter{n: n, ready: make(chan struct{})}
-	e := queue.PushBack(w)
 	l.metrics.WaitingStreams.Inc()
+	victim := l.victimLocked()
 	l.mu.Unlock()
-	start := time.Now()
-	select {
-	case <-w.ready:
-		l.metrics.BudgetWait.Observe(time.Since(start).Seconds())
-		return nil
-	case <-ctx.Done():
-		l.mu.Lock()
-		select {
-		case <-w.ready:
-			// Granted meanwhile: give it back.
-			l.mu.Unlock()
-			l.release(n)
-		default:
-			queue.Remove(e)
-			l.metrics.WaitingStreams.Dec()
-			l.grant()
-			l.mu.Unlock()
-		}
-		return ctx.Err()
-	}
+	victim.evictNow()
+	return t
 }
 
-// fits reports whether n more bytes and a slot fit (l.mu held); anything fits an empty lane. The
-// large lane takes no new response while small ones are under way (a flip going out to every
-// proxy): those before it finish, and the cores go to the small ones.
+// fits reports whether n more bytes and a place fit (l.mu held); anything fits a lane that holds
+// nothing. The large lane takes no new response while small ones are at work (a flip going out
+// to every proxy): those before it finish, and the cores go to the small ones.
 func (l *budgetLane) fits(n int64) bool {
-	if l == l.budget.large && l.budget.smallHolders.Load() > 0 && l.holders > 0 {
+	if l.taken == 0 {
+		return true
+	}
+	if l == l.budget.large && l.budget.smallAtWork.Load() > 0 && l.atWork > 0 {
 		return false
 	}
-	return l.holders == 0 || (l.taken+n <= l.capacity && (l.slots == 0 || l.holders < l.slots))
+	return l.taken+n <= l.capacity && (l.slots == 0 || l.atWork < l.slots)
 }
 
-func (l *budgetLane) take(n int64) {
-	l.taken += n
-	l.holders++
+// grantLocked gives t its bytes and place (l.mu held).
+func (l *budgetLane) grantLocked(t *ticket) {
+	t.granted = true
+	l.taken += t.n
+	l.atWork++
 	if l == l.budget.small {
-		l.budget.smallHolders.Add(1)
+		l.budget.smallAtWork.Add(1)
 	}
-	l.metrics.InFlight.Add(float64(n))
-	t := l.budget.taken.Add(n)
-	for p := l.budget.peak.Load(); t > p && !l.budget.peak.CompareAndSwap(p, t); p = l.budget.peak.Load() {
+	l.metrics.InFlight.Add(float64(t.n))
+	total := l.budget.taken.Add(t.n)
+	for p := l.budget.peak.Load(); total > p && !l.budget.peak.CompareAndSwap(p, total); p = l.budget.peak.Load() {
 	}
+	close(t.ready)
 }
 
-// release gives n bytes and a slot back and lets the waiters that now fit in, in order.
-func (l *budgetLane) release(n int64) {
-	l.mu.Lock()
-	l.taken -= n
-	l.holders--
-	l.budget.taken.Add(-n)
-	l.metrics.InFlight.Sub(float64(n))
-	l.grant()
-	l.mu.Unlock()
-	if l == l.budget.small && l.budget.smallHolders.Add(-1) == 0 {
-		// The small responses are done: the large lane may go on.
-		large := l.budget.large
-		large.mu.Lock()
-		large.grant()
-		large.mu.Unlock()
-	}
-}
-
-// grant lets in the first waiters while they fit, those resuming first (l.mu held).
-func (l *budgetLane) grant() {
-	for _, q := range []*list.List{&l.resuming, &l.waiters} {
-		for e := q.Front(); e != nil; e = q.Front() {
-			w := e.Value.(*budgetWaiter)
-			if !l.fits(w.n) {
-				return
+// grantWaitersLocked lets in the waiters that now fit, in turn, those resuming first (l.mu
+// held). It returns a parked ticket to evict when parked responses hold the bytes the first
+// waiter needs.
+func (l *budgetLane) grantWaitersLocked() *ticket {
+	for _, q := range []*fairQueue{&l.resuming, &l.waiting} {
+		for t := q.peek(); t != nil; t = q.peek() {
+			if !l.fits(t.n) {
+				return l.victimLocked()
 			}
-			q.Remove(e)
+			q.pop()
 			l.metrics.WaitingStreams.Dec()
-			l.take(w.n)
-			close(w.ready)
+			l.metrics.BudgetWait.Observe(time.Since(t.asked).Seconds())
+			l.grantLocked(t)
 		}
 	}
+	return nil
+}
+
+// victimLocked is the parked ticket to evict so that the first waiter can fit: the one parked
+// longest, when the parked bytes are what keeps the waiter out (l.mu held).
+func (l *budgetLane) victimLocked() *ticket {
+	t := l.resuming.peek()
+	if t == nil {
+		t = l.waiting.peek()
+	}
+	if t == nil || len(l.parked) == 0 || l.taken+t.n <= l.capacity {
+		return nil
+	}
+	for _, p := range l.parked {
+		if !p.evicting {
+			p.evicting = true
+			return p
+		}
+	}
+	return nil
+}
+
+// evictNow ends the stream of a ticket chosen to be evicted (nil: none).
+func (t *ticket) evictNow() {
+	if t != nil && t.evict != nil {
+		t.evict()
+	}
+}
+
+// park gives back the ticket's place while its client reads nothing; its bytes stay taken.
+func (t *ticket) park() {
+	l := t.lane
+	l.mu.Lock()
+	if !t.granted || t.parked || t.released {
+		l.mu.Unlock()
+		return
+	}
+	t.parked = true
+	l.atWork--
+	l.parked = append(l.parked, t)
+	small := l == l.budget.small
+	victim := l.grantWaitersLocked()
+	l.mu.Unlock()
+	victim.evictNow()
+	if small && l.budget.smallAtWork.Add(-1) == 0 {
+		l.budget.large.wake()
+	}
+}
+
+// release gives the ticket's bytes and place back (written, or its stream gone), or takes it
+// out of the queue if it still waits.
+func (t *ticket) release() {
+	l := t.lane
+	l.mu.Lock()
+	if t.released {
+		l.mu.Unlock()
+		return
+	}
+	t.released = true
+	if !t.granted {
+		if (t.resuming && l.resuming.remove(t)) || l.waiting.remove(t) {
+			l.metrics.WaitingStreams.Dec()
+		}
+		l.mu.Unlock()
+		return
+	}
+	l.taken -= t.n
+	l.budget.taken.Add(-t.n)
+	l.metrics.InFlight.Sub(float64(t.n))
+	wasAtWork := !t.parked
+	if wasAtWork {
+		l.atWork--
+	} else {
+		for i, p := range l.parked {
+			if p == t {
+				l.parked = append(l.parked[:i], l.parked[i+1:]...)
+				break
+			}
+		}
+	}
+	victim := l.grantWaitersLocked()
+	l.mu.Unlock()
+	victim.evictNow()
+	if wasAtWork && l == l.budget.small && l.budget.smallAtWork.Add(-1) == 0 {
+		l.budget.large.wake()
+	}
+}
+
+// wake lets in the waiters that now fit.
+func (l *budgetLane) wake() {
+	l.mu.Lock()
+	victim := l.grantWaitersLocked()
+	l.mu.Unlock()
+	victim.evictNow()
 }
 
 func (l *budgetLane) used() int64 {
@@ -199,81 +278,130 @@ func (l *budgetLane) used() int64 {
 	return l.taken
 }
 
-// releasingPool is the pool a response's framing buffer goes back to: gRPC puts it there once
-// every piece of the response has been written (or dropped with its stream), and the response's
-// bytes go back to the budget with it.
+// fairQueue holds waiting tickets by caller, and serves the callers in turn: the first ticket
+// of the caller whose turn it is, then that caller goes to the back.
+type fairQueue struct {
+	byCaller map[string][]*ticket
+	turn     []string
+}
+
+func (q *fairQueue) empty() bool { return len(q.turn) == 0 }
+
+func (q *fairQueue) push(t *ticket) {
+	if q.byCaller == nil {
+		q.byCaller = map[string][]*ticket{}
+	}
+	if len(q.byCaller[t.caller]) == 0 {
+		q.turn = append(q.turn, t.caller)
+	}
+	q.byCaller[t.caller] = append(q.byCaller[t.caller], t)
+}
+
+// peek is the ticket whose turn it is (nil: none waits).
+func (q *fairQueue) peek() *ticket {
+	if len(q.turn) == 0 {
+		return nil
+	}
+	return q.byCaller[q.turn[0]][0]
+}
+
+// pop takes the ticket whose turn it is; its caller goes to the back if it has more.
+func (q *fairQueue) pop() {
+	c := q.turn[0]
+	q.turn = q.turn[1:]
+	ts := q.byCaller[c][1:]
+	if len(ts) == 0 {
+		delete(q.byCaller, c)
+		return
+	}
+	q.byCaller[c] = ts
+	q.turn = append(q.turn, c)
+}
+
+// remove takes a waiting ticket out, reporting whether it was there.
+func (q *fairQueue) remove(t *ticket) bool {
+	ts := q.byCaller[t.caller]
+	for i, w := range ts {
+		if w != t {
+			continue
+		}
+		ts = append(ts[:i], ts[i+1:]...)
+		if len(ts) > 0 {
+			q.byCaller[t.caller] = ts
+			return true
+		}
+		delete(q.byCaller, t.caller)
+		for j, c := range q.turn {
+			if c == t.caller {
+				q.turn = append(q.turn[:j], q.turn[j+1:]...)
+				break
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// releasingPool is where a response's buffers go back once gRPC has written them (or dropped
+// them with its stream): the framing's pieces to the framing pool, the bodies (shared, never
+// reused) nowhere. Each piece that comes back is progress; the last gives the ticket's bytes
+// back and closes written.
 type releasingPool struct {
-	lane *budgetLane
-	n    int64
-	// written is closed once the response is written; timer stalls the stream meanwhile.
+	ticket *ticket
+	// pieces are the pieces still to come back; progress counts those that came.
+	pieces   atomic.Int64
+	progress atomic.Int64
+	// written is closed once every piece is back.
 	written chan struct{}
-	timer   *time.Timer
 	once    sync.Once
 }
 
-func (p *releasingPool) Get(size int) *[]byte { return framingBuffers.Get(size) }
-
-func (p *releasingPool) Put(b *[]byte) {
-	framingBuffers.Put(b)
-	p.done()
+func newReleasingPool(t *ticket) *releasingPool {
+	return &releasingPool{ticket: t, written: make(chan struct{})}
 }
 
-// abandon gives the response's bytes back without its buffer: its stream has ended, and gRPC
+// framing is the pool of the response's framing pieces.
+func (p *releasingPool) framing() mem.BufferPool { return framingPieces{p} }
+
+// bodies is the pool of the response's body pieces.
+func (p *releasingPool) bodies() mem.BufferPool { return bodyPieces{p} }
+
+// expect counts pieces that will come back.
+func (p *releasingPool) expect(n int) { p.pieces.Add(int64(n)) }
+
+// back is one piece back: progress, and the last one done.
+func (p *releasingPool) back() {
+	p.progress.Add(1)
+	if p.pieces.Add(-1) == 0 {
+		p.done()
+	}
+}
+
+// abandon gives the response's bytes back without its pieces: its stream has ended, and gRPC
 // drops what it still holds of it.
 func (p *releasingPool) abandon() { p.done() }
 
 func (p *releasingPool) done() {
 	p.once.Do(func() {
-		if p.timer != nil {
-			p.timer.Stop()
-		}
-		p.lane.release(p.n)
+		p.ticket.release()
 		close(p.written)
 	})
 }
 
-var _ mem.BufferPool = (*releasingPool)(nil)
+type framingPieces struct{ p *releasingPool }
 
-// SendBudget is the bytes of responses in flight now, the most ever in flight at once, and the
-// budget.
-func (s *Server) SendBudget() (inFlight, peak, capacity int64) {
-	return s.budget.inFlight(), s.budget.peak.Load(), s.budget.capacity()
+func (f framingPieces) Get(size int) *[]byte { return framingBuffers.Get(size) }
+func (f framingPieces) Put(b *[]byte) {
+	framingBuffers.Put(b)
+	f.p.back()
 }
 
-// Streams is the number of open streams.
-func (s *Server) Streams() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.conns)
-}
+type bodyPieces struct{ p *releasingPool }
 
-// Drain ends every open stream, spread evenly over d (at once when d is 0), each with
-// UNAVAILABLE: its client reconnects, and where the connection has been told to go (GOAWAY) it
-// does so on a new connection, to another replica. It returns once every stream has been told,
-// or ctx ends.
-func (s *Server) Drain(ctx context.Context, d time.Duration) {
-	s.mu.RLock()
-	conns := make([]*conn, 0, len(s.conns))
-	for _, c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.RUnlock()
-	slices.SortFunc(conns, func(a, b *conn) int { return int(connSeq(a.id) - connSeq(b.id)) })
-	if ok, _ := s.logs.disconnects.allow(time.Now()); ok {
-		s.log.Info("draining xDS streams", zap.Int("streams", len(conns)), zap.Duration("over", d))
-	}
-	var step time.Duration
-	if len(conns) > 0 {
-		step = d / time.Duration(len(conns))
-	}
-	for i, c := range conns {
-		if i > 0 && step > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(step):
-			}
-		}
-		c.drainOnce.Do(func() { close(c.draining) })
-	}
-}
+func (f bodyPieces) Get(size int) *[]byte { b := make([]byte, size); return &b }
+func (f bodyPieces) Put(*[]byte)          { f.p.back() }
+
+var (
+	_ mem.BufferPool = framingPieces{}
+	_ mem.BufferPool = bodyPieces{}
+)

@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +16,9 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 )
 
-// TestEveryResponseGivesItsBudgetBack: the framing of every response, the smallest included, is
-// a buffer gRPC gives back once written (or dropped); the bytes go back to the budget then, and
-// not before.
+// TestEveryResponseGivesItsBudgetBack: every response, the smallest included, is pieces gRPC
+// gives back once written (or dropped); the bytes go back to the budget with the last, and not
+// before; a large one comes back in pieces, each progress.
 func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
 	b := newSendBudget(1<<20, 0, NewMetrics(prometheus.NewRegistry()))
 	big := make([]byte, 300<<10)
@@ -30,17 +29,16 @@ func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
 	} {
 		for _, delta := range []bool{false, true} {
 			n := encodedSize(r, delta)
-			lane := b.lane(n)
-			if err := lane.acquire(context.Background(), int64(n), false); err != nil {
-				t.Fatal(err)
-			}
-			c := newConn("c", delta, "")
-			pool := c.handOver(lane, n, -1)
+			tk := b.lane(n).request(int64(n), "c", false, nil)
+			pool := newReleasingPool(tk)
 			var w *wireMessage
 			if delta {
 				w = encodeDelta(r, pool)
 			} else {
 				w = encodeSotw(r, pool)
+			}
+			if got := w.data.Len(); got != n {
+				t.Fatalf("%s (delta %v): %d bytes encoded, %d counted", name, delta, got, n)
 			}
 			if got := b.inFlight(); got != int64(n) {
 				t.Fatalf("%s: %d bytes in flight before it is written, want %d", name, got, n)
@@ -54,75 +52,157 @@ func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
 			if got := b.inFlight(); got != 0 {
 				t.Fatalf("%s (delta %v): %d bytes still in flight", name, delta, got)
 			}
+			if name == "large" && pool.progress.Load() < int64(len(big)/wirePiece) {
+				t.Fatalf("%s (delta %v): %d pieces came back, want one every %d bytes", name, delta, pool.progress.Load(), wirePiece)
+			}
 		}
 	}
 }
 
-// TestBudgetLanes: a lane lets responses in while they fit, in order of arrival; one larger than
-// the lane goes alone; a small response is not held back by large ones waiting; a waiter whose
-// stream ends leaves the queue.
+// TestBudgetLanes: a lane lets responses in while they fit, one caller's in order of arrival;
+// one larger than the lane goes alone; a small response is not held back by large ones waiting;
+// a waiter whose stream ends leaves the queue.
 func TestBudgetLanes(t *testing.T) {
 	b := newSendBudget(8<<20, 0, NewMetrics(prometheus.NewRegistry()))
 	large := b.large
-	ctx := context.Background()
-	if err := large.acquire(ctx, large.capacity-10, false); err != nil {
-		t.Fatal(err)
-	}
-	var order []int
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	started := make(chan struct{})
-	for i := 1; i <= 3; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if i == 1 {
-				close(started)
-			}
-			// Each fills the lane: they can only go one after another.
-			if err := large.acquire(ctx, large.capacity-5, false); err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			large.release(large.capacity - 5)
-		}()
-		<-started
-		// Each waiter queues before the next starts.
-		waiters(t, large, i)
+	first := large.request(large.capacity-10, "c", false, nil)
+	granted(t, first, true)
+	// Each fills the lane: they can only go one after another.
+	var waiting []*ticket
+	for i := 0; i < 3; i++ {
+		waiting = append(waiting, large.request(large.capacity-5, "c", false, nil))
+		granted(t, waiting[i], false)
 	}
 	// The small lane is free while the large one has a queue.
 	small := b.lane(1000)
 	if small != b.small {
 		t.Fatal("a 1 000-byte response is not in the small lane")
 	}
-	if err := small.acquire(ctx, 1000, false); err != nil {
-		t.Fatal(err)
-	}
-	small.release(1000)
+	s := small.request(1000, "c", false, nil)
+	granted(t, s, true)
+	s.release()
 	// A waiter whose stream ends leaves the queue.
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- large.acquire(cctx, 100, false) }()
-	waiters(t, large, 4)
-	cancel()
-	if err := <-done; err == nil {
-		t.Fatal("a cancelled waiter was granted")
+	gone := large.request(100, "c", false, nil)
+	gone.release()
+	first.release()
+	for i, w := range waiting {
+		granted(t, w, true)
+		for _, later := range waiting[i+1:] {
+			granted(t, later, false)
+		}
+		w.release()
 	}
-	large.release(large.capacity - 10)
-	wg.Wait()
-	if len(order) != 3 || order[0] != 1 || order[1] != 2 || order[2] != 3 {
-		t.Fatalf("granted in order %v, want [1 2 3]", order)
-	}
+	granted(t, gone, false)
 	// Larger than the lane: alone, once it is empty.
-	if err := large.acquire(ctx, 2*large.capacity, false); err != nil {
-		t.Fatal(err)
-	}
-	large.release(2 * large.capacity)
+	huge := large.request(2*large.capacity, "c", false, nil)
+	granted(t, huge, true)
+	huge.release()
 	if got := b.inFlight(); got != 0 {
 		t.Fatalf("%d bytes left in flight", got)
+	}
+}
+
+// TestBudgetServesCallersInTurn: when places are short, waiters are served one caller after
+// another, not in order of arrival: a caller queueing many responses does not push another's
+// back; the next part of an answer goes ahead of new answers.
+func TestBudgetServesCallersInTurn(t *testing.T) {
+	b := newSendBudget(64<<20, 1, NewMetrics(prometheus.NewRegistry())) // one large response at work
+	large := b.large
+	busy := large.request(100<<10, "a", false, nil)
+	var order []string
+	var tickets []*ticket
+	for _, c := range []string{"a", "a", "a", "b", "a", "c"} {
+		tickets = append(tickets, large.request(100<<10, c, false, nil))
+	}
+	resuming := large.request(100<<10, "a", true, nil)
+	busy.release()
+	for range len(tickets) + 1 {
+		var next *ticket
+		for _, tk := range append([]*ticket{resuming}, tickets...) {
+			if isGranted(tk) && !tk.released {
+				next = tk
+			}
+		}
+		if next == nil {
+			t.Fatalf("nothing granted after %v", order)
+		}
+		if next == resuming {
+			order = append(order, "a-resuming")
+		} else {
+			order = append(order, next.caller)
+		}
+		next.release()
+	}
+	want := []string{"a-resuming", "a", "b", "c", "a", "a", "a"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("granted in order %v, want %v", order, want)
+	}
+}
+
+// TestParkedResponsesGiveBackTheirPlace: a response whose client reads nothing gives back its
+// place (its bytes stay taken) and no longer keeps the large lane closed as a small one; when
+// parked bytes keep a waiter out, the one parked longest is evicted.
+func TestParkedResponsesGiveBackTheirPlace(t *testing.T) {
+	b := newSendBudget(8<<20, 1, NewMetrics(prometheus.NewRegistry()))
+	large := b.large
+	evicted := make(chan struct{}, 1)
+	unread := large.request(200<<10, "a", false, func() { evicted <- struct{}{} })
+	next := large.request(200<<10, "b", false, nil)
+	granted(t, next, false)
+	unread.park()
+	granted(t, next, true)
+	if got := b.inFlight(); got != 400<<10 {
+		t.Fatalf("%d bytes in flight, want the parked response's and the next", got)
+	}
+	next.release()
+	// A small response at work keeps the large lane from taking a new one while it has one at
+	// work; parked, it does not.
+	b2 := newSendBudget(8<<20, 2, NewMetrics(prometheus.NewRegistry()))
+	atWork := b2.large.request(200<<10, "a", false, nil)
+	s := b2.small.request(10<<10, "a", false, nil)
+	behind := b2.large.request(200<<10, "c", false, nil)
+	granted(t, behind, false)
+	s.park()
+	granted(t, behind, true)
+	for _, tk := range []*ticket{atWork, s, behind} {
+		tk.release()
+	}
+	if got := b2.inFlight(); got != 0 {
+		t.Fatalf("%d bytes left in flight", got)
+	}
+	// Parked bytes that keep a waiter out: the one parked longest is evicted, and its bytes come
+	// back once its stream ends.
+	full := large.request(large.capacity-(300<<10), "d", false, func() { t.Error("the newer parked response was evicted") })
+	full.park()
+	waiter := large.request(200<<10, "e", false, nil)
+	select {
+	case <-evicted:
+	default:
+		t.Fatal("parked responses hold the bytes a waiter needs, and none was evicted")
+	}
+	granted(t, waiter, false)
+	unread.release() // its stream ended: gRPC dropped it
+	granted(t, waiter, true)
+	waiter.release()
+	full.release()
+	if got := b.inFlight(); got != 0 {
+		t.Fatalf("%d bytes left in flight", got)
+	}
+}
+
+func isGranted(tk *ticket) bool {
+	select {
+	case <-tk.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func granted(t *testing.T, tk *ticket, want bool) {
+	t.Helper()
+	if got := isGranted(tk); got != want {
+		t.Fatalf("a ticket of %d bytes of %s: granted %v, want %v", tk.n, tk.caller, got, want)
 	}
 }
 
@@ -158,18 +238,6 @@ func TestConnectionsAreForgottenWhenTheyEnd(t *testing.T) {
 		Await(t, 10*time.Second, "no connection known after the five closed", func() (bool, string) {
 			n := fs.srv.clientConns.size()
 			return n == 0, fmt.Sprintf("%d connections known", n)
-		})
-}
-
-// waiters waits until a lane has n responses waiting for it.
-func waiters(t *testing.T, l *budgetLane, n int) {
-	t.Helper()
-	fixtures.PollingEvery(time.Millisecond, "a response starting to wait for the budget signals nothing").
-		Await(t, 10*time.Second, fmt.Sprintf("%d waiters", n), func() (bool, string) {
-			l.mu.Lock()
-			got := l.waiters.Len()
-			l.mu.Unlock()
-			return got == n, fmt.Sprintf("%d waiters", got)
 		})
 }
 

@@ -11,7 +11,9 @@ import (
 // into the streams it touches here (touched), and nowhere else. Streams are numbered by slot, a
 // stream's bit in the sets.
 //
-// Lock order: a stream's lock (conn.mu), then the index's, then the name table's.
+// The index is shared by every stream, behind its lock; a stream's goroutine changes only its
+// own entries. Lock order: the index's lock, then the name table's (taken inside it); no other
+// lock is taken under either.
 type subscriberIndex struct {
 	names *nameTable
 	// follows is Source.Follows.
@@ -20,12 +22,12 @@ type subscriberIndex struct {
 	mu sync.RWMutex
 	// slots numbers the streams; free lists the slots of closed streams, reused first so that
 	// the sets stay short.
-	slots []*conn
+	slots []*stream
 	free  []uint32
 	// subscribers indexes, per type and nameID, the streams subscribed to (or holding) each
 	// name; wildcard lists the streams subscribed to all of a type.
 	subscribers [numTypes][]connSet
-	wildcard    [numTypes]map[*conn]struct{}
+	wildcard    [numTypes]map[*stream]struct{}
 	// followers indexes, per type, the subscribed names whose resources follow another name
 	// (Source.Follows), by that name; an entry lives as long as its name has subscribers.
 	followers [numTypes]map[string][]nameID
@@ -34,35 +36,35 @@ type subscriberIndex struct {
 func newSubscriberIndex(names *nameTable, follows func(typeURL, name string) string) *subscriberIndex {
 	x := &subscriberIndex{names: names, follows: follows}
 	for t := range numTypes {
-		x.wildcard[t] = map[*conn]struct{}{}
+		x.wildcard[t] = map[*stream]struct{}{}
 		x.followers[t] = map[string][]nameID{}
 	}
 	return x
 }
 
 // addStream gives a new stream its slot.
-func (x *subscriberIndex) addStream(c *conn) {
+func (x *subscriberIndex) addStream(st *stream) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if n := len(x.free); n > 0 {
-		c.slot = x.free[n-1]
+		st.slot = x.free[n-1]
 		x.free = x.free[:n-1]
-		x.slots[c.slot] = c
+		x.slots[st.slot] = st
 		return
 	}
-	c.slot = uint32(len(x.slots))
-	x.slots = append(x.slots, c)
+	st.slot = uint32(len(x.slots))
+	x.slots = append(x.slots, st)
 }
 
 // removeStream takes a closed stream out of the index, with the names it held (released: a
 // server without streams holds no names), and frees its slot.
-func (x *subscriberIndex) removeStream(c *conn, held *[numTypes][]nameID) {
+func (x *subscriberIndex) removeStream(st *stream, held *[numTypes][]nameID) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for t := range numTypes {
-		delete(x.wildcard[t], c)
+		delete(x.wildcard[t], st)
 		for _, id := range held[t] {
-			x.unwatchLocked(typ(t), id, c)
+			x.unwatchLocked(typ(t), id, st)
 		}
 	}
 	for t := range numTypes {
@@ -70,13 +72,13 @@ func (x *subscriberIndex) removeStream(c *conn, held *[numTypes][]nameID) {
 			x.names.release(id)
 		}
 	}
-	x.slots[c.slot] = nil
-	x.free = append(x.free, c.slot)
+	x.slots[st.slot] = nil
+	x.free = append(x.free, st.slot)
 }
 
-// watch records that c holds the names ids of type t. Called before the stream's state records
+// watch records that st holds the names ids of type t. Called before the stream's state records
 // them, so that no change of a name can be missed.
-func (x *subscriberIndex) watch(t typ, c *conn, ids ...nameID) {
+func (x *subscriberIndex) watch(t typ, st *stream, ids ...nameID) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, id := range ids {
@@ -87,18 +89,18 @@ func (x *subscriberIndex) watch(t typ, c *conn, ids ...nameID) {
 		if len(*set) == 0 {
 			x.followLocked(t, id, true)
 		}
-		set.add(c.slot)
+		set.add(st.slot)
 	}
 }
 
-// unwatch records that c no longer holds name id of type t.
-func (x *subscriberIndex) unwatch(t typ, c *conn, id nameID) {
+// unwatch records that st no longer holds name id of type t.
+func (x *subscriberIndex) unwatch(t typ, st *stream, id nameID) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.unwatchLocked(t, id, c)
+	x.unwatchLocked(t, id, st)
 }
 
-func (x *subscriberIndex) unwatchLocked(t typ, id nameID, c *conn) {
+func (x *subscriberIndex) unwatchLocked(t typ, id nameID, st *stream) {
 	if int(id) >= len(x.subscribers[t]) {
 		return
 	}
@@ -106,19 +108,19 @@ func (x *subscriberIndex) unwatchLocked(t typ, id nameID, c *conn) {
 	if len(*set) == 0 {
 		return
 	}
-	if set.remove(c.slot) {
+	if set.remove(st.slot) {
 		x.followLocked(t, id, false)
 	}
 }
 
-// setWildcard records whether c subscribes to every name of type t.
-func (x *subscriberIndex) setWildcard(t typ, c *conn, on bool) {
+// setWildcard records whether st subscribes to every name of type t.
+func (x *subscriberIndex) setWildcard(t typ, st *stream, on bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if on {
-		x.wildcard[t][c] = struct{}{}
+		x.wildcard[t][st] = struct{}{}
 	} else {
-		delete(x.wildcard[t], c)
+		delete(x.wildcard[t], st)
 	}
 }
 
@@ -156,9 +158,9 @@ func (x *subscriberIndex) followLocked(t typ, id nameID, on bool) {
 // touched is what a change of names of type t touches: per stream, the interned names it must
 // look at again (nil: every name, for a wildcard stream and a name new to every stream); and the
 // interned names changed (the names themselves and those that follow them), with their names.
-func (x *subscriberIndex) touched(t typ, names []string) (streams map[*conn][]nameID, ids []nameID, idNames []string) {
-	streams = map[*conn][]nameID{}
-	var everything []*conn // wildcard streams told of a name new to every stream
+func (x *subscriberIndex) touched(t typ, names []string) (streams map[*stream][]nameID, ids []nameID, idNames []string) {
+	streams = map[*stream][]nameID{}
+	var everything []*stream // wildcard streams told of a name new to every stream
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	for _, n := range names {

@@ -9,15 +9,15 @@ import (
 // them, and the wildcard streams; a name new to every stream has a wildcard stream look at every
 // name, whatever other names the change carries and in whatever order.
 func TestTouchedByAChange(t *testing.T) {
-	names := newNameTable()
+	names := newNameTable(0)
 	x := newSubscriberIndex(names, func(_, name string) string {
 		if name == "follower" {
 			return "leader"
 		}
 		return ""
 	})
-	holder, wild, other := newConn("a", true, ""), newConn("b", true, ""), newConn("c", true, "")
-	for _, c := range []*conn{holder, wild, other} {
+	holder, wild, other := &stream{id: "a", delta: true}, &stream{id: "b", delta: true}, &stream{id: "c", delta: true}
+	for _, c := range []*stream{holder, wild, other} {
 		x.addStream(c)
 	}
 	known, follower := names.acquire("known"), names.acquire("follower")

@@ -1,6 +1,11 @@
 package xds
 
-import "sync"
+import (
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
 
 // The interning tables of the server: resource names and versions held by streams' subscriptions
 // are small integers here, each distinct one held once, for as long as some stream holds it.
@@ -65,13 +70,20 @@ func (t *refTable[K, I, E]) acquireLocked(k K) I {
 func (t *refTable[K, I, E]) release(id I) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.releaseLocked(id)
+}
+
+// releaseLocked drops a reference (t.mu held), returning the entry when it was the last.
+func (t *refTable[K, I, E]) releaseLocked(id I) (gone refEntry[K, E], last bool) {
 	e := &t.entries[id]
 	if e.refs--; e.refs > 0 {
-		return
+		return gone, false
 	}
+	gone = *e
 	delete(t.ids, e.key)
 	*e = refEntry[K, E]{}
 	t.free = append(t.free, id)
+	return gone, true
 }
 
 // lookup finds an interned key without taking a reference.
@@ -102,17 +114,65 @@ type nameID uint32
 
 // nameTimes are, per type, the input change behind a name's latest change once every stream
 // holding the name has been marked (unix ns). The time of a change a stream has yet to send
-// travels with the stream's mark instead (subscription.dirty).
+// travels with the stream's mark instead (subscription.dirty). creator is the caller whose
+// request interned the name ("" for a name of the source's).
 type nameTimes struct {
-	toldAt [numTypes]int64
+	toldAt  [numTypes]int64
+	creator string
 }
 
+// nameTable interns the names streams subscribe to. It bounds what one caller (an identity, or
+// a connection on the plaintext port) can make it hold: the bytes of the names the caller's
+// requests interned first, while some stream holds them (a name another stream subscribed to
+// before costs nothing more). Its lock is a leaf: taken inside the index's, never around another.
 type nameTable struct {
 	refTable[string, nameID, nameTimes]
+	callerMax   int64
+	callerBytes map[string]int64
 }
 
-func newNameTable() *nameTable {
-	return &nameTable{newRefTable[string, nameID, nameTimes](0)}
+func newNameTable(callerMax int64) *nameTable {
+	return &nameTable{refTable: newRefTable[string, nameID, nameTimes](0), callerMax: callerMax, callerBytes: map[string]int64{}}
+}
+
+// acquireFor interns names a caller's request subscribes to and takes a reference to each,
+// under one lock; names new to the table are the caller's, and past its bound none is taken.
+func (t *nameTable) acquireFor(caller string, names []string) ([]nameID, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]nameID, len(names))
+	var fresh int64
+	for i, n := range names {
+		_, known := t.ids[n]
+		out[i] = t.acquireLocked(n)
+		if !known {
+			t.entries[out[i]].data.creator = caller
+			fresh += int64(len(n))
+		}
+	}
+	if held := t.callerBytes[caller]; t.callerMax > 0 && held+fresh > t.callerMax {
+		for _, id := range out {
+			t.releaseLocked(id)
+		}
+		return nil, status.Errorf(codes.ResourceExhausted, "the names %s's streams subscribed to first hold %d bytes; %d more would pass the bound of %d",
+			clip(caller), held, fresh, t.callerMax)
+	}
+	if fresh > 0 {
+		t.callerBytes[caller] += fresh
+	}
+	return out, nil
+}
+
+// release drops a reference; the name is forgotten with its last one, and its bytes no longer
+// count for its creator.
+func (t *nameTable) release(id nameID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if gone, last := t.releaseLocked(id); last && gone.data.creator != "" {
+		if t.callerBytes[gone.data.creator] -= int64(len(gone.key)); t.callerBytes[gone.data.creator] <= 0 {
+			delete(t.callerBytes, gone.data.creator)
+		}
+	}
 }
 
 func (t *nameTable) name(id nameID) string { return t.key(id) }

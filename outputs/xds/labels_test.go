@@ -39,7 +39,7 @@ func TestEveryTypeHasItsLabels(t *testing.T) {
 // TestToldStampsOnlyTheNameLookedUp: a change time recorded for a name whose id was let go and
 // handed to another name meanwhile does not stamp that other name.
 func TestToldStampsOnlyTheNameLookedUp(t *testing.T) {
-	nt := newNameTable()
+	nt := newNameTable(0)
 	a := nt.acquire("a")
 	nt.release(a) // the last stream holding "a" left after onChange looked it up
 	b := nt.acquire("b")

@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"time"
+
 	"go.uber.org/zap"
 
 	"github.com/krteds/krteds/collections"
@@ -26,63 +28,53 @@ type heldCollection struct {
 // delta streams only.
 const typeLbEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint"
 
-// formFor is the resource a stream is sent for r, and whether it is a LEDS form: the LEDS form
-// of a ClusterLoadAssignment that has one, to an Envoy on a delta stream (glob collections exist
-// only in delta xDS, and gRPC clients do not read LEDS) that has not rejected one; r otherwise.
-func formFor(c *conn, t typ, r *collections.Resource) (*collections.Resource, bool) {
-	if t == tEndpoint && r != nil && r.LEDS != nil && c.delta && !c.noLEDS && c.view != nil && !c.view.GRPC {
+// formFor is the resource the stream is sent for r, and whether it is a LEDS form: the LEDS
+// form of a ClusterLoadAssignment that has one, to an Envoy on a delta stream (glob collections
+// exist only in delta xDS, and gRPC clients do not read LEDS) that has not rejected one; r
+// otherwise.
+func (st *stream) formFor(t typ, r *collections.Resource) (*collections.Resource, bool) {
+	if t == tEndpoint && r != nil && r.LEDS != nil && st.delta && !st.noLEDS && st.view != nil && !st.view.GRPC {
 		return r.LEDS.CLA, true
 	}
 	return r, false
 }
 
-// rejectedLEDS handles a rejected response of endpoints (c.mu held): if it held a LEDS form, the
-// client may not read LEDS (an Envoy without it), so the stream sends whole CLAs from then on,
-// starting with every CLA it holds.
-func (s *Server) rejectedLEDS(c *conn, st *subscription) {
-	if !c.ledsSent || c.noLEDS {
+// rejectedLEDS handles a rejected response of endpoints: if it held a LEDS form, the client may
+// not read LEDS (an Envoy without it), so the stream sends whole CLAs from then on, starting
+// with every CLA it holds.
+func (st *stream) rejectedLEDS(sb *subscription) {
+	if !st.ledsSent || st.noLEDS {
 		return
 	}
-	c.noLEDS = true
-	st.dirtyAll = true
-	s.log.Info("xDS client rejected a CLA of LEDS collections; sending it whole CLAs", zap.String("conn", c.id),
-		zap.String("node", clip(c.proxyID())))
+	st.noLEDS = true
+	sb.dirtyAll = true
+	st.srv.log.Info("xDS client rejected a CLA of LEDS collections; sending it whole CLAs", zap.String("conn", st.id),
+		zap.String("node", clip(st.proxyID())))
 }
 
-// nextCollections decides the response of LEDS resources (c.mu held). Each collection the stream
-// subscribes to and that must be looked at is resolved for the stream's view and compared with
-// the version the client holds: the members that changed or joined are sent, those gone are
-// removed. A collection the view does not have lists nothing; one whose CLA is being computed
-// for the view (after a change of the proxy's class) waits, as a pending CLA does.
-func (s *Server) nextCollections(c *conn, st *subscription) *response {
-	cs, ok := s.src.(CollectionSource)
+// nextCollections decides the response of LEDS resources. Each collection the stream subscribes
+// to and that must be looked at is resolved for the stream's view and compared with the version
+// the client holds: the members that changed or joined are sent, those gone are removed. A
+// collection the view does not have lists nothing; one whose CLA is being computed for the view
+// (after a change of the proxy's class) waits, as a pending CLA does.
+func (st *stream) nextCollections(sb *subscription) *response {
+	cs, ok := st.srv.src.(CollectionSource)
 	if !ok {
-		st.dirty, st.dirtyAll, st.force = nil, false, false
+		sb.dirty, sb.dirtyAll, sb.force = nil, false, false
 		return nil
 	}
-	var globs []nameID
-	if st.force || st.dirtyAll {
-		st.eachExplicit(func(id nameID) { globs = append(globs, id) })
-	} else {
-		for id := range st.dirty {
-			if sb, held := st.subs.get(id); held && sb.explicit {
-				globs = append(globs, id)
-			}
-		}
-	}
-	times := st.dirty
-	st.dirty, st.dirtyAll = nil, false
+	globs, times := sb.collectionsDue()
 	resp := &response{t: tLbEndpoint}
 	for _, glob := range globs {
-		col, pending := cs.ResolveCollection(c.view, typeLbEndpoint, s.names.name(glob))
+		col, pending := cs.ResolveCollection(st.view, typeLbEndpoint, st.srv.names.name(glob))
 		if pending {
-			if st.dirty == nil {
-				st.dirty = map[nameID]int64{}
+			if sb.dirty == nil {
+				sb.dirty = map[nameID]int64{}
 			}
-			st.dirty[glob] = times[glob]
+			sb.dirty[glob] = times[glob]
 			continue
 		}
-		held := st.members[glob].col
+		held := sb.members[glob].col
 		if col == held {
 			continue
 		}
@@ -91,20 +83,44 @@ func (s *Server) nextCollections(c *conn, st *subscription) *response {
 		}, func(name string) {
 			resp.removed = append(resp.removed, name)
 		})
-		if col == nil || len(col.Members) == 0 {
-			delete(st.members, glob)
-			continue
-		}
-		if st.members == nil {
-			st.members = map[nameID]heldCollection{}
-		}
-		st.members[glob] = heldCollection{col: col}
+		sb.holdCollection(glob, col)
 	}
-	if len(resp.items) == 0 && len(resp.removed) == 0 && !st.force {
+	if len(resp.items) == 0 && len(resp.removed) == 0 && !sb.force {
 		return nil
 	}
-	st.force = false
-	return s.seal(c, tLbEndpoint, st, resp)
+	st.number(resp)
+	sb.sent(resp.nonce, resp.version, time.Now(), false)
+	return resp
+}
+
+// collectionsDue are the collections to look at (every one asked for, or those marked), with
+// the input change behind each mark; the marks are taken.
+func (sb *subscription) collectionsDue() ([]nameID, map[nameID]int64) {
+	var globs []nameID
+	if sb.force || sb.dirtyAll {
+		sb.eachExplicit(func(id nameID) { globs = append(globs, id) })
+	} else {
+		for id := range sb.dirty {
+			if held, ok := sb.subs.get(id); ok && held.explicit {
+				globs = append(globs, id)
+			}
+		}
+	}
+	times := sb.dirty
+	sb.dirty, sb.dirtyAll = nil, false
+	return globs, times
+}
+
+// holdCollection records the version of a collection the client holds once sent.
+func (sb *subscription) holdCollection(glob nameID, col *collections.LEDSCollection) {
+	if col == nil || len(col.Members) == 0 {
+		delete(sb.members, glob)
+		return
+	}
+	if sb.members == nil {
+		sb.members = map[nameID]heldCollection{}
+	}
+	sb.members[glob] = heldCollection{col: col}
 }
 
 // diffCollection calls send with every member of cur that old (the version the client holds;

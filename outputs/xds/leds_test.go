@@ -10,6 +10,7 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
 func collectionOf(members ...string) *collections.LEDSCollection {
@@ -111,7 +112,7 @@ func TestLEDSWaitsForTheNewClassCollections(t *testing.T) {
 		}
 	}
 	var connID string
-	for _, st := range fs.srv.Status() {
+	for _, st := range fs.srv.Debug().Statuses(xdsdebug.Everything, false) {
 		connID = st.ConnID
 	}
 	fs.src.setCollectionPending(glob, true)

@@ -28,6 +28,10 @@ type Limits struct {
 	// LargeResponses bounds the responses over 64 KiB in flight at once (the next part of an
 	// answer under way goes first); negative: no bound.
 	LargeResponses int
+	// StreamNameBytes bounds the bytes of the names one stream subscribes to, all types
+	// together; CallerNameBytes the bytes of the names one caller's streams (an identity's, or a
+	// connection's on the plaintext port) subscribed to first, while some stream holds them.
+	StreamNameBytes, CallerNameBytes int64
 }
 
 // Default limits.
@@ -35,6 +39,13 @@ const (
 	DefaultMaxStreamsPerIdentity = 20000
 	DefaultResponseBytes         = 1 << 20
 	DefaultSendTimeout           = time.Minute
+	// A proxy asking for every cluster of a mesh of 100 000 service ports holds about 6 MB of
+	// names.
+	DefaultStreamNameBytes = 16 << 20
+	DefaultCallerNameBytes = 64 << 20
+	// MaxNameBytes bounds a resource name: krteds' longest are an EDS cluster name of a hostname
+	// and a subset and a LEDS collection named after one, a few hundred bytes.
+	MaxNameBytes = 4096
 )
 
 // DefaultStreamRate is the new streams per second let in by default: 500 per CPU (a herd of a
@@ -61,6 +72,12 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.LargeResponses == 0 {
 		l.LargeResponses = DefaultLargeResponses()
+	}
+	if l.StreamNameBytes <= 0 {
+		l.StreamNameBytes = DefaultStreamNameBytes
+	}
+	if l.CallerNameBytes <= 0 {
+		l.CallerNameBytes = DefaultCallerNameBytes
 	}
 	return l
 }

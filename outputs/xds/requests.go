@@ -170,6 +170,7 @@ func internedString(value []byte, lookup func([]byte) (string, bool)) (string, e
 	if n < 0 {
 		return "", errMalformedRequest
 	}
+
 	if !utf8.Valid(b) {
 		return "", errors.New("a resource name is not valid UTF-8")
 	}

@@ -43,7 +43,7 @@ func decodeBoth(t testing.TB, b []byte, empty func() proto.Message, names *nameT
 // TestRequestDecodingIsProtos: requests decode as the proto decoder decodes them, the names the
 // table holds sharing its copy.
 func TestRequestDecodingIsProtos(t *testing.T) {
-	names := newNameTable()
+	names := newNameTable(0)
 	known := names.name(names.acquire(fmt.Sprint("kn", "own")))
 	for _, m := range requestSeeds() {
 		b, err := proto.Marshal(m)
@@ -86,7 +86,7 @@ func FuzzRequestDecoding(f *testing.F) {
 	f.Add([]byte{0x1a, 0x02, 0xff, 0xfe}, false) // a name that is not UTF-8
 	f.Add([]byte{0x2a, 0x03, 0x0a, 0x01, 0x80}, true)
 	f.Add([]byte{0x18, 0x01}, false) // field 3 with the wrong wire type
-	names := newNameTable()
+	names := newNameTable(0)
 	names.acquire("known")
 	f.Fuzz(func(t *testing.T, b []byte, delta bool) {
 		empty := func() proto.Message { return &discovery.DiscoveryRequest{} }
@@ -126,7 +126,7 @@ func FuzzRequestDecoding(f *testing.F) {
 // decodes it, its names read when asked for (interned), its hash that of its names, and a name
 // that is not UTF-8 an error when read.
 func TestSotwRequestNamesAreReadWhenNeeded(t *testing.T) {
-	names := newNameTable()
+	names := newNameTable(0)
 	known := names.name(names.acquire(fmt.Sprint("kn", "own")))
 	for _, m := range requestSeeds() {
 		want, ok := m.(*discovery.DiscoveryRequest)

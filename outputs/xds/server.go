@@ -2,28 +2,33 @@
 // state of each stream (subscriptions, versions held, nonces, ACKs and NACKs) and nothing else:
 // which bytes a proxy gets for a name comes from a Source.
 //
-// The files, in the order a request meets them: stream.go (the gRPC streams, the loop that
-// sends), admission.go (who may open a stream), subscription.go (the protocol rules of one
-// stream's subscription to one type), index.go (which streams hold which names), response.go
-// (what is sent next), wire.go and requests.go (the bytes), flight.go (the send budget).
+// Every piece of state has one owner. A stream's goroutine owns the stream (stream.go): its
+// subscriptions (subscription.go, plain values planned in plan.go), its view, the response in
+// hand (outbound.go); other goroutines reach it only through its inbox (inbox.go). What streams
+// share sits behind one lock each, its order stated on its type: the registry of streams (here),
+// the index of who holds which name (index.go), the interned names and versions (intern.go), the
+// send budget (flight.go). A request meets, in order: stream.go, handle.go, subscription.go; a
+// response: next.go, plan.go, outbound.go, wire.go. Who may open a stream is decided in package
+// admission, load reports are served by package lrs, the debug answers by package xdsdebug.
 package xds
 
 import (
+	"context"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs/xds/admission"
+	"github.com/krteds/krteds/outputs/xds/lrs"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
 // Options configure a server. Only ClusterID matters to every server; the zero value of each
@@ -41,10 +46,10 @@ type Options struct {
 	// LoadReports serves LRS on the gRPC servers made by NewGRPCServer (nil: LRS off); its
 	// streams are authenticated as ADS streams are, and count only what the server sent their
 	// proxy.
-	LoadReports *LoadReports
+	LoadReports *lrs.LoadReports
 	// Tokens lets TLS clients without a certificate authenticate with a bearer token in the
 	// "authorization" gRPC metadata (nil: certificates only).
-	Tokens TokenAuthenticator
+	Tokens admission.TokenAuthenticator
 	// For the xDS debug types: the system namespace (its identities see every proxy), the
 	// control plane identifier sent with istio.io/debug/syncz (istiod's JSON of component,
 	// instance ID and build), and the debug pages istio.io/debug reads (nil: none).
@@ -55,39 +60,37 @@ type Options struct {
 
 // Server is krteds' ADS server.
 type Server struct {
-	src             Source
-	clusterID       string
-	trustDomain     string
-	systemNamespace string
-	controlPlane    *core.ControlPlane
-	debugPages      http.Handler
-	loadReports     *LoadReports
-	tokens          TokenAuthenticator
-	log             *zap.Logger
-	logs            *serverLogs
-	metrics         *Metrics
-	names           *nameTable
-	versions        *versionTable
-	index           *subscriberIndex
+	src         Source
+	trustDomain string
+	loadReports *lrs.LoadReports
+	tokens      admission.TokenAuthenticator
+	debug       *xdsdebug.Debug
+	log         *zap.Logger
+	logs        *serverLogs
+	metrics     *Metrics
+	names       *nameTable
+	versions    *versionTable
+	index       *subscriberIndex
 	// limits are the server's bounds; budget the send budget, streamRate the admission of new
 	// streams (nil: unlimited).
 	limits     Limits
 	budget     *sendBudget
 	streamRate *rate.Limiter
+	// clientConns are the connections of the gRPC servers serving s, by remote address.
+	clientConns *connTracker
 
 	synced atomic.Bool
 	// closing: the server is shutting down; it takes no new stream.
 	closing atomic.Bool
 	nextID  atomic.Int64
 
-	mu    sync.RWMutex
-	conns map[string]*conn
+	// mu guards the registry of streams below; it is taken alone (no other lock under it).
+	mu      sync.RWMutex
+	streams map[string]*stream
 	// identities counts the open streams of each authenticated identity.
-	identities map[Identity]int
+	identities map[admission.Identity]int
 	// byNode lists the identified streams by node id.
-	byNode map[string][]*conn
-	// clientConns are the connections of the gRPC servers serving s, by remote address.
-	clientConns *connTracker
+	byNode map[string][]*stream
 }
 
 // NewServer builds a server over a source. Call Start before serving streams.
@@ -98,24 +101,25 @@ func NewServer(src Source, o Options) *Server {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	s := &Server{src: src, clusterID: o.ClusterID, trustDomain: o.TrustDomain, systemNamespace: o.SystemNamespace, debugPages: o.DebugPages,
-		loadReports: o.LoadReports, tokens: o.Tokens, log: o.Log, logs: newServerLogs(), metrics: o.Metrics,
-		names: newNameTable(), versions: newVersionTable(),
-		conns: map[string]*conn{}, identities: map[Identity]int{}, byNode: map[string][]*conn{}, clientConns: newConnTracker()}
-	if o.ControlPlaneID != "" {
-		s.controlPlane = &core.ControlPlane{Identifier: o.ControlPlaneID}
-	}
+	s := &Server{src: src, trustDomain: o.TrustDomain, loadReports: o.LoadReports, tokens: o.Tokens, log: o.Log, logs: newServerLogs(),
+		metrics: o.Metrics, versions: newVersionTable(), clientConns: newConnTracker(), limits: o.Limits.WithDefaults(),
+		streams: map[string]*stream{}, identities: map[admission.Identity]int{}, byNode: map[string][]*stream{}}
+	s.debug = xdsdebug.New(s, xdsdebug.Options{ClusterID: o.ClusterID, SystemNamespace: o.SystemNamespace, ControlPlaneID: o.ControlPlaneID,
+		Pages: o.DebugPages})
+	s.names = newNameTable(s.limits.CallerNameBytes)
 	s.index = newSubscriberIndex(s.names, src.Follows)
-	s.limits = o.Limits.WithDefaults()
 	s.budget = newSendBudget(s.limits.SendBudget, s.limits.LargeResponses, s.metrics)
 	if r := s.limits.StreamRate; r > 0 {
 		s.streamRate = rate.NewLimiter(rate.Limit(r), max(1, int(r)))
 	}
 	if o.LoadReports != nil {
-		o.LoadReports.srv = s
+		o.LoadReports.Bind(s, o.Tokens, o.TrustDomain)
 	}
 	return s
 }
+
+// Debug answers the debug questions about the server's streams.
+func (s *Server) Debug() *xdsdebug.Debug { return s.debug }
 
 // Start follows the source's changes and, once it has synced, answers the streams opened so far.
 func (s *Server) Start(stop <-chan struct{}) {
@@ -126,11 +130,9 @@ func (s *Server) Start(stop <-chan struct{}) {
 		}
 		s.synced.Store(true)
 		s.log.Info("source synced; answering xDS requests")
-		s.mu.RLock()
-		for _, c := range s.conns {
-			c.kick()
+		for _, st := range s.all() {
+			st.kick()
 		}
-		s.mu.RUnlock()
 	}()
 }
 
@@ -143,33 +145,19 @@ func (s *Server) Serving() bool { return s.synced.Load() && !s.closing.Load() }
 // Close makes the server take no new stream (it answers the open ones until Drain ends them).
 func (s *Server) Close() { s.closing.Store(true) }
 
-// sentTo is what the server sent the proxy of a node id (on a stream of the same identity): a
-// function reporting whether a cluster or CLA of a name is one of them. It reads the streams
-// once; the function reads only those streams.
-func (s *Server) sentTo(nodeID string, idn *Identity) func(name string) bool {
+// all lists the open streams.
+func (s *Server) all() []*stream {
 	s.mu.RLock()
-	var cs []*conn
-	for _, c := range s.byNode[nodeID] {
-		if (c.identity == nil) == (idn == nil) && (idn == nil || *c.identity == *idn) {
-			cs = append(cs, c)
-		}
+	defer s.mu.RUnlock()
+	out := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		out = append(out, st)
 	}
-	s.mu.RUnlock()
-	return func(name string) bool {
-		id, known := s.names.lookup(name)
-		if !known {
-			return false
-		}
-		for _, c := range cs {
-			if c.hasSent(id) {
-				return true
-			}
-		}
-		return false
-	}
+	return out
 }
 
-// onChange marks the changed names dirty on every stream that holds or lists them.
+// onChange leaves the changed names in the inbox of every stream that holds or lists them, and a
+// new view in the inbox of each stream the change names.
 func (s *Server) onChange(ch collections.Change) {
 	at := ch.At.UnixNano()
 	if ch.At.IsZero() {
@@ -177,15 +165,15 @@ func (s *Server) onChange(ch collections.Change) {
 	}
 	if len(ch.Conns) > 0 {
 		s.mu.RLock()
-		cs := make([]*conn, 0, len(ch.Conns))
+		sts := make([]*stream, 0, len(ch.Conns))
 		for _, id := range ch.Conns {
-			if c := s.conns[id]; c != nil {
-				cs = append(cs, c)
+			if st := s.streams[id]; st != nil {
+				sts = append(sts, st)
 			}
 		}
 		s.mu.RUnlock()
-		for _, c := range cs {
-			c.viewChanged(s.src.View(c.id))
+		for _, st := range sts {
+			st.inbox.setView(s.src.View(st.id))
 		}
 	}
 	t, ok := typeOf(ch.TypeURL)
@@ -193,8 +181,8 @@ func (s *Server) onChange(ch collections.Change) {
 		return
 	}
 	streams, ids, idNames := s.index.touched(t, ch.Names)
-	for c, ids := range streams {
-		c.markDirty(t, ids, at)
+	for st, ids := range streams {
+		st.inbox.mark(t, ids, at)
 	}
 	// Recorded once every stream holding the names has been told (LastChange says so), for the
 	// names their ids still stand for.
@@ -204,119 +192,135 @@ func (s *Server) onChange(ch collections.Change) {
 }
 
 // register adds a stream; an identity that already holds as many streams as it may is refused.
-func (s *Server) register(c *conn) error {
+func (s *Server) register(st *stream) error {
 	s.mu.Lock()
-	if c.identity != nil {
-		if s.identities[*c.identity] >= s.limits.StreamsPerIdentity {
+	if st.identity != nil {
+		if s.identities[*st.identity] >= s.limits.StreamsPerIdentity {
 			s.mu.Unlock()
-			return status.Errorf(codes.ResourceExhausted, "identity %s holds %d streams, the most one identity may", c.identity, s.limits.StreamsPerIdentity)
+			return status.Errorf(codes.ResourceExhausted, "identity %s holds %d streams, the most one identity may", st.identity, s.limits.StreamsPerIdentity)
 		}
-		s.identities[*c.identity]++
+		s.identities[*st.identity]++
 	}
-	s.conns[c.id] = c
+	s.streams[st.id] = st
 	s.mu.Unlock()
-	s.index.addStream(c)
+	s.index.addStream(st)
 	return nil
 }
 
-// unregister removes a stream, its index entries and its references to names, and tells the
-// source the proxy left.
-func (s *Server) unregister(c *conn) {
-	// A response gRPC holds for a stream that has ended no longer counts: its connection is gone
-	// (and the response with it), or gRPC drops it with the stream.
-	if p := c.unwritten; p != nil {
-		p.abandon()
-	}
-	held, proxy := c.close()
+// unregister removes an ended stream, its index entries and its references to names (held, per
+// type), and tells the source the proxy left.
+func (s *Server) unregister(st *stream, held *[numTypes][]nameID) {
+	proxy := st.proxy.Load()
 	if proxy != nil {
-		s.src.Disconnect(c.id)
+		s.src.Disconnect(st.id)
 	}
 	s.mu.Lock()
-	delete(s.conns, c.id)
+	delete(s.streams, st.id)
 	if proxy != nil {
-		s.unindexNodeLocked(c)
+		sts := slices.DeleteFunc(s.byNode[proxy.ID], func(o *stream) bool { return o == st })
+		if len(sts) == 0 {
+			delete(s.byNode, proxy.ID)
+		} else {
+			s.byNode[proxy.ID] = sts
+		}
 	}
-	if c.identity != nil {
-		if s.identities[*c.identity]--; s.identities[*c.identity] <= 0 {
-			delete(s.identities, *c.identity)
+	if st.identity != nil {
+		if s.identities[*st.identity]--; s.identities[*st.identity] <= 0 {
+			delete(s.identities, *st.identity)
 		}
 	}
 	s.mu.Unlock()
-	s.index.removeStream(c, &held)
+	s.index.removeStream(st, held)
 	if proxy != nil {
-		s.metrics.clients(proxy.Type, c.istioVersion, -1)
+		s.metrics.clients(proxy.Type, st.istioVersion, -1)
 		if ok, held := s.logs.disconnects.allow(time.Now()); ok {
-			s.log.Info("xDS client disconnected", zap.String("conn", c.id), zap.Int("suppressedLogLines", held))
+			s.log.Info("xDS client disconnected", zap.String("conn", st.id), zap.Int("suppressedLogLines", held))
 		}
 	}
 }
 
-// indexNode lists an identified stream under its node id (c.mu held, then s.mu).
-func (s *Server) indexNode(c *conn) {
+// indexNode lists an identified stream under its node id.
+func (s *Server) indexNode(st *stream) {
+	id := st.proxy.Load().ID
 	s.mu.Lock()
-	s.byNode[c.proxy.ID] = append(s.byNode[c.proxy.ID], c)
+	s.byNode[id] = append(s.byNode[id], st)
 	s.mu.Unlock()
 }
 
-func (s *Server) unindexNodeLocked(c *conn) {
-	cs := slices.DeleteFunc(s.byNode[c.proxy.ID], func(o *conn) bool { return o == c })
-	if len(cs) == 0 {
-		delete(s.byNode, c.proxy.ID)
-	} else {
-		s.byNode[c.proxy.ID] = cs
+// admit lets a new stream in at the stream rate: past it, the client is told to retry
+// (RESOURCE_EXHAUSTED, which Envoy and gRPC back off from). A delta stream coming back with
+// versions that are current (a proxy reconnecting to a restarted or another replica) costs
+// almost nothing to serve and is let in regardless; a sample of its versions decides.
+func (s *Server) admit(req request) error {
+	if s.streamRate == nil {
+		return nil
+	}
+	if req.delta && len(req.initial) > 0 {
+		checked, current := 0, 0
+		for name, v := range req.initial {
+			if checked == resumeSample {
+				break
+			}
+			checked++
+			if ver, ok := parseVersion(v); ok && s.src.Holds(req.typeURL, name, ver) {
+				current++
+			}
+		}
+		if float64(current) >= resumeShare*float64(checked) {
+			s.metrics.Resumed.Inc()
+			return nil
+		}
+	}
+	if s.streamRate.Allow() {
+		return nil
+	}
+	s.metrics.Throttled.Inc()
+	return status.Error(codes.ResourceExhausted, "more new xDS streams than krteds takes on at once: retry")
+}
+
+// resumeSample is how many of a delta stream's initial versions are checked; resumeShare the
+// share of them that must be current for the stream to be let in past the stream rate.
+const (
+	resumeSample = 256
+	resumeShare  = 0.95
+)
+
+// refused counts and logs (rate-limited across streams) a stream refused: its authentication,
+// its node, or a bound.
+func (s *Server) refused(st *stream, node string, err error) {
+	s.metrics.RejectedNodes.Inc()
+	if ok, held := s.logs.refused.allow(time.Now()); ok {
+		s.log.Warn("refused xDS client", zap.String("conn", st.id), zap.String("peer", st.peer), zap.String("node", clip(node)),
+			zap.String("error", clip(status.Convert(err).Message())), zap.Int("suppressedLogLines", held))
 	}
 }
 
-func (s *Server) newConnID(delta bool) string {
-	n := strconv.FormatInt(s.nextID.Add(1), 10)
-	if delta {
-		return "delta-" + n
+// pushed records a response in the metrics.
+func (s *Server) pushed(r *response, at time.Time) {
+	if r.other != "" {
+		return
 	}
-	return "sotw-" + n
+	bytes := 0
+	for _, it := range r.items {
+		bytes += len(it.res.Body)
+		if it.update && it.at != 0 {
+			s.metrics.converged(r.t, at.Sub(time.Unix(0, it.at)).Seconds())
+		}
+	}
+	s.metrics.pushed(r.t, bytes, time.Since(at).Seconds())
 }
 
-// ConnStatus is the protocol state of one stream, for /debug/syncz and /debug/adsz.
-type ConnStatus struct {
-	ConnID      string    `json:"connectionId"`
-	Delta       bool      `json:"delta"`
-	Peer        string    `json:"peer,omitempty"`
-	ConnectedAt time.Time `json:"connectedAt"`
-	// IstioVersion is the client's ISTIO_VERSION as the pilot_xds metric labels it ("other"
-	// past the distinct versions counted).
-	IstioVersion string                      `json:"istioVersion,omitempty"`
-	Proxy        *collections.ConnectedProxy `json:"proxy,omitempty"`
-	View         *collections.View           `json:"view,omitempty"`
-	Watches      map[string][]string         `json:"watches"`
-	Types        map[string]TypeStatus       `json:"resources"`
+// SendBudget is the bytes of responses in flight now, the most ever in flight at once, and the
+// budget.
+func (s *Server) SendBudget() (inFlight, peak, capacity int64) {
+	return s.budget.inFlight(), s.budget.peak.Load(), s.budget.capacity()
 }
 
-// TypeStatus is the protocol state of one type on one stream.
-type TypeStatus struct {
-	SentVersion  string    `json:"sentVersion,omitempty"`
-	SentNonce    string    `json:"sentNonce,omitempty"`
-	SentTime     time.Time `json:"sentTime,omitempty"`
-	AckedVersion string    `json:"ackedVersion,omitempty"`
-	AckedNonce   string    `json:"ackedNonce,omitempty"`
-	LastError    string    `json:"lastError,omitempty"`
-	NACKs        int       `json:"nacks,omitempty"`
-	Responses    int       `json:"responses,omitempty"`
-	Subscribed   int       `json:"subscribed"`
-}
-
-// Status lists every stream, ordered by connection id.
-func (s *Server) Status() []ConnStatus {
+// Streams is the number of open streams.
+func (s *Server) Streams() int {
 	s.mu.RLock()
-	conns := make([]*conn, 0, len(s.conns))
-	for _, c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.RUnlock()
-	out := make([]ConnStatus, 0, len(conns))
-	for _, c := range conns {
-		out = append(out, c.status(s.names))
-	}
-	slices.SortFunc(out, func(a, b ConnStatus) int { return strings.Compare(a.ConnID, b.ConnID) })
-	return out
+	defer s.mu.RUnlock()
+	return len(s.streams)
 }
 
 // Subscriptions is the number of distinct names streams subscribe to (or hold).
@@ -337,4 +341,30 @@ func (s *Server) LastChange(typeURL, name string) time.Time {
 		return time.Unix(0, at)
 	}
 	return time.Time{}
+}
+
+// Drain ends every open stream, spread evenly over d (at once when d is 0), each with
+// UNAVAILABLE: its client reconnects, and where the connection has been told to go (GOAWAY) it
+// does so on a new connection, to another replica. It returns once every stream has been told,
+// or ctx ends.
+func (s *Server) Drain(ctx context.Context, d time.Duration) {
+	sts := s.all()
+	slices.SortFunc(sts, func(a, b *stream) int { return int(connSeq(a.id) - connSeq(b.id)) })
+	if ok, _ := s.logs.disconnects.allow(time.Now()); ok {
+		s.log.Info("draining xDS streams", zap.Int("streams", len(sts)), zap.Duration("over", d))
+	}
+	var step time.Duration
+	if len(sts) > 0 {
+		step = d / time.Duration(len(sts))
+	}
+	for i, st := range sts {
+		if i > 0 && step > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(step):
+			}
+		}
+		st.drainOnce.Do(func() { close(st.draining) })
+	}
 }

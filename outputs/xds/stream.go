@@ -4,20 +4,21 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs/xds/admission"
 )
 
 var _ discovery.AggregatedDiscoveryServiceServer = (*Server)(nil)
-
-var errStreamClosed = errors.New("stream closed")
 
 // MaxSubscriptions bounds the names one stream may subscribe to per type.
 const MaxSubscriptions = 1 << 17
@@ -29,11 +30,7 @@ const maxUnknownPending = 16
 type variant struct {
 	delta bool
 	recv  func() (request, error)
-	send  func(*response, mem.BufferPool) error
-	// answer sends the one answer to a request of a type krteds serves no resources of: the
-	// resources of a debug type (else none), its nonce and version, and for syncz the control
-	// plane.
-	answer func(typeURL, nonce string, res []*discovery.Resource, cp *core.ControlPlane) error
+	send  func(*wireMessage) error
 }
 
 // StreamAggregatedResources serves a state-of-the-world ADS stream.
@@ -47,14 +44,7 @@ func (s *Server) StreamAggregatedResources(stream discovery.AggregatedDiscoveryS
 			}
 			return sotwRequestOf(m), nil
 		},
-		send: func(r *response, pool mem.BufferPool) error { return stream.SendMsg(encodeSotw(r, pool)) },
-		answer: func(typeURL, nonce string, res []*discovery.Resource, cp *core.ControlPlane) error {
-			out := &discovery.DiscoveryResponse{TypeUrl: typeURL, Nonce: nonce, VersionInfo: nonce, ControlPlane: cp}
-			for _, r := range res {
-				out.Resources = append(out.Resources, r.Resource)
-			}
-			return stream.Send(out)
-		},
+		send: func(m *wireMessage) error { return stream.SendMsg(m) },
 	})
 }
 
@@ -69,15 +59,70 @@ func (s *Server) DeltaAggregatedResources(stream discovery.AggregatedDiscoverySe
 			}
 			return deltaRequestOf(r), nil
 		},
-		send: func(r *response, pool mem.BufferPool) error { return stream.SendMsg(encodeDelta(r, pool)) },
-		answer: func(typeURL, nonce string, res []*discovery.Resource, cp *core.ControlPlane) error {
-			return stream.Send(&discovery.DeltaDiscoveryResponse{TypeUrl: typeURL, Nonce: nonce, SystemVersionInfo: nonce, Resources: res, ControlPlane: cp})
-		},
+		send: func(m *wireMessage) error { return stream.SendMsg(m) },
 	})
 }
 
-// serve runs one stream: requests are read and applied on their own goroutine, responses are
-// decided and sent on this one, one at a time: a slow client holds at most one response.
+// stream is one ADS stream (istiod's Connection). Its goroutine (run) owns its state: the
+// subscriptions, the view, the response in hand. Other goroutines reach it through its inbox
+// (marks, a new view, questions) and read only what it publishes: the proxy it identified as.
+type stream struct {
+	srv         *Server
+	id          string
+	delta       bool
+	peer        string
+	connectedAt time.Time
+	// identity is the authenticated client (TLS port), nil on the plaintext port; caller is who
+	// the send budget serves in turn (the identity, else the connection).
+	identity *admission.Identity
+	caller   string
+	// loopback: both ends of the connection are loopback addresses.
+	loopback bool
+	// slot is the stream's bit in the index's subscriber sets (set by subscriberIndex.addStream).
+	slot  uint32
+	inbox inbox
+	// draining is closed when the server is shutting down and the stream must go (Drain);
+	// evicted is set when the send budget needs the bytes its unread response holds.
+	draining  chan struct{}
+	drainOnce sync.Once
+	evicted   atomic.Bool
+	// proxy is the proxy the stream identified as (nil before its first request); it does not
+	// change once set.
+	proxy atomic.Pointer[collections.ConnectedProxy]
+
+	// Owned by run.
+	istioVersion string
+	// nameBytes are the bytes of the names the stream's subscriptions hold, each type's apart
+	// (bounded by Limits.StreamNameBytes).
+	nameBytes int64
+	view      *collections.View
+	subs      [numTypes]*subscription
+	nonce     uint64
+	out       outbound
+	logs      limiter
+	// unknown are requests for types krteds serves no resources of, each answered once (bounded;
+	// no other state is kept for them); debugSent counts the answers to debug types, whose
+	// nonces are debugNonce(n), so that an ACK of one is told from a new request.
+	unknown   []*unknownAnswer
+	debugSent uint64
+	// ledsSent: the last response of endpoints held a LEDS form; noLEDS: the client rejected one,
+	// and is sent whole CLAs; planLEDS: the plan under way resolved a LEDS form.
+	ledsSent, noLEDS, planLEDS bool
+}
+
+func newStream(s *Server, delta bool, peer string, loopback bool) *stream {
+	n := strconv.FormatInt(s.nextID.Add(1), 10)
+	id := "sotw-" + n
+	if delta {
+		id = "delta-" + n
+	}
+	return &stream{srv: s, id: id, delta: delta, peer: peer, loopback: loopback, connectedAt: time.Now(), inbox: newInbox(),
+		draining: make(chan struct{})}
+}
+
+// serve runs one stream: requests are read on a goroutine of their own and handed to the
+// stream's goroutine, which applies them, takes what its inbox holds, and decides and sends
+// responses one at a time: a slow client holds at most one response.
 func (s *Server) serve(ctx context.Context, v variant) error {
 	addr, loopback := "", false
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
@@ -86,214 +131,222 @@ func (s *Server) serve(ctx context.Context, v variant) error {
 	if s.closing.Load() {
 		return status.Error(codes.Unavailable, "krteds is shutting down: connect to another replica")
 	}
-	c := newConn(s.newConnID(v.delta), v.delta, addr)
-	c.loopback = loopback
+	st := newStream(s, v.delta, addr, loopback)
 	// A stream is authenticated before it holds anything: one that cannot prove an identity on
 	// the TLS port is refused at once, as istiod refuses it.
-	idn, tlsConn, err := s.authenticate(ctx)
+	idn, tlsConn, err := admission.Authenticate(ctx, s.tokens)
 	if tlsConn && err != nil {
-		s.refused(c, "", err)
+		s.refused(st, "", err)
 		return status.Error(codes.Unauthenticated, clip(err.Error()))
 	}
-	c.identity = idn
-	if err := s.register(c); err != nil {
-		s.refused(c, "", err)
+	st.identity, st.caller = idn, "conn "+addr
+	if idn != nil {
+		st.caller = idn.String()
+	}
+	if err := s.register(st); err != nil {
+		s.refused(st, "", err)
 		return err
 	}
-	defer s.unregister(c)
-
+	reqs := make(chan request)
 	errs := make(chan error, 1)
 	go func() {
 		for {
 			req, err := v.recv()
-			if err == nil {
-				err = s.handle(c, req)
-			}
 			if err != nil {
 				errs <- err
 				return
 			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
+	return st.run(ctx, v, reqs, errs)
+}
+
+// run is the stream's goroutine: at each turn it takes its inbox and sends what is due, then
+// waits for the next event: a request, a wake, its response's place granted, written or slow,
+// the server draining, the stream's end.
+func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs <-chan error) error {
+	defer st.end()
 	for {
+		if err := st.turn(v); err != nil {
+			return st.fail(err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case req := <-reqs:
+			if err := st.handle(req); err != nil {
+				return err
+			}
 		case err := <-errs:
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil
 			}
 			return err
-		case <-c.stalled:
-			return s.stalled(c)
-		case <-c.draining:
-			return status.Error(codes.Unavailable, "krteds is shutting down: reconnect")
-		case <-c.wake:
-		}
-		if err := s.flush(ctx, c, v); err != nil {
-			if errors.Is(err, errStalled) {
-				return s.stalled(c)
+		case <-st.inbox.wake:
+		case <-st.out.granted():
+		case <-st.out.written():
+			st.out.wrote()
+		case <-st.out.tick():
+			if err := st.out.check(st.srv.limits.SendTimeout); err != nil {
+				return st.fail(err)
 			}
-			return err
+		case <-st.draining:
+			return status.Error(codes.Unavailable, "krteds is shutting down: reconnect")
 		}
 	}
 }
 
-// errStalled: the stream's client read nothing of a response for the send timeout.
+// errStalled: the stream's client read nothing of a response for the send timeout, or for long
+// enough that the send budget needed the bytes.
 var errStalled = errors.New("stalled")
 
-// stalled ends a stream whose client stopped reading, and closes its connection: gRPC then drops
-// the response flow control held back, and it goes back to the budget.
-func (s *Server) stalled(c *conn) error {
-	s.metrics.Stalled.Inc()
-	s.clientConns.close(c.peer)
-	return status.Errorf(codes.DeadlineExceeded, "the client read nothing of a response for %v", s.limits.SendTimeout)
+// fail ends the stream with err; a stalled one's connection is closed: gRPC then drops the
+// response flow control held back, and it goes back to the budget.
+func (st *stream) fail(err error) error {
+	if !errors.Is(err, errStalled) {
+		return err
+	}
+	st.srv.metrics.Stalled.Inc()
+	st.srv.clientConns.close(st.peer)
+	return status.Errorf(codes.DeadlineExceeded, "the client read nothing of a response for %v", st.srv.limits.SendTimeout)
 }
 
-// flush sends every response that is due, in type order. Each waits for the previous one of the
-// stream to be written, is decided (bounded to Limits.ResponseBytes where its type may be
-// split), then waits for its size of the send budget before it is encoded and handed to gRPC.
-func (s *Server) flush(ctx context.Context, c *conn, v variant) error {
-	c.mu.Lock()
-	unknown := c.unknown
-	c.unknown = nil
-	c.mu.Unlock()
-	// Answers to unknown types go last: one proves to a client that everything due before its
-	// request has been sent.
-	defer func() {
-		for _, u := range unknown {
-			if err := s.answer(c, u, v); err != nil {
-				return
+// turn takes what the inbox holds, then sends what is due: the response in hand once its place
+// is granted, else the next one decided. One response is in hand at a time, until written.
+func (st *stream) turn(v variant) error {
+	st.takeInbox()
+	if st.evicted.Load() {
+		return errStalled
+	}
+	for !st.out.handedOver() {
+		if st.out.holds() {
+			if !st.out.isGranted() {
+				return nil
 			}
-		}
-	}()
-	for t := range numTypes {
-		if err := c.waitWritten(ctx); err != nil {
-			return err
-		}
-		c.mu.Lock()
-		r := s.next(c, typ(t))
-		c.mu.Unlock()
-		if r == nil {
+			if err := st.send(v); err != nil {
+				return err
+			}
 			continue
 		}
-		n := encodedSize(r, c.delta)
-		lane := s.budget.lane(n)
-		if err := lane.acquire(ctx, int64(n), c.resuming); err != nil {
-			return err
+		r := st.nextResponse()
+		if r == nil {
+			return nil
 		}
-		c.resuming = r.more
-		start := time.Now()
-		if err := v.send(r, c.handOver(lane, n, s.limits.SendTimeout)); err != nil {
-			s.metrics.pushFailed(r.t)
-			return err
-		}
-		s.pushed(r, start)
+		st.out.take(st, r)
 	}
 	return nil
 }
 
-// answer sends the one answer to a request of a type krteds serves no resources of: for a debug
-// type, its resources and a nonce of the debug answers; for any other type, nothing.
-func (s *Server) answer(c *conn, req debugRequest, v variant) error {
-	var nonce string
-	var cp *core.ControlPlane
-	if isDebugType(req.typeURL) {
-		nonce = c.nextDebugNonce()
+// takeInbox applies what other goroutines left: a new view, marks, questions.
+func (st *stream) takeInbox() {
+	in := st.inbox.take()
+	if in.viewSet {
+		st.setView(in.view)
 	}
-	if req.typeURL == TypeDebugSyncz {
-		cp = s.controlPlane
-	}
-	return v.answer(req.typeURL, nonce, s.debugResources(c, req), cp)
-}
-
-// pushed records a response in the metrics.
-func (s *Server) pushed(r *response, at time.Time) {
-	bytes := 0
-	for _, it := range r.items {
-		bytes += len(it.res.Body)
-		if it.update {
-			if it.at != 0 {
-				s.metrics.converged(r.t, at.Sub(time.Unix(0, it.at)).Seconds())
-			}
+	for t := range numTypes {
+		if sb := st.subs[t]; sb != nil {
+			sb.mark(in.ids[t], in.all[t])
 		}
 	}
-	s.metrics.pushed(r.t, bytes, time.Since(at).Seconds())
+	for _, a := range in.asks {
+		a.f()
+		close(a.done)
+	}
 }
 
-// handle applies one request to the stream: the first identifies its client; a request of a
-// type krteds serves is applied to the stream's subscription to the type (subscription.go), any
-// other is answered once.
-func (s *Server) handle(c *conn, req request) error {
-	if err := s.identify(c, req); err != nil {
+// setView sets the stream's view; every name is looked at again, unless it is the view the
+// stream has.
+func (st *stream) setView(v *collections.View) {
+	if st.view != nil && v != nil && st.view.Equals(*v) {
+		return
+	}
+	st.view = v
+	for _, sb := range st.subs {
+		if sb != nil {
+			sb.dirtyAll = true
+		}
+	}
+}
+
+// nextResponse decides the next response: the first type with one due, in type order; then the
+// answers to unknown types, last: one proves to a client that everything due before its request
+// has been sent.
+func (st *stream) nextResponse() *response {
+	for t := range numTypes {
+		if r := st.next(typ(t)); r != nil {
+			return r
+		}
+	}
+	return st.nextAnswer()
+}
+
+// send encodes the response in hand, its place granted, and hands it to gRPC.
+func (st *stream) send(v variant) error {
+	r := st.out.resp
+	pool := newReleasingPool(st.out.ticket)
+	var m *wireMessage
+	if st.delta {
+		m = encodeDelta(r, pool)
+	} else {
+		m = encodeSotw(r, pool)
+	}
+	st.out.handOver(pool, st.srv.limits.SendTimeout)
+	start := time.Now()
+	if err := v.send(m); err != nil {
+		if r.other == "" {
+			st.srv.metrics.pushFailed(r.t)
+		}
 		return err
 	}
-	t, known := typeOf(req.typeURL)
-	if known && t == tLbEndpoint && !req.delta {
-		known = false // glob collections exist only in delta xDS
-	}
-	if !known {
-		s.unknownType(c, req)
-		return nil
-	}
-	c.mu.Lock()
-	defer c.kick()
-	defer c.mu.Unlock()
-	if c.closed {
-		return errStreamClosed
-	}
-	sb := c.types[t]
-	first := sb == nil
-	if first {
-		sb = newSubscription(t, c, s.index, s.versions)
-		c.types[t] = sb
-	}
-	r, err := sb.apply(req, first)
-	switch r {
-	case replyStale:
-		s.metrics.expiredNonce(t)
-	case replyNACK:
-		s.nacked(c, t, sb)
-		if t == tEndpoint {
-			s.rejectedLEDS(c, sb)
-		}
-	}
-	return err
+	st.srv.pushed(r, start)
+	return nil
 }
 
-// unknownType queues the one answer to a request of a type krteds serves no resources of (an
-// ACK of a debug answer is not answered).
-func (s *Server) unknownType(c *conn, req request) {
-	if !isDebugType(req.typeURL) {
-		s.metrics.UnknownTypes.Inc()
-	}
-	if req.nonce != "" && !(isDebugType(req.typeURL) && !c.acksDebugAnswer(req.nonce)) {
-		return
-	}
-	c.mu.Lock()
-	if len(c.unknown) < maxUnknownPending {
-		dr := debugRequest{typeURL: clip(req.typeURL)}
-		if names, err := req.names(s.names); err == nil && len(names) > 0 && len(names[0]) <= maxDebugName {
-			dr.name = names[0]
+// end forgets the stream: its inbox, its response in hand, what it holds.
+func (st *stream) end() {
+	st.inbox.close()
+	st.out.abandon()
+	var held [numTypes][]nameID
+	for t, sb := range st.subs {
+		if sb != nil {
+			held[t] = sb.ended()
 		}
-		c.unknown = append(c.unknown, dr)
 	}
-	c.mu.Unlock()
-	c.kick()
+	st.srv.unregister(st, &held)
 }
 
-// nacked counts and logs (rate-limited per stream and across streams) a rejection: the client
-// keeps its previous resources, and the rejected versions are not sent again until the content
-// changes.
-func (s *Server) nacked(c *conn, t typ, sb *subscription) {
-	s.metrics.rejected(t)
-	now := time.Now()
-	if ok, _ := c.logs.allow(now); !ok {
-		return
+// kick wakes the stream (from any goroutine).
+func (st *stream) kick() { st.inbox.kick() }
+
+// evict ends the stream at its next turn: its unread response holds bytes the budget needs.
+func (st *stream) evict() {
+	st.evicted.Store(true)
+	st.kick()
+}
+
+// connectedProxy is the proxy the stream identified as (nil before its first request).
+func (st *stream) connectedProxy() *collections.ConnectedProxy { return st.proxy.Load() }
+
+// charge counts names newly held by a subscription of the stream, refusing them past the
+// stream's bound.
+func (st *stream) charge(names *nameTable, ids []nameID) error {
+	var n int64
+	for _, id := range ids {
+		n += int64(len(names.name(id)))
 	}
-	if ok, held := s.logs.nacks.allow(now); ok {
-		s.log.Warn("xDS client rejected a response", zap.String("conn", c.id), zap.String("node", clip(c.proxyID())),
-			zap.String("type", t.short()), zap.String("nonce", sb.st.SentNonce), zap.String("error", sb.st.LastError),
-			zap.Int("suppressedLogLines", held))
+	if max := st.srv.limits.StreamNameBytes; st.nameBytes+n > max {
+		return status.Errorf(codes.ResourceExhausted, "the stream's names would hold %d bytes; at most %d", st.nameBytes+n, max)
 	}
+	st.nameBytes += n
+	return nil
+}
+
+// uncharge counts a name no longer held by a subscription of the stream.
+func (st *stream) uncharge(names *nameTable, id nameID) {
+	st.nameBytes -= int64(len(names.name(id)))
 }

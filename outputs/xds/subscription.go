@@ -5,12 +5,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-)
 
-// The protocol rules of a subscription, for both xDS variants, live in this file: what a
-// request's nonce says (ACK, NACK, a stale answer, a new request), what its names subscribe to
-// (lists, wildcards, delta subscriptions and initial versions), and what a stream holds of each
-// name. What a response sends is decided in response.go from the state kept here.
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
+)
 
 // sub is what a stream holds of one name of one type.
 type sub struct {
@@ -25,11 +22,20 @@ type sub struct {
 
 // subscription is one stream's subscription to one type: what its client asked for, what it
 // holds of each name, where the exchange of responses and ACKs stands, and what must be looked
-// at again. Its fields are read and written under the stream's lock (conn.mu).
+// at again. It is a plain value, owned by its stream's goroutine, with a small protocol API:
+//
+//   - apply: a request's nonce (ACK, NACK, stale) and names (lists, wildcards, delta
+//     subscriptions and initial versions);
+//   - mark: names to look at again, for a change of the source;
+//   - plan (plan.go): the next response, up to a size, its names resolved through the stream;
+//   - record (plan.go): what a response sent, which the client now holds.
+//
+// The index and the name table it subscribes names in are the server's, shared by every stream.
 type subscription struct {
 	t     typ
-	owner *conn
-	index *subscriberIndex
+	delta bool
+	x     *subscriberIndex
+	owner *stream
 
 	wildcard bool
 	subs     subSet
@@ -37,6 +43,9 @@ type subscription struct {
 	// 0 if none: a new subscription); dirtyAll: every name (dirty then only carries times).
 	dirty    map[nameID]int64
 	dirtyAll bool
+	// sweep are the names a look at every name has still to look at (plan takes them a part at
+	// a time, the last first).
+	sweep []nameID
 	// inflight: a response was sent and is neither ACKed nor NACKed; changes wait for it.
 	inflight bool
 	// force answers even if nothing changed: the first response, and endpoints after clusters.
@@ -46,23 +55,23 @@ type subscription struct {
 	// forceNext forces the answer to the next request (endpoints, after a clusters response),
 	// with every name the client asked for.
 	forceNext bool
+	// more: the last response was a part of an answer with more to follow; its next part goes
+	// ahead of new answers in the send budget.
+	more bool
 	// members are, for LEDS, what the client holds of each collection subscribed to.
 	members map[nameID]heldCollection
 	// deferred are, for endpoints, the names whose cluster is being removed: their emptied CLA
 	// waits for the clusters response that removes the cluster, as istiod sends them.
 	deferred map[nameID]int64
-	// sweep are the names a look at every name has still to look at (next takes them a part at
-	// a time, the last first).
-	sweep []nameID
 	// listHash is, on state of the world, the hash of the names of the last request applied
 	// (listed: there was one): an ACK repeating them changes nothing.
 	listHash uint64
 	listed   bool
-	st       TypeStatus
+	st       xdsdebug.TypeStatus
 }
 
-func newSubscription(t typ, owner *conn, index *subscriberIndex, vt *versionTable) *subscription {
-	return &subscription{t: t, owner: owner, index: index, force: true, subs: newSubSet(vt)}
+func newSubscription(t typ, owner *stream, x *subscriberIndex, vt *versionTable) *subscription {
+	return &subscription{t: t, delta: owner.delta, owner: owner, x: x, force: true, subs: newSubSet(vt)}
 }
 
 // reply is what a request's nonce says of the response it answers.
@@ -104,25 +113,6 @@ func (sb *subscription) apply(req request, first bool) (reply, error) {
 	return r, nil
 }
 
-// forceResend marks names the client holds to be sent again, whatever version it holds, and to
-// be looked at (the CLAs of the clusters a delta response sent: Envoy warms them).
-func (sb *subscription) forceResend(ids []nameID) {
-	for _, id := range ids {
-		held, ok := sb.subs.get(id)
-		if !ok || held.version == 0 || held.forced {
-			continue
-		}
-		held.forced = true
-		sb.subs.set(id, held)
-		if sb.dirty == nil {
-			sb.dirty = map[nameID]int64{}
-		}
-		if _, marked := sb.dirty[id]; !marked {
-			sb.dirty[id] = 0
-		}
-	}
-}
-
 // replyOf reads a request's nonce. The first request of a type on a stream is a new
 // subscription whatever nonce it carries, as istiod's shouldRespond takes it: an Envoy before
 // 1.29 reconnecting sends the previous stream's nonce and version with it (envoyproxy/envoy#30155).
@@ -154,7 +144,7 @@ func (sb *subscription) applySotw(req request, first bool) error {
 	if !first && sb.listed && req.list.hash == sb.listHash {
 		return nil
 	}
-	names, err := req.names(sb.index.names)
+	names, err := req.names(sb.x.names)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "%s request: %v", t.short(), err)
 	}
@@ -166,13 +156,16 @@ func (sb *subscription) applySotw(req request, first bool) error {
 		sb.dirtyAll = true
 		sb.setWildcard(wildcard)
 	}
+	if err := checkNames(names); err != nil {
+		return err
+	}
 	want := make(map[nameID]struct{}, len(names))
 	var added []string
 	for _, n := range names {
 		if n == "*" {
 			continue
 		}
-		if id, ok := sb.index.names.lookup(n); ok {
+		if id, ok := sb.x.names.lookup(n); ok {
 			if held, ok := sb.subs.get(id); ok && held.explicit {
 				want[id] = struct{}{}
 				continue
@@ -180,7 +173,11 @@ func (sb *subscription) applySotw(req request, first bool) error {
 		}
 		added = append(added, n)
 	}
-	for _, id := range sb.add(added) {
+	ids, err := sb.add(added)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
 		want[id] = struct{}{}
 	}
 	sb.subs.each(func(id nameID, held sub) {
@@ -199,24 +196,31 @@ func (sb *subscription) applyDelta(req request, first bool) error {
 	if len(req.subscribe)+sb.subs.len() > MaxSubscriptions {
 		return status.Errorf(codes.InvalidArgument, "more than %d %s names on one stream", MaxSubscriptions, t.short())
 	}
+	if err := checkNames(req.subscribe); err != nil {
+		return err
+	}
 	if first {
 		if (len(req.subscribe) == 0 && t.legacyWildcard()) || slices.Contains(req.subscribe, "*") {
 			sb.setWildcard(true)
 		}
-		sb.holdInitial(req.initial)
+		if err := sb.holdInitial(req.initial); err != nil {
+			return err
+		}
 	} else if slices.Contains(req.subscribe, "*") && !sb.wildcard {
 		sb.dirtyAll = true
 		sb.setWildcard(true)
 	}
 	if len(req.subscribe) > 0 {
-		sb.add(slices.DeleteFunc(slices.Clone(req.subscribe), func(n string) bool { return n == "*" }))
+		if _, err := sb.add(slices.DeleteFunc(slices.Clone(req.subscribe), func(n string) bool { return n == "*" })); err != nil {
+			return err
+		}
 	}
 	for _, n := range req.unsubscribe {
 		if n == "*" {
 			sb.setWildcard(false)
 			continue
 		}
-		if id, ok := sb.index.names.lookup(n); ok {
+		if id, ok := sb.x.names.lookup(n); ok {
 			if held, ok := sb.subs.get(id); ok {
 				if t == tLbEndpoint && held.explicit {
 					delete(sb.members, id) // the client forgets the collection's members with it
@@ -229,9 +233,9 @@ func (sb *subscription) applyDelta(req request, first bool) error {
 }
 
 // holdInitial records the versions a delta client says it holds (at most MaxSubscriptions).
-func (sb *subscription) holdInitial(iv map[string]string) {
+func (sb *subscription) holdInitial(iv map[string]string) error {
 	if len(iv) == 0 {
-		return
+		return nil
 	}
 	names := make([]string, 0, min(len(iv), MaxSubscriptions))
 	for n := range iv {
@@ -240,12 +244,25 @@ func (sb *subscription) holdInitial(iv map[string]string) {
 		}
 		names = append(names, n)
 	}
-	ids := sb.index.names.acquireAll(names)
-	sb.index.watch(sb.t, sb.owner, ids...)
+	if err := checkNames(names); err != nil {
+		return err
+	}
+	ids, err := sb.acquire(names)
+	if err != nil {
+		return err
+	}
+	if err := sb.owner.charge(sb.x.names, ids); err != nil {
+		for _, id := range ids {
+			sb.x.names.release(id)
+		}
+		return err
+	}
+	sb.x.watch(sb.t, sb.owner, ids...)
 	for i, id := range ids {
 		ver, _ := parseVersion(iv[names[i]])
 		sb.subs.set(id, sub{version: ver, explicit: !sb.wildcard})
 	}
+	return nil
 }
 
 // setWildcard subscribes to every name of the type, or ends that: the names held only through
@@ -255,7 +272,7 @@ func (sb *subscription) setWildcard(on bool) {
 		return
 	}
 	sb.wildcard = on
-	sb.index.setWildcard(sb.t, sb.owner, on)
+	sb.x.setWildcard(sb.t, sb.owner, on)
 	if !on {
 		sb.subs.each(func(id nameID, held sub) {
 			if !held.explicit {
@@ -265,39 +282,54 @@ func (sb *subscription) setWildcard(on bool) {
 	}
 }
 
+// acquire interns names of the stream's client and takes a reference to each, within the
+// caller's bound (nameTable.acquireFor).
+func (sb *subscription) acquire(names []string) ([]nameID, error) {
+	return sb.x.names.acquireFor(sb.owner.caller, names)
+}
+
 // add subscribes to names explicitly and marks them to be looked at, interning and indexing
 // them under one lock each. The index is updated before the state, so no change of a name can
 // be missed.
-func (sb *subscription) add(names []string) []nameID {
-	ids := sb.index.names.acquireAll(names)
+func (sb *subscription) add(names []string) ([]nameID, error) {
+	ids, err := sb.acquire(names)
+	if err != nil {
+		return nil, err
+	}
 	var fresh []nameID
 	seen := make(map[nameID]struct{}, len(ids))
 	for _, id := range ids {
 		if _, dup := seen[id]; dup {
-			sb.index.names.release(id) // named twice in the request
+			sb.x.names.release(id) // named twice in the request
 			continue
 		}
 		seen[id] = struct{}{}
 		if held, ok := sb.subs.get(id); ok {
-			sb.index.names.release(id)
+			sb.x.names.release(id)
 			held.explicit = true
 			sb.subs.set(id, held)
 			continue
 		}
 		fresh = append(fresh, id)
 	}
+	if err := sb.owner.charge(sb.x.names, fresh); err != nil {
+		for _, id := range fresh {
+			sb.x.names.release(id)
+		}
+		return nil, err
+	}
 	if len(fresh) > 0 {
-		sb.index.watch(sb.t, sb.owner, fresh...)
+		sb.x.watch(sb.t, sb.owner, fresh...)
 		sb.subs.addAll(fresh, sub{explicit: true})
 	}
-	if sb.t.splittable(sb.owner.delta) {
+	if sb.t.splittable(sb.delta) {
 		// Swept (4 bytes a name) rather than marked (a map entry each): a first subscription
 		// of every cluster of a large mesh, held until its last part is sent, by every stream
 		// of a herd.
 		for id := range seen {
 			sb.sweep = append(sb.sweep, id)
 		}
-		return ids
+		return ids, nil
 	}
 	if sb.dirty == nil {
 		sb.dirty = make(map[nameID]int64, len(seen))
@@ -307,14 +339,16 @@ func (sb *subscription) add(names []string) []nameID {
 			sb.dirty[id] = 0
 		}
 	}
-	return ids
+	return ids, nil
 }
 
-// hold adds a name held through the wildcard subscription. The index is updated before the
-// state, so no change of the name can be missed.
+// hold adds a name held through the wildcard subscription (a name of the source's: it counts
+// for the stream, and for no caller). The index is updated before the state, so no change of
+// the name can be missed.
 func (sb *subscription) hold(name string) nameID {
-	id := sb.index.names.acquire(name)
-	sb.index.watch(sb.t, sb.owner, id)
+	id := sb.x.names.acquire(name)
+	sb.owner.nameBytes += int64(len(name))
+	sb.x.watch(sb.t, sb.owner, id)
 	sb.subs.set(id, sub{})
 	return id
 }
@@ -335,8 +369,9 @@ func (sb *subscription) drop(id nameID) {
 	if !sb.subs.del(id) {
 		return
 	}
-	sb.index.unwatch(sb.t, sb.owner, id)
-	sb.index.names.release(id)
+	sb.owner.uncharge(sb.x.names, id)
+	sb.x.unwatch(sb.t, sb.owner, id)
+	sb.x.names.release(id)
 }
 
 // holds reports whether the subscription holds id, explicitly or through the wildcard.
@@ -359,34 +394,64 @@ func (sb *subscription) mark(ids map[nameID]int64, all bool) {
 	}
 }
 
-// sent records the versions a response sends and forgets what it removed through the wildcard
-// (a name subscribed to explicitly stays, held in no version).
-func (sb *subscription) sent(items []item, removed []nameID) {
-	sb.force = false
-	for i, it := range items {
-		held, _ := sb.subs.get(it.id)
-		items[i].update = held.version != 0 && held.version != it.res.Version
-		held.version, held.forced = it.res.Version, false
-		sb.subs.set(it.id, held)
-	}
-	for _, id := range removed {
-		if held, _ := sb.subs.get(id); held.explicit {
-			held.version, held.forced = 0, false
-			sb.subs.set(id, held)
-		} else {
-			sb.drop(id)
+// forceResend marks names the client holds to be sent again, whatever version it holds, and to
+// be looked at (the CLAs of the clusters a delta response sent: Envoy warms them).
+func (sb *subscription) forceResend(ids []nameID) {
+	for _, id := range ids {
+		held, ok := sb.subs.get(id)
+		if !ok || held.version == 0 || held.forced {
+			continue
+		}
+		held.forced = true
+		sb.subs.set(id, held)
+		if sb.dirty == nil {
+			sb.dirty = map[nameID]int64{}
+		}
+		if _, marked := sb.dirty[id]; !marked {
+			sb.dirty[id] = 0
 		}
 	}
-	sb.subs.compact()
+}
+
+// releaseDeferred marks the names held back for a clusters response to be looked at again
+// (endpoints), and reports whether there were any.
+func (sb *subscription) releaseDeferred() bool {
+	if len(sb.deferred) == 0 {
+		return false
+	}
+	if sb.dirty == nil {
+		sb.dirty = map[nameID]int64{}
+	}
+	for id, at := range sb.deferred {
+		sb.dirty[id] = at
+	}
+	sb.deferred = nil
+	return true
+}
+
+// due reports whether a response may be due: nothing awaits an ACK, and something is to be
+// looked at.
+func (sb *subscription) due() bool {
+	return !sb.inflight && (sb.force || sb.dirtyAll || len(sb.dirty) > 0 || len(sb.sweep) > 0)
 }
 
 // ended forgets every name, returning them (the stream has closed; the caller takes them out of
-// the index).
+// the index and releases them).
 func (sb *subscription) ended() []nameID {
 	var held []nameID
 	sb.subs.each(func(id nameID, _ sub) { held = append(held, id) })
 	sb.subs.reset()
 	return held
+}
+
+// checkNames refuses a name longer than MaxNameBytes.
+func checkNames(names []string) error {
+	for _, n := range names {
+		if len(n) > MaxNameBytes {
+			return status.Errorf(codes.InvalidArgument, "a resource name of %d bytes; at most %d", len(n), MaxNameBytes)
+		}
+	}
+	return nil
 }
 
 // eachExplicit calls f with each name the client asked for.
@@ -396,4 +461,10 @@ func (sb *subscription) eachExplicit(f func(id nameID)) {
 			f(id)
 		}
 	})
+}
+
+// hasSent reports whether the client holds a version of id.
+func (sb *subscription) hasSent(id nameID) bool {
+	held, ok := sb.subs.get(id)
+	return ok && held.version != 0
 }

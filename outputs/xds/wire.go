@@ -66,35 +66,77 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // Field numbers of envoy.service.discovery.v3.DiscoveryResponse, DeltaDiscoveryResponse,
 // Resource and google.protobuf.Any.
 const (
-	fSotwVersion      = 1
-	fSotwResources    = 2
-	fSotwTypeURL      = 4
-	fSotwNonce        = 5
-	fDeltaVersion     = 1
-	fDeltaResources   = 2
-	fDeltaTypeURL     = 4
-	fDeltaNonce       = 5
-	fDeltaRemoved     = 6
-	fResourceVersion  = 1
-	fResourceResource = 2
-	fResourceName     = 3
-	fAnyTypeURL       = 1
-	fAnyValue         = 2
+	fSotwVersion       = 1
+	fSotwResources     = 2
+	fSotwTypeURL       = 4
+	fSotwNonce         = 5
+	fSotwControlPlane  = 6
+	fDeltaVersion      = 1
+	fDeltaResources    = 2
+	fDeltaTypeURL      = 4
+	fDeltaNonce        = 5
+	fDeltaRemoved      = 6
+	fDeltaControlPlane = 7
+	fResourceVersion   = 1
+	fResourceResource  = 2
+	fResourceName      = 3
+	fAnyTypeURL        = 1
+	fAnyValue          = 2
 )
 
-// wireWriter writes the framing into one buffer and interleaves it with the bodies. The buffer
-// comes from framingBuffers and goes back there once gRPC has written the response.
+// wireWriter writes a response's framing into pieces of at most wirePiece bytes, from
+// framingBuffers, and interleaves them with the bodies sent by reference, themselves cut into
+// pieces of at most wirePiece bytes. gRPC frees each piece once it has written it: every piece
+// that comes back to the response's pool is progress its client made reading it.
 type wireWriter struct {
-	buf    *[]byte
-	pool   mem.BufferPool // where buf goes back once written
-	hdr    []byte
-	cuts   []int    // where in the framing each referenced body goes
-	bodies [][]byte // the referenced bodies
+	pool  *releasingPool
+	out   mem.BufferSlice
+	chunk *[]byte // the framing piece being written
+	hdr   []byte  // what is written of it
+	left  int     // framing bytes not written yet
 }
 
-func newWireWriter(framing, bodies int, pool mem.BufferPool) *wireWriter {
-	buf := pool.Get(framing)
-	return &wireWriter{buf: buf, pool: pool, hdr: (*buf)[:0], cuts: make([]int, 0, bodies), bodies: make([][]byte, 0, bodies)}
+// wirePiece is the largest piece of a response handed to gRPC: a client reading slowly makes
+// progress every piece.
+const wirePiece = 32 << 10
+
+func newWireWriter(framing, bodies int, pool *releasingPool) *wireWriter {
+	return &wireWriter{pool: pool, left: framing, out: make(mem.BufferSlice, 0, 2*bodies+1+framing/wirePiece)}
+}
+
+// reserve makes room for n more framing bytes: the piece being written is sealed when full.
+func (w *wireWriter) reserve(n int) {
+	if w.chunk != nil && len(w.hdr)+n <= cap(w.hdr) {
+		return
+	}
+	w.seal()
+	w.chunk = framingBuffers.Get(max(n, min(w.left, wirePiece)))
+	w.hdr = (*w.chunk)[:0]
+}
+
+// seal hands the framing written so far to the response as one piece.
+func (w *wireWriter) seal() {
+	if w.chunk == nil {
+		return
+	}
+	if len(w.hdr) == 0 {
+		framingBuffers.Put(w.chunk)
+		w.chunk = nil
+		return
+	}
+	w.left -= len(w.hdr)
+	*w.chunk = w.hdr // the same array: the piece is its written part
+	w.out = append(w.out, w.piece(w.chunk, w.pool.framing()))
+	w.chunk, w.hdr = nil, nil
+}
+
+// piece is a buffer gRPC gives back to pool once written, counted as expected when it will be
+// (gRPC does not pool a buffer of 1 KiB or less: it comes back nowhere).
+func (w *wireWriter) piece(b *[]byte, pool mem.BufferPool) mem.Buffer {
+	if !mem.IsBelowBufferPoolingThreshold(cap(*b)) {
+		w.pool.expect(1)
+	}
+	return mem.NewBuffer(b, pool)
 }
 
 // wireReferenceMin is the smallest body sent by reference; smaller ones are copied into the
@@ -106,37 +148,26 @@ const wireReferenceMin = 2048
 func referenced(b []byte) bool { return len(b) >= wireReferenceMin }
 
 // body writes b: copied into the framing when small, else listed by reference at this point of
-// the framing.
+// the response, in pieces.
 func (w *wireWriter) body(b []byte) {
 	if !referenced(b) {
+		w.reserve(len(b))
 		w.hdr = append(w.hdr, b...)
 		return
 	}
-	w.cuts = append(w.cuts, len(w.hdr))
-	w.bodies = append(w.bodies, b)
+	w.seal()
+	for len(b) > 0 {
+		n := min(len(b), wirePiece)
+		piece := b[:n:n]
+		w.out = append(w.out, w.piece(&piece, w.pool.bodies()))
+		b = b[n:]
+	}
 }
 
-// done lists the framing's pieces (references to one pooled buffer) and the bodies in order.
+// done is the response's pieces, in order.
 func (w *wireWriter) done() *wireMessage {
-	*w.buf = w.hdr // the same array unless the sizes were wrong; then the pool drops it
-	rest := mem.NewBuffer(w.buf, w.pool)
-	out := make(mem.BufferSlice, 0, 2*len(w.bodies)+1)
-	at := 0
-	for i, cut := range w.cuts {
-		if cut > at {
-			var piece mem.Buffer
-			piece, rest = mem.SplitUnsafe(rest, cut-at)
-			out = append(out, piece)
-			at = cut
-		}
-		out = append(out, mem.SliceBuffer(w.bodies[i]))
-	}
-	if rest.Len() > 0 {
-		out = append(out, rest)
-	} else {
-		rest.Free()
-	}
-	return &wireMessage{data: out}
+	w.seal()
+	return &wireMessage{data: w.out}
 }
 
 // framingBuffers is a pool of framing buffers by power-of-two size, handed out uncleared: every
@@ -196,6 +227,7 @@ func sizeString(num protowire.Number, s string) int {
 
 // lengthOf writes the tag of a length-delimited field and its length, n: its value follows.
 func (w *wireWriter) lengthOf(num protowire.Number, n int) {
+	w.reserve(protowire.SizeTag(num) + protowire.SizeVarint(uint64(n)))
 	w.hdr = protowire.AppendTag(w.hdr, num, protowire.BytesType)
 	w.hdr = protowire.AppendVarint(w.hdr, uint64(n))
 }
@@ -205,8 +237,26 @@ func (w *wireWriter) string(num protowire.Number, s string) {
 	if s == "" {
 		return
 	}
+	w.reserve(sizeString(num, s))
 	w.hdr = protowire.AppendTag(w.hdr, num, protowire.BytesType)
 	w.hdr = protowire.AppendString(w.hdr, s)
+}
+
+// sizeBytes is the size of a bytes field, unless empty.
+func sizeBytes(num protowire.Number, b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(b))
+}
+
+// bytes writes a bytes field (an encoded message), unless empty.
+func (w *wireWriter) bytes(num protowire.Number, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	w.lengthOf(num, len(b))
+	w.body(b)
 }
 
 // anySize is the size of an Any holding a resource; anyFraming the same without the body.
@@ -238,7 +288,8 @@ func (w *wireWriter) any(r *collections.Resource) {
 // sotwFraming is the size of the DiscoveryResponse of r without the bodies sent by reference,
 // and the size of those bodies.
 func sotwFraming(r *response) (framing, referencedBodies int) {
-	framing = sizeString(fSotwVersion, r.version) + sizeString(fSotwTypeURL, r.t.url()) + sizeString(fSotwNonce, r.nonce)
+	framing = sizeString(fSotwVersion, r.version) + sizeString(fSotwTypeURL, r.typeURL()) + sizeString(fSotwNonce, r.nonce) +
+		sizeBytes(fSotwControlPlane, r.controlPlane)
 	for _, it := range r.items {
 		framing += protowire.SizeTag(fSotwResources) + protowire.SizeVarint(uint64(anySize(it.res))) + anyFraming(it.res)
 		if referenced(it.res.Body) {
@@ -248,9 +299,8 @@ func sotwFraming(r *response) (framing, referencedBodies int) {
 	return framing, referencedBodies
 }
 
-// encodeSotw is the DiscoveryResponse of r: the encoding of sotwResponse's message. Its framing
-// goes back to pool once written.
-func encodeSotw(r *response, pool mem.BufferPool) *wireMessage {
+// encodeSotw is the DiscoveryResponse of r. Its pieces go back to pool once written.
+func encodeSotw(r *response, pool *releasingPool) *wireMessage {
 	framing, _ := sotwFraming(r)
 	w := newWireWriter(framing, len(r.items), pool)
 	w.string(fSotwVersion, r.version)
@@ -258,16 +308,20 @@ func encodeSotw(r *response, pool mem.BufferPool) *wireMessage {
 		w.lengthOf(fSotwResources, anySize(it.res))
 		w.any(it.res)
 	}
-	w.string(fSotwTypeURL, r.t.url())
+	w.string(fSotwTypeURL, r.typeURL())
 	w.string(fSotwNonce, r.nonce)
+	w.bytes(fSotwControlPlane, r.controlPlane)
 	return w.done()
 }
 
-// deltaResourceSize is the size of a Resource (version, then name, then the Any: the body comes
-// last, so that a resource is one piece of framing and one body).
-func deltaResourceSize(r *collections.Resource) int {
-	return protowire.SizeTag(fResourceVersion) + protowire.SizeBytes(hexLen(r.Version)) + sizeString(fResourceName, r.Name) +
-		protowire.SizeTag(fResourceResource) + protowire.SizeBytes(anySize(r))
+// deltaResourceSize is the size of a Resource (version unless unversioned, then name, then the
+// Any: the body comes last, so that a resource is one piece of framing and one body).
+func deltaResourceSize(r *collections.Resource, unversioned bool) int {
+	n := sizeString(fResourceName, r.Name) + protowire.SizeTag(fResourceResource) + protowire.SizeBytes(anySize(r))
+	if !unversioned {
+		n += protowire.SizeTag(fResourceVersion) + protowire.SizeBytes(hexLen(r.Version))
+	}
+	return n
 }
 
 // hexLen is the length of v in hexadecimal, as Resource.VersionString writes it ("0" for 0).
@@ -276,9 +330,10 @@ func hexLen(v uint64) int { return max(1, (bits.Len64(v)+3)/4) }
 // deltaFraming is the size of the DeltaDiscoveryResponse of r without the bodies sent by
 // reference, and the size of those bodies.
 func deltaFraming(r *response) (framing, referencedBodies int) {
-	framing = sizeString(fDeltaVersion, r.version) + sizeString(fDeltaTypeURL, r.t.url()) + sizeString(fDeltaNonce, r.nonce)
+	framing = sizeString(fDeltaVersion, r.version) + sizeString(fDeltaTypeURL, r.typeURL()) + sizeString(fDeltaNonce, r.nonce) +
+		sizeBytes(fDeltaControlPlane, r.controlPlane)
 	for _, it := range r.items {
-		n := deltaResourceSize(it.res)
+		n := deltaResourceSize(it.res, r.unversioned)
 		framing += protowire.SizeTag(fDeltaResources) + protowire.SizeVarint(uint64(n)) + n
 		if referenced(it.res.Body) {
 			framing -= len(it.res.Body)
@@ -305,34 +360,39 @@ func encodedSize(r *response, delta bool) int {
 // itemSize is what one resource adds to a response of either protocol.
 func itemSize(res *collections.Resource, delta bool) int {
 	if delta {
-		n := deltaResourceSize(res)
+		n := deltaResourceSize(res, false)
 		return protowire.SizeTag(fDeltaResources) + protowire.SizeVarint(uint64(n)) + n
 	}
 	n := anySize(res)
 	return protowire.SizeTag(fSotwResources) + protowire.SizeVarint(uint64(n)) + n
 }
 
-// encodeDelta is the DeltaDiscoveryResponse of r: the encoding of deltaResponse's message. A
-// resource's version is written in hexadecimal straight into the framing (VersionString's
-// spelling), not formatted into a string per stream. Its framing goes back to pool once written.
-func encodeDelta(r *response, pool mem.BufferPool) *wireMessage {
+// encodeDelta is the DeltaDiscoveryResponse of r. A resource's version is written in
+// hexadecimal straight into the framing (VersionString's spelling), not formatted into a string
+// per stream. Its pieces go back to pool once written.
+func encodeDelta(r *response, pool *releasingPool) *wireMessage {
 	framing, _ := deltaFraming(r)
 	w := newWireWriter(framing, len(r.items), pool)
 	w.string(fDeltaVersion, r.version)
 	for _, it := range r.items {
-		w.lengthOf(fDeltaResources, deltaResourceSize(it.res))
-		w.lengthOf(fResourceVersion, hexLen(it.res.Version))
-		w.hdr = strconv.AppendUint(w.hdr, it.res.Version, 16)
+		w.lengthOf(fDeltaResources, deltaResourceSize(it.res, r.unversioned))
+		if !r.unversioned {
+			w.lengthOf(fResourceVersion, hexLen(it.res.Version))
+			w.reserve(hexLen(it.res.Version))
+			w.hdr = strconv.AppendUint(w.hdr, it.res.Version, 16)
+		}
 		w.string(fResourceName, it.res.Name)
 		w.lengthOf(fResourceResource, anySize(it.res))
 		w.any(it.res)
 	}
-	w.string(fDeltaTypeURL, r.t.url())
+	w.string(fDeltaTypeURL, r.typeURL())
 	w.string(fDeltaNonce, r.nonce)
 	for _, name := range r.removed {
 		// A removed name is written even when empty, as a repeated string's element is.
+		w.reserve(protowire.SizeTag(fDeltaRemoved) + protowire.SizeBytes(len(name)))
 		w.hdr = protowire.AppendTag(w.hdr, fDeltaRemoved, protowire.BytesType)
 		w.hdr = protowire.AppendString(w.hdr, name)
 	}
+	w.bytes(fDeltaControlPlane, r.controlPlane)
 	return w.done()
 }

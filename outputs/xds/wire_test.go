@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -22,7 +23,7 @@ import (
 
 // The messages the encoders stand for, built as the proto codec would be given them.
 func sotwMessage(r *response) *discovery.DiscoveryResponse {
-	out := &discovery.DiscoveryResponse{VersionInfo: r.version, TypeUrl: r.t.url(), Nonce: r.nonce}
+	out := &discovery.DiscoveryResponse{VersionInfo: r.version, TypeUrl: r.typeURL(), Nonce: r.nonce, ControlPlane: controlPlaneOf(r)}
 	for _, it := range r.items {
 		out.Resources = append(out.Resources, &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body})
 	}
@@ -30,18 +31,37 @@ func sotwMessage(r *response) *discovery.DiscoveryResponse {
 }
 
 func deltaMessage(r *response) *discovery.DeltaDiscoveryResponse {
-	out := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.version, TypeUrl: r.t.url(), Nonce: r.nonce,
-		RemovedResources: r.removed}
+	out := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.version, TypeUrl: r.typeURL(), Nonce: r.nonce,
+		RemovedResources: r.removed, ControlPlane: controlPlaneOf(r)}
 	for _, it := range r.items {
-		out.Resources = append(out.Resources, &discovery.Resource{Name: it.res.Name, Version: it.res.VersionString(),
-			Resource: &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body}})
+		res := &discovery.Resource{Name: it.res.Name, Resource: &anypb.Any{TypeUrl: it.res.TypeURL, Value: it.res.Body}}
+		if !r.unversioned {
+			res.Version = it.res.VersionString()
+		}
+		out.Resources = append(out.Resources, res)
 	}
 	return out
 }
 
+func controlPlaneOf(r *response) *core.ControlPlane {
+	if len(r.controlPlane) == 0 {
+		return nil
+	}
+	cp := &core.ControlPlane{}
+	if err := proto.Unmarshal(r.controlPlane, cp); err != nil {
+		panic(err)
+	}
+	return cp
+}
+
+// freeTicket is a granted ticket of a budget of its own, for an encoding a test frees.
+func freeTicket() *ticket {
+	return newSendBudget(0, 0, NewMetrics(nil)).small.request(0, "test", false, nil)
+}
+
 // What krteds encodes decodes to the message the proto codec would have encoded, for empty and
-// large responses, empty bodies and names, and removals; the large bodies are referenced, not
-// copied, and the rest is written into one allocation of its exact size.
+// large responses, empty bodies and names, removals, and the answers to debug types; the large
+// bodies are referenced, not copied, and the rest is written into pieces from the pool.
 func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 	big := bytes.Repeat([]byte{0x0a, 0x03, 'a', 'b', 'c'}, 40000) // a body whose length takes three varint bytes
 	res := func(name string, body []byte) *collections.Resource {
@@ -71,14 +91,18 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 		versions.items = append(versions.items, item{res: r})
 	}
 	cases["versions"] = &versions
+	cp, _ := proto.Marshal(&core.ControlPlane{Identifier: `{"Component":"krteds"}`})
+	cases["a debug answer"] = &response{other: "istio.io/debug/syncz", unversioned: true, version: "debug-1", nonce: "debug-1", controlPlane: cp,
+		items: []item{{res: &collections.Resource{Name: "p.ns", TypeURL: "type.googleapis.com/envoy.service.status.v3.ClientConfig", Body: big[:100]}}}}
+	cases["an unknown type's answer"] = &response{other: "type.googleapis.com/some.Unknown", unversioned: true}
 	for name, r := range cases {
 		for _, delta := range []bool{false, true} {
 			var w *wireMessage
 			var want, got proto.Message
 			if delta {
-				w, want, got = encodeDelta(r, framingBuffers), deltaMessage(r), &discovery.DeltaDiscoveryResponse{}
+				w, want, got = encodeDelta(r, newReleasingPool(freeTicket())), deltaMessage(r), &discovery.DeltaDiscoveryResponse{}
 			} else {
-				w, want, got = encodeSotw(r, framingBuffers), sotwMessage(r), &discovery.DiscoveryResponse{}
+				w, want, got = encodeSotw(r, newReleasingPool(freeTicket())), sotwMessage(r), &discovery.DiscoveryResponse{}
 			}
 			wire := w.data.Materialize()
 			if n := encodedSize(r, delta); n != len(wire) {
@@ -90,39 +114,31 @@ func TestWireEncodingDecodesAsTheMessage(t *testing.T) {
 			if marshalled, _ := proto.Marshal(want); len(marshalled) != len(wire) {
 				t.Errorf("%s (delta %v): %d bytes, the marshaller writes %d", name, delta, len(wire), len(marshalled))
 			}
-			// Bodies by reference, in order; the framing in one pooled array that never grew
-			// (each piece of it starts where the previous one ended, the first at its start).
+			// Bodies by reference, in order, in pieces of at most wirePiece bytes; the framing in
+			// pieces of the pool's arrays, each its own, of at most wirePiece bytes.
 			var bodies [][]byte
 			for _, it := range r.items {
 				if referenced(it.res.Body) {
 					bodies = append(bodies, it.res.Body)
 				}
 			}
-			var prev, first []byte
 			for _, b := range w.data {
 				d := b.ReadOnlyData()
-				if len(bodies) > 0 && unsafe.SliceData(d) == unsafe.SliceData(bodies[0]) && len(d) == len(bodies[0]) {
-					bodies = bodies[1:]
+				if len(d) > wirePiece {
+					t.Errorf("%s (delta %v): a piece of %d bytes", name, delta, len(d))
+				}
+				if len(bodies) > 0 && unsafe.SliceData(d) == unsafe.SliceData(bodies[0]) {
+					if bodies[0] = bodies[0][len(d):]; len(bodies[0]) == 0 {
+						bodies = bodies[1:]
+					}
 					continue
 				}
-				if prev != nil && uintptr(unsafe.Pointer(unsafe.SliceData(d))) != uintptr(unsafe.Pointer(unsafe.SliceData(prev)))+uintptr(len(prev)) {
-					t.Errorf("%s (delta %v): the framing is not one array", name, delta)
+				if c := cap(d); c < 1<<framingMinShift || c&(c-1) != 0 {
+					t.Errorf("%s (delta %v): a framing piece (capacity %d) is not one of the pool's", name, delta, c)
 				}
-				if first == nil {
-					first = d
-				}
-				prev = d
 			}
 			if len(bodies) != 0 {
 				t.Errorf("%s (delta %v): %d bodies were copied", name, delta, len(bodies))
-			}
-			if first != nil {
-				if c := cap(first); c < 1<<framingMinShift || c&(c-1) != 0 {
-					t.Errorf("%s (delta %v): the framing array (capacity %d) is not one of the pool's", name, delta, c)
-				}
-				if end := uintptr(unsafe.Pointer(unsafe.SliceData(prev))) + uintptr(len(prev)); end > uintptr(unsafe.Pointer(unsafe.SliceData(first)))+uintptr(cap(first)) {
-					t.Errorf("%s (delta %v): the framing outgrew its array", name, delta)
-				}
 			}
 			w.data.Free() // as gRPC does once written: the framing goes back to the pool
 		}

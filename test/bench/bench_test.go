@@ -17,7 +17,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
 )
@@ -295,8 +295,8 @@ func (r *running) waitRolledOut(tb testing.TB, ro *Rollout, timeout time.Duratio
 // lagging describes the proxies that do not hold version want of cluster, and their streams.
 func (r *running) lagging(cluster, want string) string {
 	var b strings.Builder
-	status := map[string]xds.ConnStatus{}
-	for _, st := range r.Srv.Status() {
+	status := map[string]xdsdebug.ConnStatus{}
+	for _, st := range r.Srv.Statuses() {
 		if st.Proxy != nil {
 			status[st.Proxy.ID] = st
 		}

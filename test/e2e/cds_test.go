@@ -64,7 +64,7 @@ func waitCDSAcked(t *testing.T, m *mesh, since time.Time, what string) {
 	fixtures.Polling("the server records a client's ACK in its stream's goroutine, which signals nothing").
 		Await(t, 20*time.Second, what+": a CDS update acknowledged", func() (bool, string) {
 			var seen []string
-			for _, c := range m.XDS.Status() {
+			for _, c := range m.XDS.Statuses() {
 				st, ok := c.Types[adsclient.TypeCluster]
 				if !ok {
 					continue

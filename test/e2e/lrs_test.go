@@ -11,7 +11,7 @@ import (
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/lrs"
 )
 
 // TestLoadReportsFromGRPCClient: with LRS on, krteds' clusters name krteds as their LRS server;
@@ -42,7 +42,7 @@ func TestLoadReportsFromGRPCClient(t *testing.T) {
 	}
 
 	const cluster = "outbound|80||echo.default.svc.cluster.local"
-	totals := func(lz xds.Loadz) (got [2]uint64) {
+	totals := func(lz lrs.Loadz) (got [2]uint64) {
 		for loc, l := range lz.Clusters[cluster].Localities {
 			if loc != "r1/z1/" {
 				t.Errorf("load reported for locality %q; the endpoints are in r1/z1", loc)
@@ -55,7 +55,7 @@ func TestLoadReportsFromGRPCClient(t *testing.T) {
 	// Each report the client sends (every 100 ms) wakes the wait.
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer wcancel()
-	if !a.LoadReports.WaitFor(wctx, func(lz xds.Loadz) bool { got := totals(lz); return got[0] >= ok && got[1] >= failed }) {
+	if !a.LoadReports.WaitFor(wctx, func(lz lrs.Loadz) bool { got := totals(lz); return got[0] >= ok && got[1] >= failed }) {
 		t.Fatalf("reported successes/errors %v, want [%d %d]", totals(a.LoadReports.Loadz()), ok, failed)
 	}
 	if got := totals(a.LoadReports.Loadz()); got != [2]uint64{ok, failed} {

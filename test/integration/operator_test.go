@@ -38,8 +38,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
 // tool finds a binary test/tools/build.sh builds from pinned modules (istioctl, helm). Where it
@@ -396,7 +396,7 @@ func TestChartRBACServesIstioctl(t *testing.T) {
 	}
 	// A barrier: the stream handles requests in order, so the answer to one more proves both
 	// ACKs applied before istioctl looks.
-	if err := s.Request(xds.TypeDebugSyncz); err != nil {
+	if err := s.Request(xdsdebug.TypeDebugSyncz); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Recv(30 * time.Second); err != nil {

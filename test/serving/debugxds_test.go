@@ -7,8 +7,8 @@ import (
 
 	status "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 
-	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
 // TestDebugSynczOverXDS: istioctl proxy-status --xds-address asks for istio.io/debug/syncz over
@@ -27,11 +27,11 @@ func TestDebugSynczOverXDS(t *testing.T) {
 	_ = recv(t, p)
 
 	q := r.Open(adsclient.Node{ID: "sidecar~127.0.0.1~istioctl.ns1~ns1.svc.cluster.local", Namespace: "ns1"})
-	if err := q.Request(xds.TypeDebugSyncz); err != nil {
+	if err := q.Request(xdsdebug.TypeDebugSyncz); err != nil {
 		t.Fatal(err)
 	}
 	resp := recv(t, q)
-	if resp.TypeUrl != xds.TypeDebugSyncz || len(resp.Resources) != 1 {
+	if resp.TypeUrl != xdsdebug.TypeDebugSyncz || len(resp.Resources) != 1 {
 		t.Fatalf("syncz: type %s, %d resources", resp.TypeUrl, len(resp.Resources))
 	}
 	cc := &status.ClientConfig{}

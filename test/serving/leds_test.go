@@ -384,7 +384,7 @@ func TestLEDSRejectedFallsBackToWholeCLAs(t *testing.T) {
 	if got := endpointsOf(cla()); !slices.Equal(got, want) {
 		t.Fatalf("after the rejection: %v, want the whole CLA %v", got, want)
 	}
-	if st := r.Srv.Status(); st[0].Types[adsclient.TypeCLA].NACKs != 1 {
+	if st := r.Srv.Statuses(); st[0].Types[adsclient.TypeCLA].NACKs != 1 {
 		t.Fatalf("the rejection is not recorded: %+v", st[0].Types[adsclient.TypeCLA])
 	}
 	// Later changes come as whole CLAs too.

@@ -78,7 +78,7 @@ func TestStalledClientDoesNotGrowMemory(t *testing.T) {
 	// The first response is sent (the server's status says so), and never read.
 	fixtures.Polling("the stream counts its responses in its own goroutine, which signals nothing").
 		Await(t, wait, "the first response", func() (bool, string) {
-			st := r.Srv.Status()
+			st := r.Srv.Statuses()
 			return len(st) == 1 && st[0].Types[adsclient.TypeCLA].Responses == 1, fmt.Sprintf("%+v", st)
 		})
 	before := fixtures.LiveHeap()
@@ -97,7 +97,7 @@ func TestStalledClientDoesNotGrowMemory(t *testing.T) {
 	if after := fixtures.LiveHeap(); after > before+4<<20 {
 		t.Fatalf("heap grew by %d MB while a client stalled", (after-before)>>20)
 	}
-	st := r.Srv.Status()
+	st := r.Srv.Statuses()
 	if len(st) != 1 || st[0].Types[adsclient.TypeCLA].Responses != 1 {
 		t.Fatalf("a client that never ACKs must have been sent exactly one response: %+v", st)
 	}
@@ -108,7 +108,7 @@ func waitQuiet(t *testing.T, r *rig) {
 	t.Helper()
 	fixtures.Polling("the server drops a stream from its table after telling the graph; nothing signals the drop").
 		Await(t, 30*time.Second, "every connection gone", func() (bool, string) {
-			n, c, p := len(r.Srv.Status()), len(r.ConnectedProxies.List()), len(r.Proxies.List())
+			n, c, p := len(r.Srv.Statuses()), len(r.ConnectedProxies.List()), len(r.Proxies.List())
 			return n == 0 && c == 0 && p == 0, fmt.Sprintf("%d streams, %d connected proxies, %d proxies", n, c, p)
 		})
 }

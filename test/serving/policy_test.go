@@ -215,7 +215,7 @@ spec:
 	}
 	// A change to the private service pushes to the proxy that sees it, and to no other.
 	before := map[string]int{}
-	for _, st := range r.Srv.Status() {
+	for _, st := range r.Srv.Statuses() {
 		before[st.Proxy.IP] = st.Types[adsclient.TypeCLA].Responses
 	}
 	changed := time.Now()
@@ -227,7 +227,7 @@ spec:
 	}
 	expectNone(t, outside)
 	expectNone(t, scoped)
-	for _, st := range r.Srv.Status() {
+	for _, st := range r.Srv.Statuses() {
 		if st.Proxy.IP != "10.9.0.1" && st.Types[adsclient.TypeCLA].Responses != before[st.Proxy.IP] {
 			t.Fatalf("proxy %s cannot see the service but got a push", st.Proxy.IP)
 		}

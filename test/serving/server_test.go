@@ -107,7 +107,7 @@ func waitResolved(t *testing.T, r *rig, name string, want []string) {
 	t.Helper()
 	var got []string
 	r.Await(t, "the graph resolves "+name, func() (bool, string) {
-		if st := r.Srv.Status(); len(st) == 1 {
+		if st := r.Srv.Statuses(); len(st) == 1 {
 			if v := r.View(st[0].ConnID); v != nil {
 				if res, _ := r.Resolve(v, adsclient.TypeCLA, name); res != nil {
 					cla := &endpoint.ClusterLoadAssignment{}
@@ -128,7 +128,7 @@ func waitResolved(t *testing.T, r *rig, name string, want []string) {
 func waitClassOf(t *testing.T, r *rig) {
 	t.Helper()
 	r.Await(t, "the client's proxy class", func() (bool, string) {
-		st := r.Srv.Status()
+		st := r.Srv.Statuses()
 		if len(st) != 1 || st[0].View == nil {
 			return false, fmt.Sprintf("%d clients, or no view yet", len(st))
 		}
@@ -208,7 +208,7 @@ func TestSotwSubscribeAckUpdateNack(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNone(t, s)
-	st := r.Srv.Status()
+	st := r.Srv.Statuses()
 	if len(st) != 1 || st[0].Types[adsclient.TypeCLA].LastError != "bad cla" || st[0].Types[adsclient.TypeCLA].NACKs != 1 {
 		t.Fatalf("NACK not recorded: %+v", st)
 	}
@@ -222,7 +222,7 @@ func TestSotwSubscribeAckUpdateNack(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNone(t, s)
-	if st := r.Srv.Status(); st[0].Types[adsclient.TypeCLA].LastError != "" {
+	if st := r.Srv.Statuses(); st[0].Types[adsclient.TypeCLA].LastError != "" {
 		t.Fatalf("ACK must clear the last error: %+v", st[0].Types)
 	}
 }
@@ -424,7 +424,7 @@ func TestDeltaSubscribeAckNackUnsubscribe(t *testing.T) {
 	}
 	_ = s.Nack(resp2, "rejected")
 	noneD()
-	if st := r.Srv.Status(); st[0].Types[adsclient.TypeCLA].LastError != "rejected" {
+	if st := r.Srv.Statuses(); st[0].Types[adsclient.TypeCLA].LastError != "rejected" {
 		t.Fatalf("delta NACK not recorded: %+v", st[0].Types)
 	}
 	// Unsubscribe: later changes are not sent.

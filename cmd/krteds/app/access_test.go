@@ -14,8 +14,8 @@ import (
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections/sources"
-	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
 )
 
@@ -111,7 +111,7 @@ func debugPage(t *testing.T, cc *grpc.ClientConn, node adsclient.Node, page stri
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: xds.TypeDebug, ResourceNames: []string{page}}); err != nil {
+	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: xdsdebug.TypeDebug, ResourceNames: []string{page}}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := s.Recv(10 * time.Second)
@@ -154,7 +154,7 @@ func TestDebugOverXDSStaysInTheCallersNamespace(t *testing.T) {
 		t.Fatalf("the ns2 proxy is not sent the secret service's endpoints: %v", clas)
 	}
 	var victimConn string
-	for _, st := range r.XDS.Status() {
+	for _, st := range r.XDS.Statuses() {
 		if st.Proxy != nil && st.Proxy.ID == victimNode.ID {
 			victimConn = st.ConnID
 		}

@@ -28,6 +28,8 @@ import (
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/admission"
+	"github.com/krteds/krteds/outputs/xds/lrs"
 )
 
 // Options configures a running krteds. Exactly one source is set: Cluster, Manifests or Objects.
@@ -83,7 +85,7 @@ type App struct {
 	Debugger *krt.DebugHandler
 	Registry *prometheus.Registry
 	// LoadReports is the LRS server (nil unless Config.LRS).
-	LoadReports *xds.LoadReports
+	LoadReports *lrs.LoadReports
 	// Static holds the input collections when the source is Objects.
 	Static *sources.Static
 	// Files is the manifests source when the source is Manifests.
@@ -194,16 +196,16 @@ func Start(o Options) (*App, error) {
 		if interval <= 0 {
 			interval = 10 * time.Second
 		}
-		a.LoadReports = xds.NewLoadReports(interval, reg, log.Named("lrs"))
+		a.LoadReports = lrs.New(interval, reg, log.Named("lrs"))
 	}
-	var tokens xds.TokenAuthenticator
-	var debugAuth func(*http.Request) (xds.Identity, error)
+	var tokens admission.TokenAuthenticator
+	var debugAuth func(*http.Request) (admission.Identity, error)
 	if len(o.TokenAudiences) > 0 && o.Cluster != nil {
-		tokens = xds.NewTokenCache(xds.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain})
-		debugAuth = func(r *http.Request) (xds.Identity, error) {
+		tokens = admission.NewTokenCache(admission.KubeTokenReview{Client: o.Cluster.Kube(), Audiences: o.TokenAudiences, TrustDomain: cfg.TrustDomain})
+		debugAuth = func(r *http.Request) (admission.Identity, error) {
 			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok {
-				return xds.Identity{}, errors.New("no bearer token")
+				return admission.Identity{}, errors.New("no bearer token")
 			}
 			return tokens.Authenticate(r.Context(), strings.TrimSpace(tok))
 		}
@@ -254,10 +256,10 @@ func Start(o Options) (*App, error) {
 	return a, nil
 }
 
-func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Registry, auth func(*http.Request) (xds.Identity, error)) (*http.ServeMux, http.Handler) {
+func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Registry, auth func(*http.Request) (admission.Identity, error)) (*http.ServeMux, http.Handler) {
 	extra := map[string]outputs.DebugPage{
 		"/debug/syncz": {Help: "per proxy: sent and acknowledged nonces per type, last NACK; ?namespace=", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			outputs.WriteJSON(w, r, a.XDS.Syncz(r.URL.Query().Get("namespace")))
+			outputs.WriteJSON(w, r, a.XDS.Debug().Syncz(r.URL.Query().Get("namespace")))
 		})},
 		"/debug/loadz": {Help: "the load clients report (LRS, with --lrs): per cluster, locality and drop category, and the reporters", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if a.LoadReports == nil {
@@ -288,7 +290,7 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 	}
 	return outputs.NewDebugMux(outputs.DebugOptions{
 		Graph: a.Graph, Debugger: a.Debugger, Gatherer: reg, ClusterID: cfg.ClusterID,
-		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Serving, ReadyNotes: notes, Authenticate: auth, Scope: a.XDS.ScopeOf, Extra: extra,
+		AllowRemote: o.DebugAllowRemote, Ready: a.XDS.Serving, ReadyNotes: notes, Authenticate: auth, Scope: a.XDS.Debug().ScopeOf, Extra: extra,
 	})
 }
 

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
 // proxyIDManifests: ns1 has foo (one endpoint) and bar (none), ns2 a service exported only to
@@ -113,7 +113,7 @@ func TestProxyIDFormsOnEveryPage(t *testing.T) {
 			}
 			want[name][p.name] = body
 		}
-		wantDump[name] = callers["loopback"].ask(t, xds.TypeDebugConfigDump, id)
+		wantDump[name] = callers["loopback"].ask(t, xdsdebug.TypeDebugConfigDump, id)
 		if wantDump[name] == "" {
 			t.Fatalf("istio.io/debug/config_dump of %s by its connection id %s: nothing", name, id)
 		}
@@ -168,7 +168,7 @@ func TestProxyIDFormsOnEveryPage(t *testing.T) {
 				}
 				lookupErr := func(prefix bool) string {
 					if expect == "404" {
-						msg := (&xds.ProxyLookupError{ID: tc.form}).Error() + "\n"
+						msg := (&xdsdebug.ProxyLookupError{ID: tc.form}).Error() + "\n"
 						if prefix {
 							return "404 Not Found: " + msg
 						}
@@ -190,7 +190,7 @@ func TestProxyIDFormsOnEveryPage(t *testing.T) {
 					if caller != "loopback" && !p.scoped {
 						expected = "" // refused: not a page of NamespacePages
 					}
-					got := callers[caller].ask(t, xds.TypeDebug, path)
+					got := callers[caller].ask(t, xdsdebug.TypeDebug, path)
 					if expect == "409" && (caller == "loopback" || p.scoped) {
 						checkAmbiguous(t, "istio.io/debug "+path+" as "+caller, got, caller)
 						continue
@@ -214,7 +214,7 @@ func TestProxyIDFormsOnEveryPage(t *testing.T) {
 						check("HTTP", "/debug/"+path, body, want[expect][p.name])
 					}
 				}
-				got := callers[caller].ask(t, xds.TypeDebugConfigDump, tc.form)
+				got := callers[caller].ask(t, xdsdebug.TypeDebugConfigDump, tc.form)
 				expected := ""
 				if expect != "404" && expect != "409" {
 					expected = wantDump[expect]
@@ -230,7 +230,7 @@ func TestProxyIDFormsOnEveryPage(t *testing.T) {
 	if code, body := r.get("/debug/edsz"); code != 400 || !strings.HasPrefix(body, "You must provide a proxyID in the query string") {
 		t.Errorf("/debug/edsz without a proxyID: %d %q", code, body)
 	}
-	if got := callers["ns1"].ask(t, xds.TypeDebug, "edsz"); !strings.HasPrefix(got, "400 Bad Request: You must provide a proxyID") {
+	if got := callers["ns1"].ask(t, xdsdebug.TypeDebug, "edsz"); !strings.HasPrefix(got, "400 Bad Request: You must provide a proxyID") {
 		t.Errorf("istio.io/debug edsz without a proxyID, as ns1: %q", got)
 	}
 }
@@ -252,7 +252,7 @@ func checkAmbiguous(t *testing.T, what, body, caller string) {
 func connOf(t *testing.T, r *tlsRig, nodeID string) string {
 	t.Helper()
 	latest := ""
-	for _, st := range r.XDS.Status() {
+	for _, st := range r.XDS.Statuses() {
 		if st.Proxy != nil && st.Proxy.ID == nodeID && (latest == "" || st.ConnectedAt.After(connectedAt(r, latest))) {
 			latest = st.ConnID
 		}
@@ -264,7 +264,7 @@ func connOf(t *testing.T, r *tlsRig, nodeID string) string {
 }
 
 func connectedAt(r *tlsRig, connID string) time.Time {
-	for _, st := range r.XDS.Status() {
+	for _, st := range r.XDS.Statuses() {
 		if st.ConnID == connID {
 			return st.ConnectedAt
 		}
@@ -287,7 +287,7 @@ func openDebugStream(t *testing.T, cc *grpc.ClientConn, node adsclient.Node) *de
 	}
 	t.Cleanup(s.Close)
 	d := &debugStream{s: s}
-	d.ask(t, xds.TypeDebugSyncz, "")
+	d.ask(t, xdsdebug.TypeDebugSyncz, "")
 	return d
 }
 
@@ -311,7 +311,7 @@ func (d *debugStream) ask(t *testing.T, typeURL, name string) string {
 	}
 	var out strings.Builder
 	for _, r := range resp.Resources {
-		if typeURL == xds.TypeDebug {
+		if typeURL == xdsdebug.TypeDebug {
 			out.Write(r.Value)
 			continue
 		}

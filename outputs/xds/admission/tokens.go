@@ -1,103 +1,22 @@
-package xds
+package admission
 
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
-
-// Identity is an authenticated workload identity: spiffe://<trust-domain>/ns/<ns>/sa/<sa>.
-type Identity struct {
-	TrustDomain    string
-	Namespace      string
-	ServiceAccount string
-}
-
-func (i Identity) String() string {
-	return "spiffe://" + i.TrustDomain + "/ns/" + i.Namespace + "/sa/" + i.ServiceAccount
-}
-
-// ParseSpiffeID parses spiffe://<trust-domain>/ns/<ns>/sa/<sa>.
-func ParseSpiffeID(id string) (Identity, error) {
-	rest, ok := strings.CutPrefix(id, "spiffe://")
-	if !ok {
-		return Identity{}, fmt.Errorf("%q is not a SPIFFE ID", id)
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 5 || parts[0] == "" || parts[1] != "ns" || parts[2] == "" || parts[3] != "sa" || parts[4] == "" {
-		return Identity{}, fmt.Errorf("SPIFFE ID %q is not of the form spiffe://<trust-domain>/ns/<namespace>/sa/<service-account>", id)
-	}
-	return Identity{TrustDomain: parts[0], Namespace: parts[2], ServiceAccount: parts[4]}, nil
-}
-
-// peerIdentity reads the verified client certificate of a TLS stream. ok is false on a stream
-// without TLS (the plaintext port); an error means TLS without a usable identity.
-func peerIdentity(ctx context.Context) (id Identity, ok bool, err error) {
-	p, found := peer.FromContext(ctx)
-	if !found || p.AuthInfo == nil {
-		return Identity{}, false, nil
-	}
-	info, isTLS := p.AuthInfo.(credentials.TLSInfo)
-	if !isTLS {
-		return Identity{}, false, nil
-	}
-	chains := info.State.VerifiedChains
-	if len(chains) == 0 || len(chains[0]) == 0 {
-		return Identity{}, true, errors.New("no verified client certificate")
-	}
-	for _, u := range chains[0][0].URIs {
-		if u.Scheme == "spiffe" {
-			id, err := ParseSpiffeID(u.String())
-			return id, true, err
-		}
-	}
-	return Identity{}, true, errors.New("the client certificate has no SPIFFE URI SAN")
-}
-
-// ServerTLS loads the serving certificate and the CA bundle that client certificates must chain
-// to. With requireCert every connection must present one; otherwise a client may instead send a
-// service-account token (see Options.Tokens).
-func ServerTLS(certFile, keyFile, caFile string, requireCert bool) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("loading the xDS TLS certificate: %w", err)
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading the client CA bundle: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("no certificate in the client CA bundle %s", caFile)
-	}
-	auth := tls.VerifyClientCertIfGiven
-	if requireCert {
-		auth = tls.RequireAndVerifyClientCert
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		ClientCAs:    pool,
-		ClientAuth:   auth,
-		MinVersion:   tls.VersionTLS12,
-	}, nil
-}
 
 // TokenAuthenticator checks a bearer token (a Kubernetes service-account JWT) and returns the
 // identity it proves.
@@ -119,18 +38,20 @@ func bearerToken(ctx context.Context) string {
 	return ""
 }
 
-// authenticate finds a TLS stream's identity: its client certificate, else its bearer token.
-// tlsConn is false on the plaintext port.
-func (s *Server) authenticate(ctx context.Context) (id *Identity, tlsConn bool, err error) {
-	idn, tlsConn, certErr := peerIdentity(ctx)
+// Authenticate finds the identity of a stream's client on a TLS connection: its client
+// certificate, else its bearer token, checked by tokens (nil: certificates only). tlsConn is
+// false on the plaintext port, which authenticates nobody (its clients are trusted by where it
+// listens).
+func Authenticate(ctx context.Context, tokens TokenAuthenticator) (id *Identity, tlsConn bool, err error) {
+	idn, tlsConn, certErr := PeerIdentity(ctx)
 	if !tlsConn {
 		return nil, false, nil
 	}
 	if certErr == nil {
 		return &idn, true, nil
 	}
-	if tok := bearerToken(ctx); tok != "" && s.tokens != nil {
-		idn, err := s.tokens.Authenticate(ctx, tok)
+	if tok := bearerToken(ctx); tok != "" && tokens != nil {
+		idn, err := tokens.Authenticate(ctx, tok)
 		if err != nil {
 			return nil, true, fmt.Errorf("bearer token: %w", err)
 		}
@@ -181,8 +102,8 @@ const (
 	maxTokenTTL = 5 * time.Minute
 	// rejectedTokenTTL is how long a refused token is refused without asking again.
 	rejectedTokenTTL = 30 * time.Second
-	// maxConcurrentReviews bounds the TokenReviews in flight, whatever clients send.
-	maxConcurrentReviews = 16
+	// MaxConcurrentReviews bounds the TokenReviews in flight, whatever clients send.
+	MaxConcurrentReviews = 16
 )
 
 // RejectedToken is an authenticator's definite answer that a token proves nothing (as opposed
@@ -213,7 +134,7 @@ type tokenAnswer struct {
 
 // NewTokenCache wraps an authenticator with a bounded cache of its answers.
 func NewTokenCache(next TokenAuthenticator) TokenAuthenticator {
-	return &tokenCache{next: next, now: time.Now, sem: make(chan struct{}, maxConcurrentReviews), answers: map[[32]byte]tokenAnswer{}}
+	return &tokenCache{next: next, now: time.Now, sem: make(chan struct{}, MaxConcurrentReviews), answers: map[[32]byte]tokenAnswer{}}
 }
 
 // Authenticate implements TokenAuthenticator.

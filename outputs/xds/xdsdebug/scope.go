@@ -1,4 +1,8 @@
-package xds
+// Package xdsdebug answers the debug questions about krteds' xDS streams: istiod's
+// /debug/syncz, /debug/adsz and their xDS forms (istio.io/debug/syncz, istio.io/debug/config_dump,
+// istio.io/debug, which istioctl asks with --xds-address), and which proxy a debug caller names
+// and may read (Scope). It reads the ADS server only through Streams.
+package xdsdebug
 
 import (
 	"context"
@@ -9,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs/xds/admission"
 )
 
 // Scope is what a debug caller may read: everything (a loopback caller, an identity of the
@@ -43,8 +48,8 @@ var NamespacePages = map[string]bool{"config_dump": true, "edsz": true}
 
 // ScopeOf is the scope of an authenticated identity: everything for the system namespace's, its
 // own namespace for another.
-func (s *Server) ScopeOf(id Identity) Scope {
-	if s.systemNamespace != "" && id.Namespace == s.systemNamespace {
+func (d *Debug) ScopeOf(id admission.Identity) Scope {
+	if d.systemNamespace != "" && id.Namespace == d.systemNamespace {
 		return Everything
 	}
 	return Scope{Namespace: id.Namespace}
@@ -83,37 +88,25 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 // Where several connections match a node id or a proxy ID (a proxy reconnecting before its old
 // stream closed), the latest wins. Proxies the scope does not see are never compared, so an
 // answer never tells whether one exists. The error is a *ProxyLookupError.
-func (s *Server) FindProxy(id string, scope Scope) (ConnStatus, error) {
+func (d *Debug) FindProxy(id string, scope Scope) (ConnStatus, error) {
 	if id == "" {
 		return ConnStatus{}, &ProxyLookupError{ID: id}
 	}
-	s.mu.RLock()
-	exact := s.conns[id]
-	var all []*conn
-	if exact == nil || !scope.All {
-		all = make([]*conn, 0, len(s.conns))
-		for _, c := range s.conns {
-			all = append(all, c)
-		}
-	}
-	s.mu.RUnlock()
-	if exact != nil {
-		if p := exact.connectedProxy(); p != nil && scope.Sees(p.Namespace) {
-			return exact.status(s.names), nil
-		}
-	}
-	var best *conn
+	var best *Proxy
 	bestLevel := 0
 	partOf := map[string]bool{} // the proxy IDs id is a part of (form 4)
-	for _, c := range all {
-		p := c.connectedProxy()
-		if p == nil || !scope.Sees(p.Namespace) {
+	for _, p := range d.streams.Proxies() {
+		if !scope.Sees(p.Namespace) {
 			continue
 		}
-		pid := istioProxyID(p.ID)
+		if p.ConnID == id {
+			best, bestLevel = &p, 4
+			break
+		}
+		pid := istioProxyID(p.NodeID)
 		level := 0
 		switch {
-		case id == p.ID:
+		case id == p.NodeID:
 			level = 3
 		case id == pid:
 			level = 2
@@ -124,8 +117,8 @@ func (s *Server) FindProxy(id string, scope Scope) (ConnStatus, error) {
 		if level == 0 || level < bestLevel {
 			continue
 		}
-		if level > bestLevel || connSeq(c.id) > connSeq(best.id) {
-			best, bestLevel = c, level
+		if level > bestLevel || connSeq(p.ConnID) > connSeq(best.ConnID) {
+			best, bestLevel = &p, level
 		}
 	}
 	if best == nil {
@@ -134,7 +127,11 @@ func (s *Server) FindProxy(id string, scope Scope) (ConnStatus, error) {
 	if bestLevel == 1 && len(partOf) > 1 {
 		return ConnStatus{}, &ProxyLookupError{ID: id, Matches: collections.SortedKeys(partOf)}
 	}
-	return best.status(s.names), nil
+	st, ok := d.streams.Status(best.ConnID, true)
+	if !ok {
+		return ConnStatus{}, &ProxyLookupError{ID: id} // it has just gone
+	}
+	return st, nil
 }
 
 // ProxyLookupError says why a proxyID names no proxy: none the caller sees matches it, or it is
@@ -181,10 +178,5 @@ func connSeq(id string) int64 {
 	return n
 }
 
-// connectedProxy is the proxy the stream identified as (nil before its first request); it does
-// not change once set.
-func (c *conn) connectedProxy() *collections.ConnectedProxy {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.proxy
-}
+// clip shortens client-supplied text to 256 bytes, saying how much was cut.
+func clip(s string) string { return collections.Truncate(s, 256) }

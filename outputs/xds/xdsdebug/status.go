@@ -1,7 +1,9 @@
-package xds
+package xdsdebug
 
 import (
 	"maps"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
 // SyncStatus is one proxy's row of /debug/syncz, in istiod's shape: *_sent/*_acked are nonces.
@@ -33,16 +35,17 @@ type ResourceStatus struct {
 }
 
 // Syncz lists every connected proxy's sync state, optionally only those in namespace.
-func (s *Server) Syncz(namespace string) []SyncStatus {
+func (d *Debug) Syncz(namespace string) []SyncStatus {
 	out := []SyncStatus{}
-	for _, c := range s.Status() {
-		if c.Proxy == nil || (namespace != "" && c.Proxy.Namespace != namespace) {
-			continue
-		}
+	scope := Everything
+	if namespace != "" {
+		scope = Scope{Namespace: namespace}
+	}
+	for _, c := range d.Statuses(scope, false) {
 		ss := SyncStatus{ClusterID: c.Proxy.ClusterID, ProxyID: c.Proxy.ID, ProxyType: c.Proxy.Type, IstioVersion: "krteds",
 			Resources: map[string]ResourceStatus{}}
 		if ss.ClusterID == "" {
-			ss.ClusterID = s.clusterID
+			ss.ClusterID = d.clusterID
 		}
 		for t, st := range c.Types {
 			rs := ResourceStatus{Sent: st.SentNonce, Acked: st.AckedNonce, LastError: st.LastError}
@@ -51,13 +54,13 @@ func (s *Server) Syncz(namespace string) []SyncStatus {
 			}
 			ss.Resources[t] = rs
 			switch t {
-			case tCluster.url():
+			case resourcev3.ClusterType:
 				ss.ClusterSent, ss.ClusterAcked = st.SentNonce, st.AckedNonce
-			case tListener.url():
+			case resourcev3.ListenerType:
 				ss.ListenerSent, ss.ListenerAcked = st.SentNonce, st.AckedNonce
-			case tRoute.url():
+			case resourcev3.RouteType:
 				ss.RouteSent, ss.RouteAcked = st.SentNonce, st.AckedNonce
-			case tEndpoint.url():
+			case resourcev3.EndpointType:
 				ss.EndpointSent, ss.EndpointAcked = st.SentNonce, st.AckedNonce
 			}
 		}
@@ -89,12 +92,12 @@ type AdsClients struct {
 }
 
 // Adsz lists the connections and what each watches.
-func (s *Server) Adsz() AdsClients {
-	return adsz(s.Status())
+func (d *Debug) Adsz() AdsClients {
+	return adsz(d.Statuses(Everything, true))
 }
 
 // AdszOf is /debug/adsz?proxyID=: the one connection FindProxy found.
-func (s *Server) AdszOf(c ConnStatus) AdsClients {
+func AdszOf(c ConnStatus) AdsClients {
 	return adsz([]ConnStatus{c})
 }
 

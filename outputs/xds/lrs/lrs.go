@@ -1,4 +1,9 @@
-package xds
+// Package lrs serves envoy.service.load_stats.v3.LoadReportingService beside krteds' ADS
+// server: it asks each client for the load of every cluster it holds at a fixed interval, and
+// adds the reports up per cluster, locality and drop category. Its streams are authenticated
+// and authorized as ADS streams are (package admission), and a report counts only for the
+// clusters the ADS server sent the reporting proxy (Sent).
+package lrs
 
 import (
 	"context"
@@ -9,13 +14,20 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs/xds/admission"
 )
+
+// clip shortens client-supplied text to 256 bytes, saying how much was cut.
+func clip(s string) string { return collections.Truncate(s, 256) }
 
 // Bounds on what clients' load reports can make krteds keep: a report counts only for the
 // clusters krteds sent the reporting proxy, each with at most maxLoadLocalities localities and
@@ -34,16 +46,25 @@ const (
 	rejectStreamBound = "stream_bound"
 )
 
+// Sent says what the ADS server sent a proxy: of names, those whose cluster or CLA some stream
+// of the node id (on a connection of the same identity, nil on the plaintext port) was sent.
+type Sent interface {
+	SentTo(nodeID string, idn *admission.Identity, names []string) map[string]bool
+}
+
 // LoadReports serves envoy.service.load_stats.v3.LoadReportingService: it asks each client for
 // the load of every cluster it holds at a fixed interval, and adds the reports up per cluster,
 // locality and drop category, as Prometheus metrics and for /debug/loadz. Its streams are
-// authenticated and authorised as the ADS server's are (Options.LoadReports ties them).
+// authenticated and authorized as the ADS server's are (Bind ties them).
 type LoadReports struct {
 	lrs.UnimplementedLoadReportingServiceServer
 
 	interval time.Duration
-	srv      *Server
 	log      *zap.Logger
+	// sent, tokens and trustDomain are the ADS server's (Bind): nil sent until bound.
+	sent        Sent
+	tokens      admission.TokenAuthenticator
+	trustDomain string
 
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced after each report and each stream's end
@@ -86,7 +107,7 @@ type LocalityLoad struct {
 // reporter is one LRS stream.
 type reporter struct {
 	node       string
-	identity   *Identity
+	identity   *admission.Identity
 	connected  time.Time
 	lastReport time.Time
 	reports    int
@@ -96,10 +117,9 @@ type reporter struct {
 	series map[seriesKey]struct{}
 }
 
-// NewLoadReports makes the LRS server: clients report every interval. It serves once a Server
-// holds it (Options.LoadReports): the server authenticates its streams and says what each proxy was
-// sent.
-func NewLoadReports(interval time.Duration, reg prometheus.Registerer, log *zap.Logger) *LoadReports {
+// New makes the LRS server: clients report every interval. It serves once bound to an ADS
+// server (Bind), which says what each proxy was sent.
+func New(interval time.Duration, reg prometheus.Registerer, log *zap.Logger) *LoadReports {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -125,13 +145,25 @@ func NewLoadReports(interval time.Duration, reg prometheus.Registerer, log *zap.
 	return l
 }
 
+// Bind ties the LRS server to the ADS server whose proxies report: its streams are
+// authenticated with tokens (nil: certificates only) and authorized in trustDomain as the ADS
+// server's are, and a report counts for what sent says the proxy was sent.
+func (l *LoadReports) Bind(sent Sent, tokens admission.TokenAuthenticator, trustDomain string) {
+	l.mu.Lock()
+	l.sent, l.tokens, l.trustDomain = sent, tokens, trustDomain
+	l.mu.Unlock()
+}
+
 // StreamLoadStats runs one LRS stream. On the authenticated port it is authenticated as it
 // opens, and its node must be one its identity may act as, as for ADS.
 func (l *LoadReports) StreamLoadStats(stream lrs.LoadReportingService_StreamLoadStatsServer) error {
-	if l.srv == nil {
+	l.mu.Lock()
+	sent, tokens, trustDomain := l.sent, l.tokens, l.trustDomain
+	l.mu.Unlock()
+	if sent == nil {
 		return status.Error(codes.Unavailable, "load reporting is not served")
 	}
-	idn, tlsConn, err := l.srv.authenticate(stream.Context())
+	idn, tlsConn, err := admission.Authenticate(stream.Context(), tokens)
 	if tlsConn && err != nil {
 		return status.Error(codes.Unauthenticated, clip(err.Error()))
 	}
@@ -142,9 +174,9 @@ func (l *LoadReports) StreamLoadStats(stream lrs.LoadReportingService_StreamLoad
 	if first.GetNode().GetId() == "" {
 		return status.Error(codes.InvalidArgument, "the first load stats request must carry a node")
 	}
-	cp, err := ProxyFromNode("lrs", first.GetNode())
+	cp, err := admission.ProxyFromNode("lrs", first.GetNode())
 	if err == nil {
-		err = l.srv.authorizeIdentity(idn, cp)
+		err = admission.Authorize(idn, trustDomain, cp.Namespace)
 	}
 	if err != nil {
 		code := status.Code(err)
@@ -175,6 +207,15 @@ func (l *LoadReports) StreamLoadStats(stream lrs.LoadReportingService_StreamLoad
 		}
 		l.add(r, req)
 	}
+}
+
+// statsName is the name a cluster's stats are kept under: the EDS service name, which is
+// krteds' cluster name, else the cluster name.
+func statsName(cs *endpoint.ClusterStats) string {
+	if n := cs.GetClusterServiceName(); n != "" {
+		return n
+	}
+	return cs.GetClusterName()
 }
 
 // leave forgets a stream: what it had in progress, and the series no other stream reports.
@@ -238,7 +279,14 @@ func (l *LoadReports) add(r *reporter, req *lrs.LoadStatsRequest) {
 	if len(req.GetClusterStats()) == 0 {
 		return
 	}
-	sent := l.srv.sentTo(r.node, r.identity)
+	names := make([]string, len(req.GetClusterStats()))
+	for i, cs := range req.GetClusterStats() {
+		names[i] = statsName(cs)
+	}
+	l.mu.Lock()
+	srv := l.sent
+	l.mu.Unlock()
+	sent := srv.SentTo(r.node, r.identity, names)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	defer func() {
@@ -247,13 +295,9 @@ func (l *LoadReports) add(r *reporter, req *lrs.LoadStatsRequest) {
 	}()
 	r.lastReport = time.Now()
 	r.reports++
-	for _, cs := range req.GetClusterStats() {
-		// Stats are kept under the EDS service name, which is krteds' cluster name.
-		name := cs.GetClusterServiceName()
-		if name == "" {
-			name = cs.GetClusterName()
-		}
-		if !sent(name) {
+	for i, cs := range req.GetClusterStats() {
+		name := names[i]
+		if !sent[name] {
 			l.rejected.WithLabelValues(rejectNotSent).Inc()
 			continue
 		}

@@ -1,14 +1,12 @@
-package xds
+package xdsdebug
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 
 	admin "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
@@ -21,7 +19,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs/xds/admission"
 )
 
 // The xDS debug types istiod answers, which istioctl asks for with --xds-address:
@@ -37,75 +38,46 @@ const (
 	TypeDebug           = "istio.io/debug"
 )
 
-// isDebugType reports whether a type URL is one of istiod's debug types.
-func isDebugType(u string) bool { return u == TypeDebug || strings.HasPrefix(u, TypeDebug+"/") }
+// IsDebugType reports whether a type URL is one of istiod's debug types.
+func IsDebugType(u string) bool { return u == TypeDebug || strings.HasPrefix(u, TypeDebug+"/") }
 
-// debugRequest is a request of a type krteds serves no resources of: answered once, with the
-// debug resources when the type is a debug type.
-type debugRequest struct {
-	typeURL string
-	name    string // the first resource name, clipped
-}
-
-// debugNoncePrefix starts the nonce of every answer to a debug type.
-const debugNoncePrefix = "debug-"
-
-// nextDebugNonce is the nonce of the next answer to a debug type on stream c.
-func (c *conn) nextDebugNonce() string {
-	return debugNoncePrefix + strconv.FormatUint(c.debugSent.Add(1), 10)
-}
-
-// acksDebugAnswer reports whether a nonce is one of a debug answer sent on stream c: the
-// request is then an ACK. A debug request with any other nonce is a new request (istioctl's
-// client sends a nonce of its own with its first request; istiod answers it).
-func (c *conn) acksDebugAnswer(nonce string) bool {
-	n, err := strconv.ParseUint(strings.TrimPrefix(nonce, debugNoncePrefix), 10, 64)
-	return err == nil && strings.HasPrefix(nonce, debugNoncePrefix) && n >= 1 && n <= c.debugSent.Load()
-}
-
-// maxDebugName bounds the resource name of a debug request krteds keeps.
-const maxDebugName = 1024
-
-// callerScope is who may see what on stream c, as istiod's StatusGen decides: an authenticated
+// CallerScope is who may see what on a stream, as istiod's StatusGen decides: an authenticated
 // identity of the system namespace sees every proxy, another the proxies of its namespace
 // (wherever it connects from: the identity decides); an unauthenticated loopback client (a
 // port-forwarded istioctl on the plaintext port) every proxy; an unauthenticated remote client
 // nothing (ok false).
-func (s *Server) callerScope(c *conn) (Scope, bool) {
+func (d *Debug) CallerScope(idn *admission.Identity, loopback bool) (Scope, bool) {
 	switch {
-	case c.identity != nil:
-		return s.ScopeOf(*c.identity), true
-	case c.loopback:
+	case idn != nil:
+		return d.ScopeOf(*idn), true
+	case loopback:
 		return Everything, true
 	}
 	return Scope{}, false
 }
 
-// debugResources answers a debug request on stream c.
-func (s *Server) debugResources(c *conn, req debugRequest) []*discovery.Resource {
-	scope, ok := s.callerScope(c)
-	if !ok {
-		return nil
-	}
-	switch req.typeURL {
+// Answer is the answer to a request of a debug type on the stream self, by a caller of scope:
+// its resources (none for a type it does not know), and for syncz the control plane.
+func (d *Debug) Answer(scope Scope, self, typeURL, name string) ([]*discovery.Resource, *core.ControlPlane) {
+	switch typeURL {
 	case TypeDebugSyncz:
-		return s.syncz(c, scope)
+		return d.syncz(self, scope), d.controlPlane
 	case TypeDebugConfigDump:
-		return s.configDump(req.name, scope)
+		return d.configDump(name, scope), nil
 	case TypeDebug:
-		return s.debugPage(req.name, scope)
+		return d.debugPage(name, scope), nil
 	}
-	return nil
+	return nil, nil
 }
 
-func (s *Server) syncz(c *conn, scope Scope) []*discovery.Resource {
+func (d *Debug) syncz(self string, scope Scope) []*discovery.Resource {
 	var out []*discovery.Resource
-	for _, st := range s.Status() {
-		if st.Proxy == nil || st.ConnID == c.id || !scope.Sees(st.Proxy.Namespace) {
+	for _, st := range d.Statuses(scope, false) {
+		if st.ConnID == self {
 			continue
 		}
 		meta := map[string]*structpb.Value{
-			"CLUSTER_ID": structpb.NewStringValue(orDefault(st.Proxy.ClusterID, s.clusterID)),
+			"CLUSTER_ID": structpb.NewStringValue(orDefault(st.Proxy.ClusterID, d.clusterID)),
 			"NAMESPACE":  structpb.NewStringValue(st.Proxy.Namespace),
 		}
 		if st.IstioVersion != "" {
@@ -145,8 +117,8 @@ func istioProxyID(nodeID string) string {
 
 // configDump is istiod's connectionConfigDump without EDS: the clusters, listeners and routes a
 // proxy watches, as the graph resolves them for its view now, each with the version last sent.
-func (s *Server) configDump(proxyID string, scope Scope) []*discovery.Resource {
-	st, err := s.FindProxy(proxyID, scope)
+func (d *Debug) configDump(proxyID string, scope Scope) []*discovery.Resource {
+	st, err := d.FindProxy(proxyID, scope)
 	if err != nil {
 		return nil
 	}
@@ -156,21 +128,21 @@ func (s *Server) configDump(proxyID string, scope Scope) []*discovery.Resource {
 		if !ts.SentTime.IsZero() {
 			at = timestamppb.New(ts.SentTime)
 		}
-		for _, r := range s.Watched(st, typeURL) {
+		for _, r := range d.Watched(st, typeURL) {
 			add(r.Name, ts.SentVersion, &anypb.Any{TypeUrl: r.TypeURL, Value: r.Body}, at)
 		}
 	}
 	clusters := &admin.ClustersConfigDump{}
-	resolved(tCluster.url(), func(_, v string, a *anypb.Any, at *timestamppb.Timestamp) {
+	resolved(resourcev3.ClusterType, func(_, v string, a *anypb.Any, at *timestamppb.Timestamp) {
 		clusters.DynamicActiveClusters = append(clusters.DynamicActiveClusters, &admin.ClustersConfigDump_DynamicCluster{VersionInfo: v, Cluster: a, LastUpdated: at})
 	})
 	listeners := &admin.ListenersConfigDump{}
-	resolved(tListener.url(), func(name, v string, a *anypb.Any, at *timestamppb.Timestamp) {
+	resolved(resourcev3.ListenerType, func(name, v string, a *anypb.Any, at *timestamppb.Timestamp) {
 		listeners.DynamicListeners = append(listeners.DynamicListeners, &admin.ListenersConfigDump_DynamicListener{Name: name,
 			ActiveState: &admin.ListenersConfigDump_DynamicListenerState{VersionInfo: v, Listener: a, LastUpdated: at}})
 	})
 	routes := &admin.RoutesConfigDump{}
-	resolved(tRoute.url(), func(_, v string, a *anypb.Any, at *timestamppb.Timestamp) {
+	resolved(resourcev3.RouteType, func(_, v string, a *anypb.Any, at *timestamppb.Timestamp) {
 		routes.DynamicRouteConfigs = append(routes.DynamicRouteConfigs, &admin.RoutesConfigDump_DynamicRouteConfig{VersionInfo: v, RouteConfig: a, LastUpdated: at})
 	})
 	var out []*discovery.Resource
@@ -187,7 +159,7 @@ func (s *Server) configDump(proxyID string, scope Scope) []*discovery.Resource {
 // Watched is what a stream watches of a type, as the graph resolves it for the stream's view
 // now: the names it subscribes to, and everything its view lists when it subscribes to the
 // wildcard.
-func (s *Server) Watched(st ConnStatus, typeURL string) []*collections.Resource {
+func (d *Debug) Watched(st ConnStatus, typeURL string) []*collections.Resource {
 	if st.View == nil {
 		return nil
 	}
@@ -195,7 +167,7 @@ func (s *Server) Watched(st ConnStatus, typeURL string) []*collections.Resource 
 	seen := map[string]bool{}
 	for _, name := range st.Watches[typeURL] {
 		if name == "*" {
-			for _, r := range s.src.List(st.View, typeURL) {
+			for _, r := range d.streams.List(st.View, typeURL) {
 				if !seen[r.Name] {
 					seen[r.Name] = true
 					out = append(out, r)
@@ -203,7 +175,7 @@ func (s *Server) Watched(st ConnStatus, typeURL string) []*collections.Resource 
 			}
 			continue
 		}
-		if r, _ := s.src.Resolve(st.View, typeURL, name); r != nil && !seen[r.Name] {
+		if r, _ := d.streams.Resolve(st.View, typeURL, name); r != nil && !seen[r.Name] {
 			seen[r.Name] = true
 			out = append(out, r)
 		}
@@ -216,8 +188,8 @@ func (s *Server) Watched(st ConnStatus, typeURL string) []*collections.Resource 
 // the caller's namespace: the proxy is resolved here, under the caller's scope, and the page is
 // handed that one connection; a proxyID that names none the caller sees is answered as the page
 // answers it (404, the same for a proxy of another namespace as for no proxy at all).
-func (s *Server) debugPage(name string, scope Scope) []*discovery.Resource {
-	if s.debugPages == nil || name == "" {
+func (d *Debug) debugPage(name string, scope Scope) []*discovery.Resource {
+	if d.pages == nil || name == "" {
 		return nil
 	}
 	u, err := url.Parse(name)
@@ -230,7 +202,7 @@ func (s *Server) debugPage(name string, scope Scope) []*discovery.Resource {
 			return nil
 		}
 		if id := u.Query().Get("proxyID"); id != "" {
-			st, err := s.FindProxy(id, scope)
+			st, err := d.FindProxy(id, scope)
 			if err != nil {
 				code := ProxyLookupStatus(err)
 				body := fmt.Sprintf("%d %s: %s\n", code, http.StatusText(code), err)
@@ -245,7 +217,7 @@ func (s *Server) debugPage(name string, scope Scope) []*discovery.Resource {
 		return nil
 	}
 	rec := httptest.NewRecorder()
-	s.debugPages.ServeHTTP(rec, req)
+	d.pages.ServeHTTP(rec, req)
 	body := rec.Body.Bytes()
 	if rec.Code != http.StatusOK {
 		body = append([]byte(fmt.Sprintf("%d %s: ", rec.Code, http.StatusText(rec.Code))), body...)
@@ -271,20 +243,4 @@ func orDefault(v, d string) string {
 		return d
 	}
 	return v
-}
-
-// loopbackEnds reports whether both ends of a connection are loopback addresses.
-func loopbackEnds(remote, local net.Addr) bool {
-	is := func(a net.Addr) bool {
-		if a == nil {
-			return false
-		}
-		host, _, err := net.SplitHostPort(a.String())
-		if err != nil {
-			host = a.String()
-		}
-		ip := net.ParseIP(strings.Trim(host, "[]"))
-		return ip != nil && ip.IsLoopback()
-	}
-	return is(remote) && is(local)
 }

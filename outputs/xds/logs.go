@@ -1,13 +1,8 @@
 package xds
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 	"time"
-
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/krteds/krteds/collections"
 )
@@ -17,48 +12,6 @@ const maxClientText = 256
 
 // clip shortens client-supplied text to maxClientText bytes, saying how much was cut.
 func clip(s string) string { return collections.Truncate(s, maxClientText) }
-
-// ProxyFromNode parses an Envoy node as istiod does.
-func ProxyFromNode(connID string, node *core.Node) (collections.ConnectedProxy, error) {
-	md := collections.NodeMetadata{}
-	fields := node.GetMetadata().GetFields()
-	str := func(k string) (string, error) {
-		v, ok := fields[k]
-		if !ok {
-			return "", nil
-		}
-		sv, ok := v.GetKind().(*structpb.Value_StringValue)
-		if !ok {
-			return "", fmt.Errorf("node metadata %s must be a string", k)
-		}
-		return sv.StringValue, nil
-	}
-	var err error
-	for k, dst := range map[string]*string{
-		"NAMESPACE": &md.Namespace, "CLUSTER_ID": &md.ClusterID, "NETWORK": &md.Network,
-		"NODE_NAME": &md.NodeName, "GENERATOR": &md.Generator,
-	} {
-		if *dst, err = str(k); err != nil {
-			return collections.ConnectedProxy{}, err
-		}
-	}
-	if v, ok := fields["LABELS"]; ok {
-		sv := v.GetStructValue()
-		if sv == nil {
-			return collections.ConnectedProxy{}, errors.New("node metadata LABELS must be a map of strings")
-		}
-		md.Labels = map[string]string{}
-		for k, lv := range sv.GetFields() {
-			s, ok := lv.GetKind().(*structpb.Value_StringValue)
-			if !ok {
-				return collections.ConnectedProxy{}, fmt.Errorf("node metadata LABELS[%s] must be a string", clip(k))
-			}
-			md.Labels[k] = s.StringValue
-		}
-	}
-	loc := collections.Locality{Region: node.GetLocality().GetRegion(), Zone: node.GetLocality().GetZone(), Subzone: node.GetLocality().GetSubZone()}
-	return collections.ParseProxy(connID, node.GetId(), md, loc)
-}
 
 // limiter lets a few lines be logged, then one per interval, counting what it held back. The
 // zero value allows logBurst lines, then one per logInterval.

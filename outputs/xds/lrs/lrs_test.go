@@ -1,8 +1,11 @@
-package xds
+package lrs
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,32 +16,55 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/krteds/krteds/outputs/xds/admission"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
-// lrsServer is the fake source's server with load reporting.
-func lrsServer(t *testing.T, opts ...func(*Options)) (*fakeServer, *LoadReports) {
-	t.Helper()
-	l := NewLoadReports(time.Second, prometheus.NewRegistry(), nil)
-	return startFake(t, append([]func(*Options){func(o *Options) { o.LoadReports = l }}, opts...)...), l
+// fakeSent says what each node id was sent.
+type fakeSent map[string][]string
+
+func (f fakeSent) SentTo(nodeID string, _ *admission.Identity, names []string) map[string]bool {
+	out := map[string]bool{}
+	for _, n := range names {
+		if slices.Contains(f[nodeID], n) {
+			out[n] = true
+		}
+	}
+	return out
 }
 
-// sentCLA opens an ADS stream as node and has it sent the CLAs of names.
-func sentCLA(t *testing.T, fs *fakeServer, node adsclient.Node, names ...string) {
+// lrsServer serves load reports on loopback, bound to sent.
+func lrsServer(t *testing.T, sent Sent) (*grpc.ClientConn, *LoadReports) {
 	t.Helper()
-	s, err := adsclient.Open(context.Background(), fs.cc, node)
+	l := New(time.Second, prometheus.NewRegistry(), nil)
+	l.Bind(sent, nil, "")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
-	if err := s.Request(tEndpoint.url(), names...); err != nil {
+	gs := grpc.NewServer()
+	lrs.RegisterLoadReportingServiceServer(gs, l)
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := adsclient.Dial(lis.Addr().String())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := s.Recv(10 * time.Second); err != nil || len(r.Resources) != len(names) {
-		t.Fatalf("the proxy was not sent %v: %v", names, err)
-	}
+	t.Cleanup(func() {
+		_ = cc.Close()
+		gs.Stop()
+	})
+	return cc, l
+}
+
+func node2() adsclient.Node { return node(2) }
+
+func node(i int) adsclient.Node {
+	return adsclient.Node{ID: fmt.Sprintf("sidecar~10.1.0.%d~p%d.ns1~ns1.svc.cluster.local", i, i), Namespace: "ns1"}
 }
 
 // openLRS opens a load reporting stream as node, and reads its first answer.
@@ -66,17 +92,13 @@ func openLRS(ctx context.Context, t *testing.T, cc *grpc.ClientConn, node *core.
 // counts and series alike; a stream without a node is refused.
 func TestLoadReportsBoundWhatClientsSend(t *testing.T) {
 	const known, others = "outbound|80||a.ns1.svc.cluster.local", "outbound|80||b.ns1.svc.cluster.local"
-	fs, l := lrsServer(t)
-	fs.src.set(tEndpoint.url(), known)
-	fs.src.set(tEndpoint.url(), others)
-	node := sidecarNode(1)
-	sentCLA(t, fs, node, known)
-	sentCLA(t, fs, sidecarNode(2), others)
+	node := node(1)
+	cc, l := lrsServer(t, fakeSent{node.ID: {known}, node2().ID: {others}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	// No node: refused.
-	s, err := lrs.NewLoadReportingServiceClient(fs.cc).StreamLoadStats(ctx)
+	s, err := lrs.NewLoadReportingServiceClient(cc).StreamLoadStats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +108,7 @@ func TestLoadReportsBoundWhatClientsSend(t *testing.T) {
 	}
 
 	sctx, scancel := context.WithCancel(ctx)
-	s, err = openLRS(sctx, t, fs.cc, node.Proto())
+	s, err = openLRS(sctx, t, cc, node.Proto())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,17 +170,15 @@ func TestLoadReportsBoundWhatClientsSend(t *testing.T) {
 // TestLoadReportsBoundedPerStream: one stream reporting every locality of many clusters it was
 // sent adds at most maxStreamSeries series; the rest is counted as rejected.
 func TestLoadReportsBoundedPerStream(t *testing.T) {
-	fs, l := lrsServer(t)
 	var names []string
 	for i := 0; i < 80; i++ {
 		names = append(names, fmt.Sprintf("outbound|80||s%d.ns1.svc.cluster.local", i))
-		fs.src.set(tEndpoint.url(), names[i])
 	}
-	node := sidecarNode(1)
-	sentCLA(t, fs, node, names...)
+	node := node(1)
+	cc, l := lrsServer(t, fakeSent{node.ID: names})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := openLRS(ctx, t, fs.cc, node.Proto())
+	s, err := openLRS(ctx, t, cc, node.Proto())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,4 +202,58 @@ func TestLoadReportsBoundedPerStream(t *testing.T) {
 	if got := testutil.ToFloat64(l.rejected.WithLabelValues(rejectStreamBound)); got != float64(80*maxLoadLocalities-maxStreamSeries) {
 		t.Errorf("%v locality stats rejected, want %d", got, 80*maxLoadLocalities-maxStreamSeries)
 	}
+}
+
+// TestLoadReportsAreAuthenticated: on the authenticated port an LRS stream is authenticated as
+// it opens and may report only as a proxy of its identity's namespace.
+func TestLoadReportsAreAuthenticated(t *testing.T) {
+	ca, err := fixtures.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.Issue("", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(time.Second, nil, nil)
+	const tok = "token-of-ns1"
+	l.Bind(fakeSent{}, tokens{tok: "ns1"}, "cluster.local")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: ca.Pool(),
+		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12})))
+	lrs.RegisterLoadReportingServiceServer(gs, l)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := openLRS(ctx, t, cc, node(1).Proto()); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("no token: %v, want Unauthenticated", err)
+	}
+	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+	other := adsclient.Node{ID: "sidecar~10.1.0.2~x.ns2~ns2.svc.cluster.local", Namespace: "ns2"}
+	if _, err := openLRS(authed, t, cc, other.Proto()); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a proxy of another namespace: %v, want PermissionDenied", err)
+	}
+	if _, err := openLRS(authed, t, cc, node(1).Proto()); err != nil {
+		t.Errorf("its own namespace's proxy: %v", err)
+	}
+}
+
+// tokens accept each token as a service account of its namespace.
+type tokens map[string]string
+
+func (tk tokens) Authenticate(_ context.Context, token string) (admission.Identity, error) {
+	ns, ok := tk[token]
+	if !ok {
+		return admission.Identity{}, admission.RejectedToken{Reason: "unknown token"}
+	}
+	return admission.Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: "sa"}, nil
 }

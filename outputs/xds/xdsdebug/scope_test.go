@@ -1,4 +1,4 @@
-package xds
+package xdsdebug
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func TestProxyLookupError(t *testing.T) {
 			[]string{`proxyID "web" is a part of 2 proxies' <pod>.<namespace>: web.ns1, web.ns2;`}, []string{"more"}},
 		{"twelve", &ProxyLookupError{ID: "web", Matches: many}, http.StatusConflict,
 			[]string{"12 proxies", "web-09.ns1 and 2 more;"}, []string{"web-10.ns1", "web-11.ns1"}},
-		{"a huge id", &ProxyLookupError{ID: strings.Repeat("x", 100000)}, http.StatusNotFound, []string{"bytes)"}, []string{strings.Repeat("x", maxClientText+1)}},
+		{"a huge id", &ProxyLookupError{ID: strings.Repeat("x", 100000)}, http.StatusNotFound, []string{"bytes)"}, []string{strings.Repeat("x", 256+1)}},
 		{"not a lookup", fmt.Errorf("other"), http.StatusInternalServerError, nil, nil},
 	} {
 		if got := ProxyLookupStatus(tc.err); got != tc.status {

@@ -1,0 +1,115 @@
+package xds
+
+import (
+	"sync"
+
+	"github.com/krteds/krteds/collections"
+)
+
+// inbox is how other goroutines reach a stream: they leave marks (names of a type to look at
+// again, coalesced), a new view, or a question about its state, and wake it; the stream's
+// goroutine takes them all at its next turn. Nothing here waits for the stream: a change of the
+// source reaches a thousand streams without waiting on any of them. Its lock guards only what
+// is left in it.
+type inbox struct {
+	wake chan struct{} // capacity 1
+
+	mu   sync.Mutex
+	ids  [numTypes]map[nameID]int64
+	all  [numTypes]bool
+	view *collections.View
+	// viewSet: view was left (nil included).
+	viewSet bool
+	asks    []ask
+	// closed: the stream has ended; questions are answered at once, unasked.
+	closed bool
+}
+
+// ask is a question for the stream's goroutine: f runs there (with the stream's state), then
+// done is closed.
+type ask struct {
+	f    func()
+	done chan struct{}
+}
+
+func newInbox() inbox { return inbox{wake: make(chan struct{}, 1)} }
+
+// kick wakes the stream.
+func (in *inbox) kick() {
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+}
+
+// mark leaves names (nil: all) of a type to look at again, for an input change at at (unix ns).
+func (in *inbox) mark(t typ, ids []nameID, at int64) {
+	in.mu.Lock()
+	if ids == nil || t.fullState() {
+		in.all[t] = true
+	}
+	if len(ids) > 0 && in.ids[t] == nil {
+		in.ids[t] = make(map[nameID]int64, len(ids))
+	}
+	for _, id := range ids {
+		in.ids[t][id] = at
+	}
+	in.mu.Unlock()
+	in.kick()
+}
+
+// setView leaves the stream's new view.
+func (in *inbox) setView(v *collections.View) {
+	in.mu.Lock()
+	in.view, in.viewSet = v, true
+	in.mu.Unlock()
+	in.kick()
+}
+
+// question runs f on the stream's goroutine and waits for it; false if the stream has ended (f
+// did not run).
+func (in *inbox) question(f func()) bool {
+	ran := false
+	a := ask{f: func() { f(); ran = true }, done: make(chan struct{})}
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return false
+	}
+	in.asks = append(in.asks, a)
+	in.mu.Unlock()
+	in.kick()
+	<-a.done
+	return ran // written before done was closed
+}
+
+// taken is what the stream takes from its inbox at a turn.
+type taken struct {
+	ids     [numTypes]map[nameID]int64
+	all     [numTypes]bool
+	view    *collections.View
+	viewSet bool
+	asks    []ask
+}
+
+// take empties the inbox.
+func (in *inbox) take() taken {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	t := taken{ids: in.ids, all: in.all, view: in.view, viewSet: in.viewSet, asks: in.asks}
+	in.ids, in.all, in.view, in.viewSet, in.asks = [numTypes]map[nameID]int64{}, [numTypes]bool{}, nil, false, nil
+	return t
+}
+
+// close ends the inbox: the questions left are released unanswered, and later ones are not
+// asked.
+func (in *inbox) close() {
+	in.mu.Lock()
+	in.closed = true
+	asks := in.asks
+	in.asks = nil
+	in.mu.Unlock()
+	for _, a := range asks {
+		close(a.done)
+	}
+}
