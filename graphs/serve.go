@@ -122,7 +122,8 @@ func (g *Graph) lookup(c krt.Collection[collections.ResourceSet], v *collections
 }
 
 // Holds reports whether some view is sent this version of the resource of a type and name now:
-// the version of the name's set (any class's), or of the answer for an unknown cluster.
+// the version of the name's set (any class's). The empty CLA of a name nothing serves is held
+// by nobody: a client saying it holds one is not resuming anything the server computed.
 func (g *Graph) Holds(typeURL, name string, version uint64) bool {
 	c := g.resourcesOf(typeURL)
 	if c == nil {
@@ -142,16 +143,13 @@ func (g *Graph) Holds(typeURL, name string, version uint64) bool {
 	if set := c.GetKey(name); set != nil {
 		return holds(set)
 	}
-	if shared := g.sharedHost(transforms.HostOfName(typeURL, name)); len(shared) > 0 {
-		// A shared host: any namespace's set of the name.
-		for _, svc := range shared {
-			if set := c.GetKey(transforms.OwnedKey(svc.Namespace, name)); set != nil && holds(set) {
-				return true
-			}
+	// A shared host: any namespace's set of the name.
+	for _, svc := range g.sharedHost(transforms.HostOfName(typeURL, name)) {
+		if set := c.GetKey(transforms.OwnedKey(svc.Namespace, name)); set != nil && holds(set) {
+			return true
 		}
-		return false
 	}
-	return typeURL == transforms.TypeCLA && g.empty.get(name).Version == version
+	return false
 }
 
 // Follows is the name whose changes may change the resource of a name: for the cluster of a

@@ -21,8 +21,15 @@ import (
 
 // handle applies one request to the stream.
 func (st *stream) handle(req request) error {
+	identified := st.proxy.Load() != nil
 	if err := st.identify(req); err != nil {
 		return err
+	}
+	if identified && st.owes && (len(req.subscribe) > 0 || len(req.initial) > 0) && !st.srv.holdsCurrent(req) {
+		// Let in as resumed, it now subscribes to more than it holds current: it pays its place
+		// of the stream rate, and its answers wait for it.
+		st.owes = false
+		st.out.waitUntil(time.Now().Add(st.srv.pay()))
 	}
 	t, known := typeOf(req.typeURL)
 	if known && t == tLbEndpoint && !req.delta {
@@ -66,8 +73,9 @@ func (st *stream) identify(req request) error {
 	if err == nil {
 		err = admission.Authorize(st.identity, s.trustDomain, cp.Namespace)
 	}
+	resumed := false
 	if err == nil {
-		err = s.admit(req)
+		resumed, err = s.admit(req)
 	}
 	if err != nil {
 		s.refused(st, node.GetId(), err)
@@ -77,6 +85,7 @@ func (st *stream) identify(req request) error {
 		}
 		return status.Error(code, clip(status.Convert(err).Message()))
 	}
+	st.owes = resumed
 	st.istioVersion = s.metrics.Istio.versionLabel(node.GetMetadata().GetFields()["ISTIO_VERSION"].GetStringValue())
 	st.proxy.Store(&cp)
 	s.indexNode(st)

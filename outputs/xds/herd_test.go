@@ -16,6 +16,7 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // setBig gives the fake source n resources of a type, each of size bytes.
@@ -259,5 +260,55 @@ func TestBudgetHoldsWithClientsThatNeverRead(t *testing.T) {
 	waitStreams(t, fs, 0)
 	if n := fs.srv.budget.inFlight(); n != 0 {
 		t.Fatalf("%d bytes in flight once every stream is gone", n)
+	}
+}
+
+// TestTheResumeExemptionCoversWhatIsCurrent: past the stream rate, a delta stream is let in as
+// resumed only when what it subscribes to is, in the main, what it holds current: one current
+// version among made-up names and every other name is not a resume. One let in as resumed pays
+// its place of the rate once it subscribes to more: its answers wait for it.
+func TestTheResumeExemptionCoversWhatIsCurrent(t *testing.T) {
+	fs := startFake(t, func(o *Options) { o.Limits = Limits{StreamRate: 0.001} }) // one, then none
+	names := fs.src.setBig(tEndpoint.url(), 10, 100)
+	current := map[string]string{}
+	for _, n := range names {
+		r, _ := fs.src.current(tEndpoint.url(), n)
+		current[n] = r.VersionString()
+	}
+	open := func(i int, subscribe []string, initial map[string]string) (*adsclient.DeltaStream, error) {
+		s, err := adsclient.OpenDelta(context.Background(), fs.cc, sidecarNode(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		_ = s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: tEndpoint.url(), ResourceNamesSubscribe: subscribe, InitialResourceVersions: initial})
+		_, err = s.Recv(10 * time.Second)
+		return s, err
+	}
+	if _, err := open(1, names, nil); err != nil {
+		t.Fatalf("the first stream: %v", err)
+	}
+	madeUp := append(madeUp("made-up", 500, 40), names...)
+	for i := 0; i < 30; i++ {
+		one := map[string]string{names[0]: current[names[0]]}
+		if _, err := open(100+i, madeUp, one); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("stream %d, one current version among 510 names: %v, want ResourceExhausted", i, err)
+		}
+	}
+	s, err := open(2, names, current)
+	if err != nil {
+		t.Fatalf("a resume holding every version current: %v", err)
+	}
+	paid := testutil.ToFloat64(fs.srv.metrics.Throttled)
+	if err := s.Subscribe(tEndpoint.url(), madeUp[:500], nil); err != nil {
+		t.Fatal(err)
+	}
+	fixtures.Polling("the stream's payment is counted by a metric, which signals nothing").Await(t, 10*time.Second,
+		"the resumed stream to pay for more names", func() (bool, string) {
+			n := testutil.ToFloat64(fs.srv.metrics.Throttled)
+			return n > paid, fmt.Sprintf("%v throttled", n)
+		})
+	if r, err := s.Recv(100 * time.Millisecond); err == nil {
+		t.Fatalf("a resumed stream subscribing to 500 more names was answered at once, past the rate: %d resources", len(r.Resources))
 	}
 }

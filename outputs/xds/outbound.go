@@ -23,6 +23,26 @@ type outbound struct {
 	seen         int64
 	lastProgress time.Time
 	parked       bool
+	// payTimer runs until the stream's turn of the stream rate (nil: it owes nothing).
+	payTimer *time.Timer
+}
+
+// waitUntil holds the stream's next responses until t (its turn of the stream rate).
+func (o *outbound) waitUntil(t time.Time) {
+	if d := time.Until(t); d > 0 {
+		o.payTimer = time.NewTimer(d)
+	}
+}
+
+// waitsToPay reports whether the stream's responses wait for its turn of the stream rate.
+func (o *outbound) waitsToPay() bool { return o.payTimer != nil }
+
+// paid fires at the stream's turn of the stream rate (nil: it waits for none).
+func (o *outbound) paid() <-chan time.Time {
+	if o.payTimer == nil {
+		return nil
+	}
+	return o.payTimer.C
 }
 
 // take puts a decided response in hand and asks for its place: the next part of an answer under

@@ -95,11 +95,14 @@ type stream struct {
 	// nameBytes are the bytes of the names the stream's subscriptions hold, each type's apart
 	// (bounded by Limits.StreamNameBytes).
 	nameBytes int64
-	view      *collections.View
-	subs      [numTypes]*subscription
-	nonce     uint64
-	out       outbound
-	logs      limiter
+	// owes: let in past the stream rate as resumed, the stream has not paid a place of it; it
+	// pays once it subscribes to more than it holds current.
+	owes  bool
+	view  *collections.View
+	subs  [numTypes]*subscription
+	nonce uint64
+	out   outbound
+	logs  limiter
 	// unknown are requests for types krteds serves no resources of, each answered once (bounded;
 	// no other state is kept for them); debugSent counts the answers to debug types, whose
 	// nonces are debugNonce(n), so that an ACK of one is told from a new request.
@@ -189,6 +192,8 @@ func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs 
 			return err
 		case <-st.inbox.wake:
 		case <-st.out.granted():
+		case <-st.out.paid():
+			st.out.payTimer = nil
 		case <-st.out.written():
 			st.out.wrote()
 		case <-st.out.tick():
@@ -223,7 +228,7 @@ func (st *stream) turn(v variant) error {
 	if st.evicted.Load() {
 		return errStalled
 	}
-	for !st.out.handedOver() {
+	for !st.out.handedOver() && !st.out.waitsToPay() {
 		if st.out.holds() {
 			if !st.out.isGranted() {
 				return nil
