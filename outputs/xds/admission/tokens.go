@@ -95,15 +95,20 @@ func (k KubeTokenReview) Authenticate(ctx context.Context, token string) (Identi
 
 // Bounds of the token cache.
 const (
-	// maxCachedTokens bounds the answers kept; past it the expired ones go, then all.
-	maxCachedTokens = 16384
+	// maxCachedTokens bounds the accepted tokens kept, maxRefusedTokens the refused ones, apart:
+	// made-up tokens never push an accepted one out. Past a bound the expired answers go, then
+	// one answer each time.
+	maxCachedTokens  = 16384
+	maxRefusedTokens = 4096
 	// maxTokenTTL bounds how long an accepted token is trusted without asking again: a token
 	// whose Pod is deleted stops working within it.
 	maxTokenTTL = 5 * time.Minute
 	// rejectedTokenTTL is how long a refused token is refused without asking again.
 	rejectedTokenTTL = 30 * time.Second
-	// MaxConcurrentReviews bounds the TokenReviews in flight, whatever clients send.
+	// MaxConcurrentReviews bounds the TokenReviews in flight, whatever clients send;
+	// maxReviewWait how long a stream waits for one of them (the API server may be slow).
 	MaxConcurrentReviews = 16
+	maxReviewWait        = 10 * time.Second
 )
 
 // RejectedToken is an authenticator's definite answer that a token proves nothing (as opposed
@@ -115,15 +120,17 @@ func (e RejectedToken) Error() string { return e.Reason }
 // tokenCache remembers an authenticator's answers: an accepted token until it expires (its
 // "exp" claim, read once the authenticator has accepted it) or maxTokenTTL, a refused one for
 // rejectedTokenTTL. A token that is not even shaped as a live JWT is refused without asking.
-// TokenReviews in flight are bounded.
+// TokenReviews in flight are bounded, and so is the wait for one.
 type tokenCache struct {
-	next TokenAuthenticator
-	now  func() time.Time
-	sem  chan struct{}
+	next       TokenAuthenticator
+	now        func() time.Time
+	sem        chan struct{}
+	reviewWait time.Duration
 
-	mu      sync.Mutex
-	answers map[[32]byte]tokenAnswer
-	reviews int // answers asked of next (tests)
+	mu       sync.Mutex
+	accepted answers
+	refused  answers
+	reviews  int // answers asked of next (tests)
 }
 
 type tokenAnswer struct {
@@ -132,9 +139,35 @@ type tokenAnswer struct {
 	until time.Time
 }
 
+// answers are cached answers, bounded.
+type answers struct {
+	max int
+	m   map[[32]byte]tokenAnswer
+}
+
+// put keeps an answer, making room when full: the expired answers go, else one other.
+func (a *answers) put(key [32]byte, ans tokenAnswer, now time.Time) {
+	if len(a.m) >= a.max {
+		for k, old := range a.m {
+			if !now.Before(old.until) {
+				delete(a.m, k)
+			}
+		}
+		for k := range a.m {
+			if len(a.m) < a.max {
+				break
+			}
+			delete(a.m, k)
+		}
+	}
+	a.m[key] = ans
+}
+
 // NewTokenCache wraps an authenticator with a bounded cache of its answers.
 func NewTokenCache(next TokenAuthenticator) TokenAuthenticator {
-	return &tokenCache{next: next, now: time.Now, sem: make(chan struct{}, MaxConcurrentReviews), answers: map[[32]byte]tokenAnswer{}}
+	return &tokenCache{next: next, now: time.Now, sem: make(chan struct{}, MaxConcurrentReviews), reviewWait: maxReviewWait,
+		accepted: answers{max: maxCachedTokens, m: map[[32]byte]tokenAnswer{}},
+		refused:  answers{max: maxRefusedTokens, m: map[[32]byte]tokenAnswer{}}}
 }
 
 // Authenticate implements TokenAuthenticator.
@@ -146,15 +179,22 @@ func (c *tokenCache) Authenticate(ctx context.Context, token string) (Identity, 
 	}
 	key := sha256.Sum256([]byte(token))
 	c.mu.Lock()
-	a, ok := c.answers[key]
+	a, ok := c.accepted.m[key]
+	if !ok {
+		a, ok = c.refused.m[key]
+	}
 	c.mu.Unlock()
 	if ok && now.Before(a.until) {
 		return a.id, a.err
 	}
+	wait := time.NewTimer(c.reviewWait)
+	defer wait.Stop()
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
 		return Identity{}, fmt.Errorf("waiting to review the token: %w", ctx.Err())
+	case <-wait.C:
+		return Identity{}, fmt.Errorf("waiting to review the token: %d reviews in flight for %v", MaxConcurrentReviews, c.reviewWait)
 	}
 	id, err := c.next.Authenticate(ctx, token)
 	<-c.sem
@@ -172,17 +212,11 @@ func (c *tokenCache) Authenticate(ctx context.Context, token string) (Identity, 
 	}
 	c.mu.Lock()
 	c.reviews++
-	if len(c.answers) >= maxCachedTokens {
-		for k, old := range c.answers {
-			if !now.Before(old.until) {
-				delete(c.answers, k)
-			}
-		}
-		if len(c.answers) >= maxCachedTokens {
-			clear(c.answers)
-		}
+	if a.err == nil {
+		c.accepted.put(key, a, now)
+	} else {
+		c.refused.put(key, a, now)
 	}
-	c.answers[key] = a
 	c.mu.Unlock()
 	return a.id, a.err
 }

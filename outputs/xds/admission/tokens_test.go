@@ -2,8 +2,10 @@ package admission
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,5 +66,78 @@ func TestTokenCacheExpiry(t *testing.T) {
 	_ = ask(late)
 	if n := tokens.reviews.Load(); n != 5 {
 		t.Fatalf("%d reviews, want 5: a long-lived token is asked again after %v", n, maxTokenTTL)
+	}
+}
+
+// TestRefusedTokensDoNotPushAcceptedOnesOut: twenty thousand made-up tokens, each refused,
+// leave an accepted token in the cache: it is not reviewed again.
+func TestRefusedTokensDoNotPushAcceptedOnesOut(t *testing.T) {
+	tokens := &countingTokens{accept: map[string]string{}}
+	c := NewTokenCache(tokens).(*tokenCache)
+	good := jwtWith(fmt.Sprintf(`{"exp":%d}`, time.Now().Add(time.Hour).Unix()))
+	tokens.accept[good] = "ns1"
+	ask := func(tok string) error { _, err := c.Authenticate(context.Background(), tok); return err }
+	if err := ask(good); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20000; i++ {
+		if err := ask(jwtWith(fmt.Sprintf(`{"sub":"made-up-%d"}`, i))); err == nil {
+			t.Fatal("a made-up token was accepted")
+		}
+	}
+	before := tokens.reviews.Load()
+	if err := ask(good); err != nil {
+		t.Fatal(err)
+	}
+	if n := tokens.reviews.Load() - before; n != 0 {
+		t.Fatalf("the accepted token was reviewed again after 20 000 refused ones (%d reviews)", n)
+	}
+	if len(c.refused.m) > maxRefusedTokens || len(c.accepted.m) != 1 {
+		t.Fatalf("%d refused and %d accepted answers kept", len(c.refused.m), len(c.accepted.m))
+	}
+}
+
+// slowTokens answers once released.
+type slowTokens struct{ release chan struct{} }
+
+func (s slowTokens) Authenticate(ctx context.Context, _ string) (Identity, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+	}
+	return Identity{}, RejectedToken{"slow"}
+}
+
+// TestReviewWaitsAreBounded: with every review place taken by a slow API server, a stream
+// waiting for one gives up after the wait, with an error that is not remembered.
+func TestReviewWaitsAreBounded(t *testing.T) {
+	slow := slowTokens{release: make(chan struct{})}
+	c := NewTokenCache(slow).(*tokenCache)
+	c.reviewWait = 50 * time.Millisecond
+	done := make(chan struct{})
+	for i := 0; i < MaxConcurrentReviews; i++ {
+		go func() {
+			_, _ = c.Authenticate(context.Background(), jwtWith(fmt.Sprintf(`{"sub":"%d"}`, i)))
+			done <- struct{}{}
+		}()
+	}
+	// Each of the 16 takes a place: the 17th then waits, and gives up.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(c.sem) < MaxConcurrentReviews {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow reviews never took their places")
+		}
+		time.Sleep(time.Millisecond) // polled: taking a place signals nothing
+	}
+	_, err := c.Authenticate(context.Background(), jwtWith(`{"sub":"late"}`))
+	if err == nil || !strings.Contains(err.Error(), "reviews in flight") {
+		t.Fatalf("a review waiting behind %d slow ones: %v, want it to give up", MaxConcurrentReviews, err)
+	}
+	close(slow.release)
+	for i := 0; i < MaxConcurrentReviews; i++ {
+		<-done
+	}
+	if _, ok := c.refused.m[sha256.Sum256([]byte(jwtWith(`{"sub":"late"}`)))]; ok {
+		t.Fatal("giving up is remembered as a refusal")
 	}
 }
