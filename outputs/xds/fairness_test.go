@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -152,4 +153,103 @@ func TestEverySendGoesThroughTheStallTimer(t *testing.T) {
 			n := testutil.ToFloat64(fs.srv.metrics.Stalled)
 			return n >= 2 && fs.srv.Streams() == 0, fmt.Sprintf("%v streams cut, %d open, %d bytes in flight", n, fs.srv.Streams(), fs.srv.budget.inFlight())
 		})
+}
+
+// slowConn reads at most rate bytes a second: a client on a slow link.
+type slowConn struct {
+	net.Conn
+	rate  int
+	start time.Time
+	read  int
+}
+
+func (c *slowConn) Read(p []byte) (int, error) {
+	if len(p) > 1024 {
+		p = p[:1024]
+	}
+	if ahead := time.Duration(c.read)*time.Second/time.Duration(c.rate) - time.Since(c.start); ahead > 0 {
+		time.Sleep(ahead) // the link's pace, not a test's wait
+	}
+	n, err := c.Conn.Read(p)
+	c.read += n
+	return n, err
+}
+
+// smallBuffers accepts connections whose send buffer is small, so that what the server writes
+// waits for its client to read rather than for the kernel to buffer it.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(8 << 10)
+	}
+	return c, err
+}
+
+// TestSlowReadersAreNotCut: the send timeout counts time without progress, not a response's
+// whole write time: a client reading a 256 KB answer at 32 KB/s, 8 s in all, is not cut by a
+// send timeout of 2 s, and gets the whole answer.
+func TestSlowReadersAreNotCut(t *testing.T) {
+	src := newFakeSource()
+	srv := NewServer(src, Options{ClusterID: "Kubernetes", Limits: Limits{StreamRate: -1, SendTimeout: 2 * time.Second}})
+	stop := make(chan struct{})
+	srv.Start(stop)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := NewGRPCServer(context.Background(), srv, nil)
+	go func() { _ = gs.Serve(smallBuffers{lis}) }()
+	t.Cleanup(func() { gs.Stop(); close(stop) })
+	names := src.setBig(tEndpoint.url(), 32, 8<<10)
+	cc, err := adsclient.Dial(lis.Addr().String(), grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		_ = c.(*net.TCPConn).SetReadBuffer(8 << 10)
+		return &slowConn{Conn: c, rate: 32 << 10, start: time.Now()}, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	s, err := adsclient.OpenDelta(context.Background(), cc, sidecarNode(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_ = s.Subscribe(tEndpoint.url(), names, nil)
+	r, err := s.Recv(time.Minute)
+	if err != nil || len(r.Resources) != len(names) {
+		t.Fatalf("a slow reader got %d of %d CLAs: %v (streams cut: %v)", len(r.GetResources()), len(names), err, testutil.ToFloat64(srv.metrics.Stalled))
+	}
+}
+
+// TestDrainEndsStreamsWaitingOnAWrite: streams whose clients read nothing of their answers (a
+// write under way) are ended by a drain each at its turn, spread over its time, not all at the
+// end.
+func TestDrainEndsStreamsWaitingOnAWrite(t *testing.T) {
+	fs := startFake(t, func(o *Options) { o.Limits = Limits{StreamRate: -1, SendTimeout: time.Minute} })
+	names := fs.src.setBig(tEndpoint.url(), 40, 8<<10) // 320 KB: past the windows
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < 5; i++ {
+		neverRead(ctx, t, silentConn(t, fs), 100+i, tEndpoint.url(), names)
+	}
+	awaitHolding(t, fs, 5*(320<<10)) // each stream's answer
+	start := time.Now()
+	go fs.srv.Drain(context.Background(), 400*time.Millisecond)
+	var ended []time.Duration
+	fixtures.PollingEvery(time.Millisecond, "a stream's end is its handler returning, which nothing signals").Await(t, 10*time.Second,
+		"the drain to end the five streams", func() (bool, string) {
+			for n := fs.srv.Streams(); len(ended) < 5-n; {
+				ended = append(ended, time.Since(start))
+			}
+			return len(ended) == 5, fmt.Sprintf("%d ended at %v", len(ended), ended)
+		})
+	if spread := ended[4] - ended[0]; spread < 250*time.Millisecond {
+		t.Fatalf("the streams ended within %v of each other (%v), want them spread over the drain", spread, ended)
+	}
 }

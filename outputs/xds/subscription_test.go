@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -418,4 +419,40 @@ func TestSubscriptionForcedMarks(t *testing.T) {
 	d.sb.forceResend([]nameID{d.id("x")})
 	sent, _, _, _ = d.plan(1 << 20)
 	d.expect("delta: the CLA of the cluster sent", sent, []string{"x"})
+}
+
+// TestResumingIsPerType: the next part of an answer goes ahead of new answers in the send
+// budget; a response of another type decided between two parts is a new answer, not the next
+// part.
+func TestResumingIsPerType(t *testing.T) {
+	src := newFakeSource()
+	s := NewServer(src, Options{ClusterID: "Kubernetes", Limits: Limits{StreamRate: -1, ResponseBytes: 64 << 10}})
+	s.synced.Store(true)
+	names := src.setBig(tEndpoint.url(), 20, 8<<10) // 160 KB: three parts
+	src.set(tCluster.url(), "c")
+	st := newStream(s, true, "", true)
+	if err := s.register(st); err != nil {
+		t.Fatal(err)
+	}
+	defer st.end()
+	// The test's goroutine is the stream's: its loop does not run.
+	if err := st.handle(deltaRequestOf(&discovery.DeltaDiscoveryRequest{Node: sidecarNode(1).Proto(), TypeUrl: tEndpoint.url(), ResourceNamesSubscribe: names})); err != nil {
+		t.Fatal(err)
+	}
+	first := st.next(tEndpoint)
+	if first == nil || !first.more || first.resuming {
+		t.Fatalf("the first part: %+v, want more to follow and not resuming", first)
+	}
+	if err := st.handle(deltaRequestOf(&discovery.DeltaDiscoveryRequest{TypeUrl: tCluster.url(), ResourceNamesSubscribe: []string{"c"}})); err != nil {
+		t.Fatal(err)
+	}
+	if r := st.next(tCluster); r == nil || r.resuming {
+		t.Fatalf("a clusters answer decided between two parts of endpoints: %+v, want a new answer", r)
+	}
+	if err := st.handle(deltaRequestOf(&discovery.DeltaDiscoveryRequest{TypeUrl: tEndpoint.url(), ResponseNonce: first.nonce})); err != nil {
+		t.Fatal(err)
+	}
+	if r := st.next(tEndpoint); r == nil || !r.resuming {
+		t.Fatalf("the second part of endpoints: %+v, want it resuming", r)
+	}
 }
