@@ -41,6 +41,11 @@ type FilesOptions struct {
 	Coalesce time.Duration
 	// StartupWait bounds how long startup waits for a file another process is writing (default 10 s).
 	StartupWait time.Duration
+	// RemoveGrace is how long the objects of a file that went away are kept before they are
+	// deleted, unless a file defines them again meanwhile (default 500 ms; negative: none). An
+	// editor saving a file by renaming the original away and writing a new one takes tens of
+	// milliseconds between the two.
+	RemoveGrace time.Duration
 	Log         *zap.Logger
 }
 
@@ -83,7 +88,12 @@ type Files struct {
 	linkTargets map[string]string
 	// dirty lists files whose problems must be recomputed at the end of a batch.
 	dirty map[string]bool
+	// orphans are the objects whose files went away, kept applied for RemoveGrace from when.
+	orphans map[string]time.Time
 }
+
+// DefaultRemoveGrace is how long the objects of a file that went away are kept by default.
+const DefaultRemoveGrace = 500 * time.Millisecond
 
 type fileState struct {
 	hash    uint64 // the applied content; 0 before any
@@ -115,6 +125,9 @@ func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, err
 	if o.StartupWait <= 0 {
 		o.StartupWait = 10 * time.Second
 	}
+	if o.RemoveGrace == 0 {
+		o.RemoveGrace = DefaultRemoveGrace
+	}
 	log := o.Log
 	if log == nil {
 		log = zap.NewNop()
@@ -129,7 +142,7 @@ func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, err
 	}
 	s := &Files{
 		given: abs, link: lst.Mode()&fs.ModeSymlink != 0, o: o, log: log,
-		files: map[string]*fileState{}, objects: map[string]*objectState{}, dirs: map[string]bool{}, dirty: map[string]bool{},
+		files: map[string]*fileState{}, objects: map[string]*objectState{}, dirs: map[string]bool{}, dirty: map[string]bool{}, orphans: map[string]time.Time{},
 		links: map[string]map[string]bool{}, linkTargets: map[string]string{},
 	}
 	root, folder, err := s.locate()
@@ -170,16 +183,33 @@ func (s *Files) Inputs() collections.Inputs { return s.static.Inputs() }
 func (s *Files) Problems() krt.Collection[collections.ObjectProblems] { return s.problems }
 
 // Run applies file changes until stop is closed. A burst of events is gathered for at most
-// Coalesce before it is applied.
+// Coalesce before it is applied; the objects of files that went away are deleted once their
+// grace ends.
 func (s *Files) Run(stop <-chan struct{}) {
 	defer func() { _ = s.w.close() }()
 	pending := map[string]bool{}
 	full := false
 	var timer <-chan time.Time
+	var grace *time.Timer
+	expire := func() {
+		if next := s.expireOrphans(time.Now()); !next.IsZero() {
+			grace = time.NewTimer(time.Until(next))
+		} else {
+			grace = nil
+		}
+	}
+	graceC := func() <-chan time.Time {
+		if grace == nil {
+			return nil
+		}
+		return grace.C
+	}
 	for {
 		select {
 		case <-stop:
 			return
+		case <-graceC():
+			expire()
 		case ev, ok := <-s.w.events():
 			if !ok {
 				return
@@ -207,6 +237,9 @@ func (s *Files) Run(stop <-chan struct{}) {
 				s.mu.Unlock()
 			}
 			s.apply(paths)
+			if grace == nil {
+				expire()
+			}
 		}
 	}
 }

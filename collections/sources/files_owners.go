@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"istio.io/istio/pkg/kube/krt"
@@ -23,7 +24,11 @@ type objectState struct {
 // nothing and is forgotten), and writes the difference to the collections.
 func (s *Files) commit(paths []string, next map[string]*Decoded) {
 	s.mu.Lock()
+	now := time.Now()
 	touched := map[string]bool{}
+	// vanished are the objects a file that went away defined: another file (or the same path,
+	// as an editor saves it) may define them again.
+	vanished := map[string]bool{}
 	var gone []string
 	for _, p := range paths {
 		fs := s.files[p]
@@ -52,6 +57,7 @@ func (s *Files) commit(paths []string, next map[string]*Decoded) {
 		for k := range oldByKey {
 			s.setOwner(k, p, nil)
 			touched[k] = true
+			vanished[k] = d == nil
 			if fs != nil {
 				delete(fs.shadowed, k)
 			}
@@ -95,10 +101,19 @@ func (s *Files) commit(paths []string, next map[string]*Decoded) {
 				}
 			}
 		}
+		if win != nil {
+			delete(s.orphans, k)
+		}
 		switch {
+		case win == nil && st != nil && st.applied != nil && vanished[k] && s.o.RemoveGrace > 0:
+			// Kept until the grace ends, unless a file defines it again meanwhile.
+			if _, held := s.orphans[k]; !held {
+				s.orphans[k] = now
+			}
 		case win == nil && st != nil && st.applied != nil:
 			dels = append(dels, *st.applied)
 			delete(s.objects, k)
+			delete(s.orphans, k)
 		case win == nil:
 			delete(s.objects, k)
 		case st.applied == nil || st.applied.Hash != win.Hash:
@@ -108,9 +123,42 @@ func (s *Files) commit(paths []string, next map[string]*Decoded) {
 		}
 	}
 	s.mu.Unlock()
+	files := make([]string, len(paths))
+	for i, p := range paths {
+		files[i] = s.rel(p)
+	}
+	s.writeSorted(ups, dels, files)
+	s.flushProblems()
+}
 
-	// Referenced kinds first, so that an EndpointSlice finds the Pods written with it; deletions
-	// in the opposite order.
+// expireOrphans deletes the objects whose files went away more than the grace before now and
+// that no file has defined since; it returns when the next of those left expires (zero: none).
+func (s *Files) expireOrphans(now time.Time) time.Time {
+	s.mu.Lock()
+	var dels []Object
+	var next time.Time
+	for k, at := range s.orphans {
+		if until := at.Add(s.o.RemoveGrace); now.Before(until) {
+			if next.IsZero() || until.Before(next) {
+				next = until
+			}
+			continue
+		}
+		delete(s.orphans, k)
+		if st := s.objects[k]; st != nil && len(st.owners) == 0 && st.applied != nil {
+			dels = append(dels, *st.applied)
+			delete(s.objects, k)
+		}
+	}
+	s.mu.Unlock()
+	s.writeSorted(nil, dels, nil)
+	return next
+}
+
+// writeSorted writes upserts and deletions, referenced kinds first, so that an EndpointSlice
+// finds the Pods written with it (deletions in the opposite order), and logs what the files
+// changed.
+func (s *Files) writeSorted(ups, dels []Object, files []string) {
 	slices.SortFunc(ups, func(a, b Object) int {
 		if a.Kind != b.Kind {
 			return int(a.Kind - b.Kind)
@@ -125,10 +173,6 @@ func (s *Files) commit(paths []string, next map[string]*Decoded) {
 	})
 	s.write(ups, dels)
 	if len(ups)+len(dels) > 0 {
-		files := make([]string, len(paths))
-		for i, p := range paths {
-			files[i] = s.rel(p)
-		}
 		names := make([]string, 0, len(ups)+len(dels))
 		for _, o := range ups {
 			names = append(names, o.Key)
@@ -139,7 +183,6 @@ func (s *Files) commit(paths []string, next map[string]*Decoded) {
 		s.log.Info("manifests applied", zap.Int("files", len(files)), zap.String("paths", summarize(files)), zap.Int("written", len(ups)),
 			zap.Int("deleted", len(dels)), zap.String("objects", summarize(names)))
 	}
-	s.flushProblems()
 }
 
 // setOwner records (obj non-nil) or removes that file p defines key (s.mu held).

@@ -853,3 +853,51 @@ func TestFilesRootSymlinkToAFile(t *testing.T) {
 	h.waitFor("an edit of the new target, in another folder", func() bool { return port() == 83 })
 	h.matchesFreshLoad()
 }
+
+// TestFilesEditorSaveKeepsItsObjects: an editor saving a file by renaming the original away and
+// writing a new one (vim's backupcopy=no, emacs's first save), or removing it and writing it
+// again, 20 to 100 ms apart: the objects never go, and one that changed is updated; a file that
+// really goes away takes its objects with it once the grace ends.
+func TestFilesEditorSaveKeepsItsObjects(t *testing.T) {
+	dir := t.TempDir()
+	pod := func(ip string) string {
+		return "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: x}\nstatus: {phase: Running, podIP: " + ip + "}\n"
+	}
+	p := filepath.Join(dir, "shop.yaml")
+	writeFile(t, p, svcYAML("x", "s", 80)+"---\n"+pod("10.0.0.1"))
+	h := newHarness(t, dir)
+	r := newRecorder()
+	record(r, "Service", h.f.static.Services)
+	record(r, "Pod", h.f.static.Pods)
+	for _, save := range []struct {
+		name  string
+		gap   time.Duration
+		away  func() error
+		final string
+	}{
+		{"renamed away, written 20 ms later", 20 * time.Millisecond, func() error { return os.Rename(p, p+"~") }, pod("10.0.0.1")},
+		{"renamed away, written 100 ms later", 100 * time.Millisecond, func() error { return os.Rename(p, p+"~") }, pod("10.0.0.2")},
+		{"removed, written 50 ms later", 50 * time.Millisecond, func() error { return os.Remove(p) }, pod("10.0.0.3")},
+	} {
+		i := r.len()
+		if err := save.away(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(save.gap) // the editor's pace
+		writeFile(t, p, svcYAML("x", "s", 80)+"---\n"+save.final)
+		h.barrier()
+		for _, e := range r.since(i) {
+			if strings.HasPrefix(e, "delete ") {
+				t.Errorf("%s: %s (events %v)", save.name, e, r.since(i))
+			}
+		}
+		if got := h.f.static.Pods.GetKey("x/p"); got == nil || len((*got).IPs) != 1 || !strings.Contains(save.final, (*got).IPs[0]) {
+			t.Errorf("%s: the Pod is %+v", save.name, got)
+		}
+	}
+	i := r.len()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	r.await(t, i, "delete Service/x/s", "delete Pod/x/p")
+}
