@@ -97,6 +97,19 @@ type SliceEndpoints struct {
 	// Left are the slice's addresses that gave no endpoint, each with the rule that left it out:
 	// what krteds explain reports, as the transform decided it.
 	Left []LeftOut `json:"left,omitempty"`
+	// LeftPorts are the slice's ports that gave no endpoint, each with its rule.
+	LeftPorts []LeftPort `json:"leftPorts,omitempty"`
+	// Ignored is why the slice gives no endpoint at all (ReasonMCSSlice, ReasonFQDNSlice), ""
+	// otherwise.
+	Ignored string `json:"ignored,omitempty"`
+}
+
+// LeftPort is one port of a slice that the slice transform made no endpoint on.
+type LeftPort struct {
+	// Index is the port's index in the slice, Name its name.
+	Index  int    `json:"index"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // LeftOut is one address of a slice's endpoint that the slice transform made no endpoint of.
@@ -119,7 +132,8 @@ func (s SliceEndpoints) ServiceKey() string { return s.Namespace + "/" + s.Servi
 // Equals compares every field.
 func (s SliceEndpoints) Equals(o SliceEndpoints) bool {
 	return s.Namespace == o.Namespace && s.Name == o.Name && s.Service == o.Service && s.PendingPods == o.PendingPods &&
-		slices.Equal(s.Left, o.Left) && slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
+		s.Ignored == o.Ignored && slices.Equal(s.Left, o.Left) && slices.Equal(s.LeftPorts, o.LeftPorts) &&
+		slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
 }
 
 // ServiceEndpoints is the merged, de-duplicated endpoint list of one service in one cluster: the
@@ -134,6 +148,20 @@ type ServiceEndpoints struct {
 	// Endpoints point at the endpoints of the slices (or entries) they come from, which no stage
 	// changes: one stored copy of each endpoint.
 	Endpoints []*Endpoint `json:"endpoints"`
+	// Dropped are the copies of an (address, port name) the merge left out for a better one.
+	Dropped []DroppedCopy `json:"dropped,omitempty"`
+}
+
+// DroppedCopy is a copy of an endpoint the merge left out, and the copy it kept instead (the
+// healthiest, then the lowest slice name, then the lowest port number).
+type DroppedCopy struct {
+	Address  string       `json:"address"`
+	PortName string       `json:"portName"`
+	Slice    string       `json:"slice,omitempty"`
+	Health   HealthStatus `json:"health"`
+	// KeptSlice and KeptHealth are the kept copy's ("" for one of no slice).
+	KeptSlice  string       `json:"keptSlice,omitempty"`
+	KeptHealth HealthStatus `json:"keptHealth"`
 }
 
 // ResourceName is the key of the ServiceInfo it belongs to.
@@ -142,7 +170,7 @@ func (s ServiceEndpoints) ResourceName() string { return ServiceKey(s.Registry, 
 // Equals compares every field.
 func (s ServiceEndpoints) Equals(o ServiceEndpoints) bool {
 	return s.Hostname == o.Hostname && s.Namespace == o.Namespace && s.Name == o.Name && s.Registry == o.Registry &&
-		s.ClusterID == o.ClusterID &&
+		s.ClusterID == o.ClusterID && slices.Equal(s.Dropped, o.Dropped) &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, func(a, b *Endpoint) bool { return a == b || a.Equals(*b) })
 }
 
@@ -259,6 +287,12 @@ func AppendRefs(refs []*Endpoint, eps []Endpoint) []*Endpoint {
 // MergeEndpointsInPlace is MergeEndpoints over a list of pointers the caller owns: it is sorted
 // in place and the result is a prefix of it.
 func MergeEndpointsInPlace(out []*Endpoint) []*Endpoint {
+	merged, _ := MergeRecorded(out)
+	return merged
+}
+
+// MergeRecorded is MergeEndpointsInPlace, and the copies it left out, each with the one kept.
+func MergeRecorded(out []*Endpoint) ([]*Endpoint, []DroppedCopy) {
 	// Each IPv4 address is read once, not at each of the sort's n·log n comparisons.
 	keyed := make([]keyedEndpoint, len(out))
 	for i, e := range out {
@@ -285,14 +319,21 @@ func MergeEndpointsInPlace(out []*Endpoint) []*Endpoint {
 		}
 		return 0
 	})
-	for i := range keyed {
-		out[i] = keyed[i].e
+	var dropped []DroppedCopy
+	n := 0
+	for _, k := range keyed {
+		e := k.e
+		if n > 0 && out[n-1].Address == e.Address && out[n-1].PortName == e.PortName {
+			kept := out[n-1]
+			dropped = append(dropped, DroppedCopy{Address: e.Address, PortName: e.PortName, Slice: e.Slice, Health: e.Health,
+				KeptSlice: kept.Slice, KeptHealth: kept.Health})
+			continue
+		}
+		out[n] = e
+		n++
 	}
-	out = slices.CompactFunc(out, func(a, b *Endpoint) bool {
-		return a.Address == b.Address && a.PortName == b.PortName
-	})
-	clear(out[len(out):cap(out)]) // the dropped copies are not kept alive
-	return slices.Clip(out)
+	clear(out[n:cap(out)]) // the dropped copies are not kept alive
+	return slices.Clip(out[:n]), dropped
 }
 
 // keyedEndpoint is an endpoint with its IPv4 address read, while a merge sorts.

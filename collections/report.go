@@ -30,7 +30,13 @@ const (
 	// ReasonPodPending: a slice endpoint names a Pod that is not (yet) in the Pod collection; it
 	// is left out until the Pod arrives (istiod's pending-pod resync). Not a problem of the
 	// slice: only a LeftOut.
-	ReasonPodPending       = "pod_pending"
+	ReasonPodPending = "pod_pending"
+	// ReasonMCSSlice, ReasonFQDNSlice: a slice of a multi-cluster service, or of addressType
+	// FQDN, gives no endpoint (as istiod ignores them); ReasonUDPPort: a UDP port gets no
+	// cluster. Decisions, not problems.
+	ReasonMCSSlice         = "multi_cluster_service_slice"
+	ReasonFQDNSlice        = "fqdn_slice"
+	ReasonUDPPort          = "udp_port"
 	ReasonInvalidManifest  = "invalid_manifest"
 	ReasonInvalidProtocol  = "invalid_protocol"
 	ReasonResourceTooLarge = "resource_too_large"

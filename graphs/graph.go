@@ -104,9 +104,12 @@ type Graph struct {
 	empty *emptyCLAs
 	// identities are the workload identities the transforms have derived (transforms.Identities).
 	identities *transforms.Identities
-	// config is the configuration the graph was built with (explain reads the root namespace).
+	// config is the configuration the graph was built with.
 	config collections.Config
 }
+
+// Config is the configuration the graph was built with.
+func (g *Graph) Config() collections.Config { return g.config }
 
 // Build wires the graph over the inputs, in dataflow order. Every collection is named, registered
 // with the options' debug handler, and stops with the options' stop channel. Nothing is computed

@@ -14,12 +14,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	securityapi "istio.io/api/security/v1beta1"
-	typeapi "istio.io/api/type/v1beta1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	securityclient "istio.io/client-go/pkg/apis/security/v1"
 	"istio.io/istio/pkg/kube/krt"
 	"istio.io/istio/pkg/test"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
@@ -28,37 +26,15 @@ import (
 	"github.com/krteds/krteds/test/rigs"
 )
 
-// peerAuthn builds a PeerAuthentication (selector nil: namespace- or mesh-wide; ports: its
-// portLevelMtls).
-func peerAuthn(ns, name string, selector map[string]string, mode securityapi.PeerAuthentication_MutualTLS_Mode,
-	ports map[uint32]securityapi.PeerAuthentication_MutualTLS_Mode,
-) *securityclient.PeerAuthentication {
-	pa := &securityclient.PeerAuthentication{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, CreationTimestamp: metav1.NewTime(time.Unix(1000, 0))},
-		Spec: securityapi.PeerAuthentication{Mtls: &securityapi.PeerAuthentication_MutualTLS{Mode: mode}}}
-	if selector != nil {
-		pa.Spec.Selector = &typeapi.WorkloadSelector{MatchLabels: selector}
-	}
-	for port, m := range ports {
-		if pa.Spec.PortLevelMtls == nil {
-			pa.Spec.PortLevelMtls = map[uint32]*securityapi.PeerAuthentication_MutualTLS{}
-		}
-		pa.Spec.PortLevelMtls[port] = &securityapi.PeerAuthentication_MutualTLS{Mode: m}
-	}
-	return pa
-}
-
-const (
-	paDisable = securityapi.PeerAuthentication_MutualTLS_DISABLE
-	paStrict  = securityapi.PeerAuthentication_MutualTLS_STRICT
+var (
+	peerAuthn   = fixtures.PeerAuthentication
+	injectedPod = fixtures.InjectedPod
 )
 
-// injectedPod is fixtures.Pod with a sidecar (security.istio.io/tlsMode: istio) and more labels.
-func injectedPod(ns, name, app, ip string, labels map[string]string) *corev1.Pod {
-	p := fixtures.Pod(ns, name, app, ip, "n1")
-	p.Labels[collections.LabelTLSMode] = collections.TLSModeIstio
-	maps.Copy(p.Labels, labels)
-	return p
-}
+const (
+	paDisable = fixtures.PeerDisable
+	paStrict  = fixtures.PeerStrict
+)
 
 // tlsModes reads each endpoint's tlsMode metadata ("-" for none) from a cluster's shared CLA, or
 // from the load assignment of a DNS cluster.

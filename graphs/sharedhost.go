@@ -11,7 +11,11 @@ import (
 
 // sharedHost lists the services of a hostname that ServiceEntries of several namespaces define
 // (none for any other hostname).
-func (g *Graph) sharedHost(host string) []*collections.ServiceInfo {
+func (g *Graph) sharedHost(host string) []*collections.ServiceInfo { return g.SharedHost(host) }
+
+// SharedHost lists the services of a hostname ServiceEntries of several namespaces define (nil
+// for any other hostname).
+func (g *Graph) SharedHost(host string) []*collections.ServiceInfo {
 	if host == "" {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/outputs/explain"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
 	"github.com/krteds/krteds/transforms"
@@ -169,7 +170,7 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	if set := g.CLAs.GetKey(transforms.OwnedKey("b", http)); set == nil {
 		t.Error("b's CLA is not keyed by its namespace")
 	}
-	explained, err := g.Explain(g.Proxies.GetKey("c"), http, "")
+	explained, err := explain.Explain(g, g.Proxies.GetKey("c"), http, "")
 	if err != nil || !slices.ContainsFunc(explained.Facts, func(f string) bool { return strings.Contains(f, "the proxy sees namespace a's") }) ||
 		len(explained.Endpoints) != 2 || !explained.Endpoints[0].Sent {
 		t.Errorf("explain for c: %v %+v", err, explained)
@@ -196,7 +197,7 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	in.Apply(entryOf(t, objs, "a", "api-a2"), false)
 	expect("a's entry re-created", map[string][]string{"a": {"10.1.0.2"}, "b": bEndpoints, "c": bEndpoints, "d": nil},
 		map[string][]string{"a": {http}, "c": both})
-	explained, err = g.Explain(g.Proxies.GetKey("a"), http, "")
+	explained, err = explain.Explain(g, g.Proxies.GetKey("a"), http, "")
 	if err != nil || len(explained.Endpoints) != 1 || explained.Endpoints[0].Address != "10.1.0.2" || !explained.Endpoints[0].Sent {
 		t.Errorf("explain for a: %v %+v", err, explained)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/explain"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/transforms"
@@ -60,7 +61,7 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server) map[string]DebugPage {
 					http.Error(w, fmt.Sprintf("proxy %s is connected but its view is not computed yet; ask again", c.Proxy.ID), http.StatusServiceUnavailable)
 					return
 				}
-				ex, err := g.Explain(p, cluster, r.URL.Query().Get("endpoint"))
+				ex, err := explain.Explain(g, p, cluster, r.URL.Query().Get("endpoint"))
 				if err != nil {
 					http.Error(w, err.Error(), http.StatusBadRequest)
 					return

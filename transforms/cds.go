@@ -135,7 +135,7 @@ func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.Re
 				name := ClusterName(port.Port, subset, svc.Hostname)
 				cp := ClusterPolicyFor(svc, sp, in.RootNamespace, namespace, port.Port, subset)
 				cp.Peer = peer
-				plan := PlanCLA(name, svc, port, eps, cp, collections.ProxyClass{})
+				plan := PlanDNSLoadAssignment(name, svc, port, eps, cp)
 				if len(plan.Groups) == 0 {
 					return nil
 				}

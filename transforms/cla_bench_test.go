@@ -53,7 +53,7 @@ func BenchmarkBuildAndMarshalCLA(b *testing.B) {
 			for b.Loop() {
 				// The service's list of pointers, allocated at its size as ClusterShard does.
 				refs := collections.AppendRefs(make([]*collections.Endpoint, 0, len(eps)), eps)
-				plan := planCLA(fooName, svc, port, refs, PolicyFor(svc), collections.ProxyClass{})
+				plan := planCLA(fooName, svc, port, refs, PolicyFor(svc), collections.ProxyClass{}, nil)
 				r := Versioned(fooName, TypeCLA, plan.Encode())
 				size = len(r.Body)
 			}
@@ -70,7 +70,7 @@ func BenchmarkEncodeCLA(b *testing.B) {
 	port := collections.ServicePort{Name: "http", Port: 80, Protocol: "TCP"}
 	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local", Ports: []collections.ServicePort{port}}
 	for _, n := range []int{10, 1000} {
-		plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, syntheticEndpoints(n)), PolicyFor(svc), collections.ProxyClass{})
+		plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, syntheticEndpoints(n)), PolicyFor(svc), collections.ProxyClass{}, nil)
 		b.Run(fmt.Sprintf("encoder=hand/endpoints=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

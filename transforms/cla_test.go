@@ -252,7 +252,7 @@ func TestPlanCLA(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			policy := PolicyFor(tc.svc)
-			got := planCLA(fooName, tc.svc, httpPort, collections.AppendRefs(nil, tc.eps), policy, project(tc.svc, policy, tc.class)).Proto()
+			got := planCLA(fooName, tc.svc, httpPort, collections.AppendRefs(nil, tc.eps), policy, project(tc.svc, policy, tc.class), nil).Proto()
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)
 			}
@@ -440,12 +440,12 @@ func TestTLSModeMetadata(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			name := ClusterName(80, tc.subset, svc.Hostname)
 			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", "ns1", 80, tc.subset)
-			plan := PlanCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{})
+			plan := PlanCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{}, nil)
 			want := wantCLA(name, wantGroup{loc: r1z1, eps: tc.want})
 			if diff := cmp.Diff(want, plan.Proto(), protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)
 			}
-			body := EncodeClusterCLA(plan, cp, collections.ProxyClass{})
+			body := plan.Encode()
 			var got endpoint.ClusterLoadAssignment
 			if err := proto.Unmarshal(body, &got); err != nil {
 				t.Fatal(err)

@@ -98,9 +98,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 				}
 				set := collections.ResourceSet{Key: SetKey(svc, name), Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
 				for _, c := range classes {
-					cp := ClusterPolicyFor(svc, sp, in.RootNamespace, c.Namespace, port.Port, subset)
-					cp.Peer = peer
-					horizon.Apply(&cp)
+					cp := CLAPolicy(svc, sp, in.RootNamespace, c, port.Port, subset, peer, horizon)
 					projected := Project(svc, cp, c)
 					// A shared host's namespaces have CLAs (and LEDS collections) of their own.
 					key := SetKey(svc, CLAKey(claName, cp, projected))
@@ -140,6 +138,19 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 	}}
 }
 
+// CLAPolicy is the policy the CLA of one cluster of svc (a port, maybe a subset) is planned
+// under for proxies of a class: the cluster's policy for the class's namespace, with the
+// endpoints' PeerAuthentications and the network split horizon (nil: one network). ServiceCLAs
+// plans every CLA under it, and krteds explain plans the CLA it explains under it too.
+func CLAPolicy(svc *collections.ServiceInfo, sp *collections.ServicePolicy, rootNamespace string, class collections.ProxyClass,
+	port int32, subset string, peer *PeerAuthn, horizon *SplitHorizon,
+) ClusterPolicy {
+	cp := ClusterPolicyFor(svc, sp, rootNamespace, class.Namespace, port, subset)
+	cp.Peer = peer
+	horizon.Apply(&cp)
+	return cp
+}
+
 // buildCLA plans, encodes and versions one CLA (key is its CLAKey). It is nil, with the
 // problem, when it cannot be encoded; a CLA over the size clients accept is kept, with the
 // problem. With more endpoints than a positive ledsThreshold, the CLA also carries its LEDS
@@ -148,8 +159,8 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 func buildCLA(name, key string, svc *collections.ServiceInfo, port collections.ServicePort, se collections.ServiceEndpoints,
 	cp ClusterPolicy, projected collections.ProxyClass, ledsThreshold int,
 ) (*collections.Resource, *collections.Problem) {
-	plan := PlanCLA(name, svc, port, se.Endpoints, cp, projected)
-	r := Versioned(name, TypeCLA, EncodeClusterCLA(plan, cp, projected))
+	plan := PlanCLA(name, svc, port, se.Endpoints, cp, projected, nil)
+	r := Versioned(name, TypeCLA, plan.Encode())
 	for _, g := range plan.Groups {
 		r.Endpoints += len(g.Endpoints)
 	}

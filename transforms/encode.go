@@ -1,8 +1,6 @@
 package transforms
 
 import (
-	"slices"
-
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -296,14 +294,4 @@ var healthOf = map[collections.HealthStatus]core.HealthStatus{
 	collections.Healthy:   core.HealthStatus_HEALTHY,
 	collections.UnHealthy: core.HealthStatus_UNHEALTHY,
 	collections.Draining:  core.HealthStatus_DRAINING,
-}
-
-// EncodeClusterCLA renders a planned CLA, applying the policy's locality load balancing
-// (distribute weights, region failover, zone-aware buckets) to the plan first when it has any.
-func EncodeClusterCLA(plan CLAPlan, cp ClusterPolicy, class collections.ProxyClass) []byte {
-	if cp.PostProcess() {
-		plan.Groups = slices.Clone(plan.Groups)
-		plan.applyLocalityLB(cp.Setting, cp.EnableFailover, class.Locality)
-	}
-	return plan.Encode()
 }

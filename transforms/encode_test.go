@@ -40,7 +40,7 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	for name, svc := range map[string]*collections.ServiceInfo{"plain": plain, "failover": zone} {
 		for _, tls := range []EndpointTLS{{Rule: TLSByEndpoint}, {Rule: TLSIstioMutual}, {Rule: TLSOff}, {Rule: TLSByEndpoint, Peer: node1}} {
 			for _, n := range []int{0, 1, len(eps)} {
-				plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps[:n]), PolicyFor(svc), project(svc, PolicyFor(svc), class))
+				plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps[:n]), PolicyFor(svc), project(svc, PolicyFor(svc), class), nil)
 				plan.TLS = tls
 				want, err := proto.MarshalOptions{Deterministic: true}.Marshal(plan.Proto())
 				if err != nil {
@@ -66,7 +66,7 @@ func TestUnknownHealthIsNotWritten(t *testing.T) {
 	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1"}
 	eps := syntheticEndpoints(2)
 	eps[0].Health = collections.Unknown
-	plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), collections.ProxyClass{})
+	plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), collections.ProxyClass{}, nil)
 	body := plan.Encode()
 	var cla endpoint.ClusterLoadAssignment
 	if err := proto.Unmarshal(body, &cla); err != nil {
@@ -83,7 +83,7 @@ func TestUnknownHealthIsNotWritten(t *testing.T) {
 	}
 	// Not written at all: one byte pair (tag, value) shorter than the same endpoint HEALTHY.
 	eps[0].Health = collections.Healthy
-	healthy := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), collections.ProxyClass{}).Encode()
+	healthy := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), collections.ProxyClass{}, nil).Encode()
 	if len(healthy)-len(body) != 2 {
 		t.Errorf("an UNKNOWN endpoint is %d bytes shorter than a HEALTHY one, want 2 (the absent field)", len(healthy)-len(body))
 	}

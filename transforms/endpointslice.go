@@ -39,11 +39,12 @@ func IPBucket(ip string) string { return ipBucketKeys[xxhash.Sum64String(ip)%ipB
 // port). It Fetches the owning ServiceInfo (health rules depend on it), the targetRef Pods (an
 // endpoint whose Pod does not exist yet is left out; krt recomputes it when the Pod arrives) and
 // their nodes, and, for entries without a Pod targetRef, the ready Pod with that IP in the
-// slice's namespace. Slices from multi-cluster services and FQDN slices give nothing.
+// slice's namespace. Slices from multi-cluster services and FQDN slices give no endpoint (they
+// say so: Ignored). Every address and port left out is recorded with its rule.
 func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*collections.Slice, collections.SliceEndpoints] {
 	return Checked[*collections.Slice, collections.SliceEndpoints]{Reads: append([]any{in.Services}, in.Workloads.reads()...), Fn: func(ctx krt.HandlerContext, slice *collections.Slice) (*collections.ObjectProblems, *collections.SliceEndpoints) {
 		if slice.MCS {
-			return nil, nil
+			return nil, &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: slice.Service, Ignored: collections.ReasonMCSSlice}
 		}
 		pr := &problems{kind: "EndpointSlice", object: slice.Key}
 		svcName := slice.Service
@@ -52,13 +53,13 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*collectio
 			return pr.result(), nil
 		}
 		if slice.AddressType == discovery.AddressTypeFQDN {
-			return nil, nil
+			return nil, &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName, Ignored: collections.ReasonFQDNSlice}
 		}
 		svc := deref(krt.FetchOne(ctx, in.Services, krt.FilterKey(slice.Namespace+"/"+svcName)))
 
-		ports := slicePorts(slice, svc, pr)
-		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName,
-			Endpoints: make([]collections.Endpoint, 0, len(slice.Endpoints)*len(ports))}
+		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName}
+		ports := slicePorts(slice, svc, pr, out)
+		out.Endpoints = make([]collections.Endpoint, 0, len(slice.Endpoints)*len(ports))
 		workloads := FetchWorkloads(ctx, cfg, in.Workloads, targetPods(slice))
 		var registryMeta *collections.EndpointMeta
 		var addrBuf [64]byte
@@ -162,35 +163,40 @@ type slicePort struct {
 }
 
 // slicePorts returns the usable ports of a slice: a port without a number or outside 1..65535 is
-// skipped, and so is a port whose name the Service (when known) does not have.
-func slicePorts(slice *collections.Slice, svc *collections.ServiceInfo, pr *problems) []slicePort {
+// skipped, and so is a port whose name the Service (when known) does not have; each is recorded
+// in se.
+func slicePorts(slice *collections.Slice, svc *collections.ServiceInfo, pr *problems, se *collections.SliceEndpoints) []slicePort {
 	out := make([]slicePort, 0, len(slice.Ports))
 	for i, p := range slice.Ports {
 		name := ""
 		if p.Name != nil {
 			name = *p.Name
 		}
-		if p.Port == nil {
-			pr.add(collections.ReasonNilPort, fmt.Sprintf("port %d (%q) has no number; skipped", i, name))
-			continue
-		}
-		if *p.Port < 1 || *p.Port > 65535 {
-			pr.add(collections.ReasonInvalidPort, fmt.Sprintf("port %d (%q) number %d is out of range; skipped", i, name, *p.Port))
-			continue
-		}
-		if p.Protocol != nil && *p.Protocol == corev1.ProtocolUDP {
-			// UDP ports get no cluster; their endpoints are never served.
-			continue
-		}
-		if svc != nil {
-			if _, ok := svc.PortByName(name); !ok {
-				pr.add(collections.ReasonUnknownPortName, fmt.Sprintf("port %q is not a port of service %s; skipped", name, svc.ResourceName()))
-				continue
+		skip := func(reason, detail string) {
+			se.LeftPorts = append(se.LeftPorts, collections.LeftPort{Index: i, Name: name, Reason: reason})
+			if detail != "" {
+				pr.add(reason, detail)
 			}
 		}
-		out = append(out, slicePort{name: name, port: uint32(*p.Port)})
+		switch {
+		case p.Port == nil:
+			skip(collections.ReasonNilPort, fmt.Sprintf("port %d (%q) has no number; skipped", i, name))
+		case *p.Port < 1 || *p.Port > 65535:
+			skip(collections.ReasonInvalidPort, fmt.Sprintf("port %d (%q) number %d is out of range; skipped", i, name, *p.Port))
+		case p.Protocol != nil && *p.Protocol == corev1.ProtocolUDP:
+			skip(collections.ReasonUDPPort, "") // UDP ports get no cluster; their endpoints are never served
+		case svc != nil && !hasPortName(svc, name):
+			skip(collections.ReasonUnknownPortName, fmt.Sprintf("port %q is not a port of service %s; skipped", name, svc.ResourceName()))
+		default:
+			out = append(out, slicePort{name: name, port: uint32(*p.Port)})
+		}
 	}
 	return out
+}
+
+func hasPortName(svc *collections.ServiceInfo, name string) bool {
+	_, ok := svc.PortByName(name)
+	return ok
 }
 
 // EndpointHealth classifies a slice endpoint as istiod's endpointHealthStatus does:
@@ -225,8 +231,9 @@ func SliceService(s collections.SliceEndpoints) []string { return []string{s.Ser
 // stable order.
 func ClusterShard(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[*collections.ServiceInfo, collections.ServiceEndpoints] {
 	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
+		eps, dropped := collections.MergeRecorded(serviceSliceEndpoints(ctx, bySvc, svc))
 		return &collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,
-			ClusterID: cfg.ClusterID, Endpoints: collections.MergeEndpointsInPlace(serviceSliceEndpoints(ctx, bySvc, svc))}
+			ClusterID: cfg.ClusterID, Endpoints: eps, Dropped: dropped}
 	}}
 }
 

@@ -142,11 +142,13 @@ func TestSliceRules(t *testing.T) {
 	podA := fixtures.Pod("ns1", "a", "foo", "10.0.0.1", "")
 	podB := fixtures.Pod("ns1", "b", "foo", "10.0.0.2", "")
 	cases := []struct {
-		name     string
-		slice    *discovery.EndpointSlice
-		objs     []any
-		want     map[string]collections.HealthStatus
-		nilOut   bool
+		name   string
+		slice  *discovery.EndpointSlice
+		objs   []any
+		want   map[string]collections.HealthStatus
+		nilOut bool
+		// ignored: the slice gives no endpoint and says why (SliceEndpoints.Ignored).
+		ignored  string
 		problems []string
 	}{
 		{
@@ -186,8 +188,8 @@ func TestSliceRules(t *testing.T) {
 				s.Labels["multicluster.kubernetes.io/service-name"] = "foo"
 				return s
 			}(),
-			objs:   []any{svc},
-			nilOut: true,
+			objs:    []any{svc},
+			ignored: collections.ReasonMCSSlice,
 		},
 		{
 			name: "FQDN slice ignored",
@@ -196,8 +198,8 @@ func TestSliceRules(t *testing.T) {
 				s.AddressType = discovery.AddressTypeFQDN
 				return s
 			}(),
-			objs:   []any{svc},
-			nilOut: true,
+			objs:    []any{svc},
+			ignored: collections.ReasonFQDNSlice,
 		},
 		{
 			name:  "IPv6 slice processed",
@@ -326,6 +328,10 @@ func TestSliceRules(t *testing.T) {
 				if out != nil {
 					t.Fatalf("want no output, got %+v", out)
 				}
+			} else if tc.ignored != "" {
+				if out == nil || out.Ignored != tc.ignored || len(out.Endpoints) != 0 {
+					t.Fatalf("want no endpoint, ignored as %s; got %+v", tc.ignored, out)
+				}
 			} else if diff := cmp.Diff(tc.want, health(out)); diff != "" {
 				t.Fatalf("health (-want +got):\n%s", diff)
 			}
@@ -391,7 +397,11 @@ func TestServiceEndpointsMergeSlices(t *testing.T) {
 			mk("10.0.0.2", "a", collections.Healthy, 8080), // healthiest copy wins
 			mk("10.0.0.3", "a", collections.Healthy, 8080), // equal health: lowest slice name
 			mk("10.0.0.10", "b", collections.Healthy, 8080),
-		})}
+		}),
+		Dropped: []collections.DroppedCopy{
+			{Address: "10.0.0.2", PortName: "http", Slice: "b", Health: collections.UnHealthy, KeptSlice: "a", KeptHealth: collections.Healthy},
+			{Address: "10.0.0.3", PortName: "http", Slice: "b", Health: collections.Healthy, KeptSlice: "a", KeptHealth: collections.Healthy},
+		}}
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Fatalf("merged (-want +got):\n%s", diff)
 	}

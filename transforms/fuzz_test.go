@@ -92,7 +92,7 @@ func FuzzSliceEndpoints(f *testing.F) {
 			}
 		}
 		merged := collections.MergeEndpoints(out.Endpoints)
-		plan := planCLA("c", svc, svc.Ports[0], merged, PolicyFor(svc), collections.ProxyClass{})
+		plan := planCLA("c", svc, svc.Ports[0], merged, PolicyFor(svc), collections.ProxyClass{}, nil)
 		_ = plan.Encode()
 	})
 }

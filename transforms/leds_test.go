@@ -25,7 +25,7 @@ func ledsPlan() (CLAPlan, *collections.ServiceInfo, collections.ServicePort) {
 	eps[11].Meta = collections.NewEndpointMeta(collections.WorkloadMeta{TLSMode: "istio"}, collections.TopologyMeta{Locality: collections.Locality{Region: "r:9", Zone: "z/1", Subzone: "s*"}}, "", "")
 	eps[12].Health = collections.Draining
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
-	plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), project(svc, PolicyFor(svc), class))
+	plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps), PolicyFor(svc), project(svc, PolicyFor(svc), class), nil)
 	return plan, svc, port
 }
 

@@ -141,7 +141,7 @@ func distributeOrder(to map[string]uint32) []string {
 //     rules;
 //   - zone-aware and enabled: zoneAwareFailover;
 //   - nil or disabled setting: nothing.
-func (p *CLAPlan) applyLocalityLB(setting *collections.LocalitySetting, enableFailover bool, proxy collections.Locality) {
+func (p *CLAPlan) applyLocalityLB(setting *collections.LocalitySetting, enableFailover bool, proxy collections.Locality, tr *Trace) {
 	if !setting.IsEnabled() {
 		return
 	}
@@ -151,7 +151,7 @@ func (p *CLAPlan) applyLocalityLB(setting *collections.LocalitySetting, enableFa
 	}
 	switch {
 	case len(setting.Distribute) > 0:
-		p.distribute(proxy, setting.Distribute)
+		p.distribute(proxy, setting.Distribute, tr)
 	case !enableFailover:
 	case len(setting.FailoverPriority) > 0:
 		if len(setting.Failover) > 0 {
@@ -170,10 +170,13 @@ func (p *CLAPlan) applyLocalityLB(setting *collections.LocalitySetting, enableFa
 // istiod walks the To patterns in map order; here the more specific patterns (more non-wildcard
 // segments) go first, then alphabetical, which only matters for overlapping patterns (which
 // validation rejects). Weights are computed in integers, without istiod's uint32 overflow.
-func (p *CLAPlan) distribute(proxy collections.Locality, rules []collections.Distribute) {
+func (p *CLAPlan) distribute(proxy collections.Locality, rules []collections.Distribute, tr *Trace) {
 	for _, d := range rules {
 		if !LocalityMatch(proxy, d.From) {
 			continue
+		}
+		if tr != nil {
+			tr.Distribute = d.From
 		}
 		taken := make([]bool, len(p.Groups))
 		for _, pattern := range distributeOrder(d.To) {
@@ -201,6 +204,9 @@ func (p *CLAPlan) distribute(proxy collections.Locality, rules []collections.Dis
 		for i, t := range taken {
 			if !t {
 				g := &p.Groups[i]
+				for _, e := range g.Endpoints {
+					tr.leave(e, ExcludedDistribute)
+				}
 				g.Weight, g.Endpoints = uint32(g.weight()), nil
 			}
 		}

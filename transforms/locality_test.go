@@ -497,11 +497,11 @@ func TestLocalityLoadBalancerPaths(t *testing.T) {
 	for sname, s := range lbtSettings() {
 		for _, class := range lbtProxies {
 			t.Run(fmt.Sprintf("%s/%s", sname, class.Key()), func(t *testing.T) {
-				plain := planCLA(name, svc, port, collections.AppendRefs(nil, lbtEndpoints), LBPolicy{SupportsUnhealthy: true}, class).Proto()
+				plain := planCLA(name, svc, port, collections.AppendRefs(nil, lbtEndpoints), LBPolicy{SupportsUnhealthy: true}, class, nil).Proto()
 				whole := proto.Clone(plain).(*endpoint.ClusterLoadAssignment)
 				ApplyLocalityLoadBalancer(whole, s.setting, s.failover, class.Locality, ClassLabels(class), lbtEndpointLabels(plain, lbtEndpoints))
 
-				split := planCLA(name, svc, port, collections.AppendRefs(nil, lbtEndpoints), LocalityLBPolicy(s.setting, s.failover, nil, svc), class).Proto()
+				split := planCLA(name, svc, port, collections.AppendRefs(nil, lbtEndpoints), LocalityLBPolicy(s.setting, s.failover, nil, svc), class, nil).Proto()
 				ApplyLocalityLoadBalancer(split, s.setting, s.failover, class.Locality, nil, nil)
 				lbtDiff(t, whole, split)
 				lbtCheckInvariants(t, whole)
@@ -509,7 +509,7 @@ func TestLocalityLoadBalancerPaths(t *testing.T) {
 				// Only the projected part of the proxy's locality matters.
 				projected := class
 				projected.Locality = ProxyLocalityDependence(s.setting, s.failover, class.Locality)
-				other := planCLA(name, svc, port, collections.AppendRefs(nil, lbtEndpoints), LocalityLBPolicy(s.setting, s.failover, nil, svc), class).Proto()
+				other := planCLA(name, svc, port, collections.AppendRefs(nil, lbtEndpoints), LocalityLBPolicy(s.setting, s.failover, nil, svc), class, nil).Proto()
 				ApplyLocalityLoadBalancer(other, s.setting, s.failover, projected.Locality, nil, nil)
 				lbtDiff(t, whole, other)
 			})
@@ -561,7 +561,7 @@ func TestLocalityPreferClose(t *testing.T) {
 	class := collections.ProxyClass{Locality: lbtLoc("r1/z1"), NodeName: "n1", ClusterID: "Kubernetes"}
 	setting, failover := LBSettingFor(DefaultMeshLocalitySetting(), nil, svc)
 	name := ClusterName(80, "", svc.Hostname)
-	cla := planCLA(name, svc, port, collections.AppendRefs(nil, eps), LBPolicy{SupportsUnhealthy: true}, class).Proto()
+	cla := planCLA(name, svc, port, collections.AppendRefs(nil, eps), LBPolicy{SupportsUnhealthy: true}, class, nil).Proto()
 	ApplyLocalityLoadBalancer(cla, setting, failover, class.Locality, ClassLabels(class), lbtEndpointLabels(cla, eps))
 	got := map[string]uint32{}
 	for _, l := range cla.Endpoints {

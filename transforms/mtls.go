@@ -148,10 +148,17 @@ func (p *PeerAuthn) ModeFor(namespace string, label func(string) (string, bool),
 // namespace, labels and target port). Endpoints that do not consult them (consultsPeerAuthn)
 // never are.
 func (p *PeerAuthn) Disables(e *collections.Endpoint) bool {
+	m, consulted := p.modeOf(e)
+	return consulted && m.Mode == collections.MTLSDisable
+}
+
+// modeOf is the PeerAuthentication mode of an endpoint's workload and port, when the endpoint
+// consults them.
+func (p *PeerAuthn) modeOf(e *collections.Endpoint) (PeerMTLS, bool) {
 	if p == nil || !consultsPeerAuthn(e) {
-		return false
+		return PeerMTLS{}, false
 	}
-	return p.ModeFor(e.Meta.Namespace, e.Meta.Label, e.Port).Mode == collections.MTLSDisable
+	return p.ModeFor(e.Meta.Namespace, e.Meta.Label, e.Port), true
 }
 
 // EndpointTLS decides the tlsMode metadata of each endpoint of one cluster, as istiod's
@@ -166,16 +173,34 @@ type EndpointTLS struct {
 }
 
 // Value is the tlsMode metadata an endpoint carries, "" for none.
-func (t EndpointTLS) Value(e *collections.Endpoint) string {
+func (t EndpointTLS) Value(e *collections.Endpoint) string { return t.Decide(e).Value }
+
+// TLSDecision is an endpoint's tlsMode metadata and what decided it: the DestinationRule's TLS
+// mode for the cluster (Rule, TLSIstioMutual or TLSOff), else the endpoint's own tlsMode and,
+// for "istio", the PeerAuthentication mode of its workload's port (Peer, when consulted).
+type TLSDecision struct {
+	Value     string
+	Rule      TLSMetadata
+	Peer      PeerMTLS
+	Consulted bool
+}
+
+// Decide is how the endpoint's tlsMode metadata is decided.
+func (t EndpointTLS) Decide(e *collections.Endpoint) TLSDecision {
+	d := TLSDecision{Rule: t.Rule}
 	switch t.Rule {
 	case TLSByEndpoint:
-		if e.Meta.TLSMode == collections.TLSModeIstio && !t.Peer.Disables(e) {
-			return collections.TLSModeIstio
+		if e.Meta.TLSMode != collections.TLSModeIstio {
+			break
+		}
+		d.Peer, d.Consulted = t.Peer.modeOf(e)
+		if !d.Consulted || d.Peer.Mode != collections.MTLSDisable {
+			d.Value = collections.TLSModeIstio
 		}
 	case TLSIstioMutual:
 		if m := e.Meta.TLSMode; m != "" && m != collections.TLSModeDisabled {
-			return m
+			d.Value = m
 		}
 	}
-	return ""
+	return d
 }

@@ -197,7 +197,7 @@ func NetworkRoute(e collections.Endpoint, nf *NetworkFilter, proxyNetwork string
 	return false, gws
 }
 
-func filterByNetwork(eps []*collections.Endpoint, nf *NetworkFilter, proxyNetwork string, port collections.ServicePort) []*collections.Endpoint {
+func filterByNetwork(eps []*collections.Endpoint, nf *NetworkFilter, proxyNetwork string, port collections.ServicePort, tr *Trace) []*collections.Endpoint {
 	sf := max(nf.Gateways.ScaleFactor, 1)
 	out := make([]*collections.Endpoint, 0, len(eps))
 	var gwWeights map[collections.NetworkGateway]uint32
@@ -217,8 +217,10 @@ func filterByNetwork(eps []*collections.Endpoint, nf *NetworkFilter, proxyNetwor
 			continue
 		}
 		if len(gws) == 0 {
+			tr.leave(e, ExcludedNetwork)
 			continue
 		}
+		tr.via(e, gws)
 		if gwWeights == nil {
 			gwWeights = map[collections.NetworkGateway]uint32{}
 		}

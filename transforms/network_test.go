@@ -65,7 +65,7 @@ func TestSplitHorizon(t *testing.T) {
 		if class.Network != tc.network {
 			t.Fatalf("the projection drops the proxy's network: %+v", class)
 		}
-		cla := planCLA("outbound|80||foo.ns1.svc.cluster.local", svc, port, collections.AppendRefs(nil, eps), policy, class).Proto()
+		cla := planCLA("outbound|80||foo.ns1.svc.cluster.local", svc, port, collections.AppendRefs(nil, eps), policy, class, nil).Proto()
 		var got []string
 		for _, l := range cla.Endpoints {
 			for _, e := range l.LbEndpoints {

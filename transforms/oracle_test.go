@@ -297,14 +297,17 @@ func TestLocalityLBOnThePlanMatchesTheOracle(t *testing.T) {
 	for sname, s := range settings {
 		for _, class := range lbtProxies {
 			cp := ClusterPolicy{LB: LocalityLBPolicy(s.setting, s.failover, nil, svc), Setting: s.setting, EnableFailover: s.failover}
-			plan := planCLA(name, svc, port, collections.AppendRefs(nil, eps), cp.LB, class)
+			plan := planCLA(name, svc, port, collections.AppendRefs(nil, eps), cp.LB, class, nil)
 			oracle := plan.Proto()
 			ApplyLocalityLoadBalancer(oracle, s.setting, s.failover, class.Locality, nil, nil)
 			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(oracle)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := EncodeClusterCLA(plan, cp, class); !bytes.Equal(got, want) {
+			if cp.PostProcess() {
+				plan.applyLocalityLB(cp.Setting, cp.EnableFailover, class.Locality, nil)
+			}
+			if got := plan.Encode(); !bytes.Equal(got, want) {
 				var g endpoint.ClusterLoadAssignment
 				_ = proto.Unmarshal(got, &g)
 				t.Errorf("%s/%s: the plan's CLA differs from the oracle's (-oracle +plan):\n%s", sname, class.Key(), cmp.Diff(oracle, &g, protocmp.Transform()))

@@ -331,13 +331,13 @@ func TestPeerAuthnTLSMetadata(t *testing.T) {
 			if tc.policies != nil {
 				cp.Peer = NewPeerAuthn("istio-system", tc.policies)
 			}
-			plan := PlanCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{})
+			plan := PlanCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{}, nil)
 			want := wantCLA(name, wantGroup{loc: r1z1, eps: tc.want})
 			if diff := cmp.Diff(want, plan.Proto(), protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)
 			}
 			var got endpoint.ClusterLoadAssignment
-			if err := proto.Unmarshal(EncodeClusterCLA(plan, cp, collections.ProxyClass{}), &got); err != nil {
+			if err := proto.Unmarshal(plan.Encode(), &got); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(want, &got, protocmp.Transform()); diff != "" {
@@ -384,7 +384,7 @@ func TestPeerAuthnSplitHorizon(t *testing.T) {
 			cp.Peer = NewPeerAuthn("istio-system", tc.policies)
 			(&SplitHorizon{gateways: gws, Crosses: true}).Apply(&cp)
 			class := Project(svc, cp, collections.ProxyClass{Network: "net1", ClusterID: "c1"})
-			plan := PlanCLA(ClusterName(80, "", svc.Hostname), svc, port, collections.AppendRefs(nil, eps), cp, class)
+			plan := PlanCLA(ClusterName(80, "", svc.Hostname), svc, port, collections.AppendRefs(nil, eps), cp, class, nil)
 			var got []string
 			for _, l := range plan.Proto().Endpoints {
 				for _, e := range l.LbEndpoints {

@@ -61,6 +61,14 @@ const (
 	ExcludedDraining
 	// ExcludedSubset: the endpoint's labels do not match the subset's.
 	ExcludedSubset
+	// ExcludedNetwork: on another network than the proxy's, with gateways, and without mTLS: the
+	// split horizon cannot carry it.
+	ExcludedNetwork
+	// ExcludedThroughGateway: on another network than the proxy's: the gateways of its network
+	// are sent instead (Trace.Via).
+	ExcludedThroughGateway
+	// ExcludedDistribute: a localityLbSetting distribute rule gives its locality no weight.
+	ExcludedDistribute
 )
 
 // exclude is planCLA's rule for one endpoint: which rule, if any, leaves it out of the CLA of
@@ -107,15 +115,19 @@ func Exclude(svc *collections.ServiceInfo, port collections.ServicePort, cp Clus
 //   - with failover priorities, each locality is split by priority and priorities are compacted
 //     to 0..N.
 func planCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []*collections.Endpoint,
-	policy LBPolicy, class collections.ProxyClass,
+	policy LBPolicy, class collections.ProxyClass, tr *Trace,
 ) CLAPlan {
 	plan := CLAPlan{ClusterName: clusterName}
-	groups := groupByLocality(eps, func(e *collections.Endpoint) bool { return exclude(svc, port, policy, class, *e) == Kept })
+	groups := groupByLocality(eps, func(e *collections.Endpoint) bool {
+		x := exclude(svc, port, policy, class, *e)
+		tr.leave(e, x)
+		return x == Kept
+	})
 	if policy.Networks != nil {
 		// Split horizon, per locality, before priorities (istiod's EndpointsByNetworkFilter).
 		kept := groups[:0]
 		for _, g := range groups {
-			if g.Endpoints = filterByNetwork(g.Endpoints, policy.Networks, class.Network, port); len(g.Endpoints) > 0 {
+			if g.Endpoints = filterByNetwork(g.Endpoints, policy.Networks, class.Network, port, tr); len(g.Endpoints) > 0 {
 				kept = append(kept, g)
 			}
 		}
@@ -149,21 +161,43 @@ func planCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 	return plan
 }
 
-// PlanCLA plans the CLA of one cluster (a port, maybe a subset) under its policy: only
-// endpoints carrying the subset's labels, with the policy's priorities and TLS metadata.
+// PlanCLA plans the CLA of one cluster (a port, maybe a subset) under its policy for a
+// (projected) proxy class: only endpoints carrying the subset's labels, with the policy's
+// priorities, locality rules and TLS metadata. Encode renders it. A non-nil trace receives every
+// decision about an endpoint (trace.go); the plan is the same with or without one.
 func PlanCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []*collections.Endpoint,
-	cp ClusterPolicy, class collections.ProxyClass,
+	cp ClusterPolicy, class collections.ProxyClass, tr *Trace,
+) CLAPlan {
+	plan := planSubset(clusterName, svc, port, eps, cp, class, tr)
+	if cp.PostProcess() {
+		plan.applyLocalityLB(cp.Setting, cp.EnableFailover, class.Locality, tr)
+	}
+	tr.place(plan)
+	return plan
+}
+
+// PlanDNSLoadAssignment plans the load assignment a DNS cluster carries (CDS): as PlanCLA, for no
+// proxy in particular, without the locality rules.
+func PlanDNSLoadAssignment(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []*collections.Endpoint, cp ClusterPolicy) CLAPlan {
+	return planSubset(clusterName, svc, port, eps, cp, collections.ProxyClass{}, nil)
+}
+
+// planSubset is planCLA on the endpoints carrying the subset's labels, with the TLS metadata.
+func planSubset(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []*collections.Endpoint,
+	cp ClusterPolicy, class collections.ProxyClass, tr *Trace,
 ) CLAPlan {
 	if len(cp.SubsetLabels) > 0 {
 		sel := make([]*collections.Endpoint, 0, len(eps))
 		for _, e := range eps {
 			if Exclude(svc, port, cp, class, *e) != ExcludedSubset {
 				sel = append(sel, e)
+			} else {
+				tr.leave(e, ExcludedSubset)
 			}
 		}
 		eps = sel
 	}
-	plan := planCLA(clusterName, svc, port, eps, cp.LB, class)
+	plan := planCLA(clusterName, svc, port, eps, cp.LB, class, tr)
 	plan.TLS = cp.EndpointTLS()
 	return plan
 }

@@ -61,8 +61,8 @@ func TestCLAOfAClassEqualsCLAOfItsProjection(t *testing.T) {
 				for _, c := range classes {
 					t.Run(fmt.Sprintf("%s/nodeLocal=%v/%s/%s", td, nodeLocal, pname, c.Key()), func(t *testing.T) {
 						proj := Project(svc, cp, c)
-						full := EncodeClusterCLA(PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, c), cp, c)
-						projected := EncodeClusterCLA(PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, proj), cp, proj)
+						full := PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, c, nil).Encode()
+						projected := PlanCLA(fooName, svc, port, collections.AppendRefs(nil, eps), cp, proj, nil).Encode()
 						if !bytes.Equal(full, projected) {
 							t.Fatalf("the CLA for class %q differs from the CLA for its projection %q", c.Key(), proj.Key())
 						}

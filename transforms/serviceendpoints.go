@@ -54,13 +54,15 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 				all = collections.AppendRefs(all, selectedByService(ctx, in, svc))
 			}
 		}
+		eps, dropped := collections.MergeRecorded(all) // all is this call's own
 		out := &collections.ServiceEndpoints{
 			Hostname:  svc.Hostname,
 			Namespace: svc.Namespace,
 			Name:      svc.Name,
 			Registry:  svc.Registry,
 			ClusterID: cfg.ClusterID,
-			Endpoints: collections.MergeEndpointsInPlace(all), // all is this call's own
+			Endpoints: eps,
+			Dropped:   dropped,
 		}
 		if in.RemoteShards != nil && svc.Registry == collections.RegistryKubernetes {
 			if r := krt.FetchOne(ctx, in.RemoteShards, krt.FilterKey(svc.ResourceName())); r != nil && len(r.Endpoints) > 0 {

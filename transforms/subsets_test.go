@@ -126,7 +126,7 @@ func TestUnknownSubsetSetSharesTheBaseCLAs(t *testing.T) {
 func TestRelabelCLA(t *testing.T) {
 	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1"}
 	port := collections.ServicePort{Name: "http", Port: 80}
-	plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, syntheticEndpoints(20)), PolicyFor(svc), collections.ProxyClass{})
+	plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, syntheticEndpoints(20)), PolicyFor(svc), collections.ProxyClass{}, nil)
 	r := Versioned(fooName, TypeCLA, plan.Encode())
 	r.Endpoints = 20
 	name := "outbound|80|" + string(bytes.Repeat([]byte("x"), 200)) + "|foo.ns1.svc.cluster.local"

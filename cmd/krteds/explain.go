@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/explain"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/transforms"
 )
@@ -123,7 +123,7 @@ func runExplain(ctx context.Context, o *explainOptions, out io.Writer) error {
 		_, err := out.Write(body)
 		return err
 	}
-	var ex graphs.Explanation
+	var ex explain.Explanation
 	if err := json.Unmarshal(body, &ex); err != nil {
 		return fmt.Errorf("decoding krteds' answer: %w", err)
 	}
@@ -133,7 +133,7 @@ func runExplain(ctx context.Context, o *explainOptions, out io.Writer) error {
 
 // printExplanation writes an explanation as text: the facts about the proxy and the service,
 // then one block per endpoint, its verdict first.
-func printExplanation(w io.Writer, ex graphs.Explanation) {
+func printExplanation(w io.Writer, ex explain.Explanation) {
 	fmt.Fprintf(w, "cluster %s\n", ex.Cluster)
 	for _, f := range ex.Facts {
 		fmt.Fprintf(w, "  %s\n", f)

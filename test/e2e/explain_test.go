@@ -19,7 +19,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/grpc"
 
-	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/explain"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 )
 
@@ -226,7 +226,7 @@ func TestExplainAgreesWithTheWire(t *testing.T) {
 	for _, node := range proxies {
 		clas := receiveAll(t, cc, node)
 		for name, cla := range clas {
-			ex := explain(t, debugAddr, node.ID, name)
+			ex := explainOver(t, debugAddr, node.ID, name)
 			wire := map[string]bool{}
 			wireTLS := map[string]string{}
 			for _, l := range cla.Endpoints {
@@ -351,7 +351,7 @@ func receiveAll(t *testing.T, cc *grpc.ClientConn, node adsclient.Node) map[stri
 	return out
 }
 
-func explain(t *testing.T, debug, proxy, cluster string) graphs.Explanation {
+func explainOver(t *testing.T, debug, proxy, cluster string) explain.Explanation {
 	t.Helper()
 	u := fmt.Sprintf("http://%s/debug/explain?proxyID=%s&cluster=%s", debug, url.QueryEscape(proxy), url.QueryEscape(cluster))
 	resp, err := http.Get(u)
@@ -363,7 +363,7 @@ func explain(t *testing.T, debug, proxy, cluster string) graphs.Explanation {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%s: %d %s", u, resp.StatusCode, body)
 	}
-	var ex graphs.Explanation
+	var ex explain.Explanation
 	if err := json.Unmarshal(body, &ex); err != nil {
 		t.Fatalf("%s: %v", u, err)
 	}

@@ -1,4 +1,4 @@
-package graphs_test
+package explain_test
 
 import (
 	"strings"
@@ -12,8 +12,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/outputs/explain"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
+)
+
+var (
+	peerAuthn   = fixtures.PeerAuthentication
+	injectedPod = fixtures.InjectedPod
+)
+
+const (
+	paDisable = fixtures.PeerDisable
+	paStrict  = fixtures.PeerStrict
 )
 
 // TestExplainReportsWhatTheSliceTransformLeftOut: an address that is not an IP and one whose Pod
@@ -35,7 +46,7 @@ func TestExplainReportsWhatTheSliceTransformLeftOut(t *testing.T) {
 	})
 	cluster := "outbound|80||foo.ns1.svc.cluster.local"
 	g.Await(t, "the CLA", func() (bool, string) { return g.CLAs.GetKey(cluster) != nil, "" })
-	ex, err := g.Explain(p, cluster, "")
+	ex, err := explain.Explain(g.Graph, p, cluster, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +95,7 @@ func TestExplainSaysWhyAnEndpointHasTLSMode(t *testing.T) {
 	})
 	check := func(want map[string][2]string) {
 		t.Helper()
-		ex, err := g.Explain(p, cluster, "")
+		ex, err := explain.Explain(g, p, cluster, "")
 		if err != nil {
 			t.Fatal(err)
 		}
