@@ -102,6 +102,8 @@ type SliceEndpoints struct {
 	// Ignored is why the slice gives no endpoint at all (ReasonMCSSlice, ReasonFQDNSlice), ""
 	// otherwise.
 	Ignored string `json:"ignored,omitempty"`
+	// Cause is the slice's version these endpoints were made from.
+	Cause Cause `json:"cause"`
 }
 
 // LeftPort is one port of a slice that the slice transform made no endpoint on.
@@ -132,7 +134,7 @@ func (s SliceEndpoints) ServiceKey() string { return s.Namespace + "/" + s.Servi
 // Equals compares every field.
 func (s SliceEndpoints) Equals(o SliceEndpoints) bool {
 	return s.Namespace == o.Namespace && s.Name == o.Name && s.Service == o.Service && s.PendingPods == o.PendingPods &&
-		s.Ignored == o.Ignored && slices.Equal(s.Left, o.Left) && slices.Equal(s.LeftPorts, o.LeftPorts) &&
+		s.Ignored == o.Ignored && s.Cause == o.Cause && slices.Equal(s.Left, o.Left) && slices.Equal(s.LeftPorts, o.LeftPorts) &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, Endpoint.Equals)
 }
 
@@ -150,6 +152,9 @@ type ServiceEndpoints struct {
 	Endpoints []*Endpoint `json:"endpoints"`
 	// Dropped are the copies of an (address, port name) the merge left out for a better one.
 	Dropped []DroppedCopy `json:"dropped,omitempty"`
+	// Cause is the latest input change among those the endpoints were made from (the slice seen
+	// last), zero when none says when.
+	Cause Cause `json:"cause"`
 }
 
 // DroppedCopy is a copy of an endpoint the merge left out, and the copy it kept instead (the
@@ -170,7 +175,7 @@ func (s ServiceEndpoints) ResourceName() string { return ServiceKey(s.Registry, 
 // Equals compares every field.
 func (s ServiceEndpoints) Equals(o ServiceEndpoints) bool {
 	return s.Hostname == o.Hostname && s.Namespace == o.Namespace && s.Name == o.Name && s.Registry == o.Registry &&
-		s.ClusterID == o.ClusterID && slices.Equal(s.Dropped, o.Dropped) &&
+		s.ClusterID == o.ClusterID && s.Cause == o.Cause && slices.Equal(s.Dropped, o.Dropped) &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, func(a, b *Endpoint) bool { return a == b || a.Equals(*b) })
 }
 

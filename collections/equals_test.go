@@ -154,9 +154,14 @@ func TestEqualsComparesEveryField(t *testing.T) {
 	checkEquals(t, func(a, b Slice) bool { return a.Equals(&b) }, map[string]string{
 		"TypeMeta":   "never set",
 		"ObjectMeta": "only the name and namespace are set, and Key holds both",
+		"Seen":       "the same version seen again (a relist) is no change",
 	})
 	checkEquals(t, SliceEndpoint.Equals, nil)
-	checkEquals(t, func(a, b Pod) bool { return a.Equals(&b) }, nil)
+	checkEquals(t, func(a, b Pod) bool { return a.Equals(&b) }, map[string]string{
+		"ReadySince": "it changes with Ready",
+		"Version":    "a new version that changes nothing krteds keeps is no change",
+		"Seen":       "when the source took the version: a relist is no change",
+	})
 	checkEquals(t, Endpoint.Equals, nil)
 	checkEquals(t, SliceEndpoints.Equals, nil)
 	checkEquals(t, ServiceEndpoints.Equals, nil)
@@ -175,6 +180,7 @@ func TestEqualsComparesEveryField(t *testing.T) {
 		"Body":      "the version is a hash of the body",
 		"Endpoints": "counted from the body",
 		"Absent":    "set only on the answers for unknown names, which are in no set",
+		"Cause":     "what a version was computed for: the same content is the same resource",
 	})
 	checkEquals(t, DestinationRule.Equals, nil)
 	checkEquals(t, Subset.Equals, nil)

@@ -20,8 +20,15 @@ type Pod struct {
 	ServiceAccount string          `json:"serviceAccount,omitempty"`
 	IPs            []string        `json:"ips,omitempty"`
 	Phase          corev1.PodPhase `json:"phase"`
-	// Ready is the Ready condition being True.
-	Ready bool `json:"ready"`
+	// Ready is the Ready condition being True; ReadySince the condition's lastTransitionTime
+	// (unix ns, 0 if none): when the Pod last became ready or not ready. Equals ignores it (it
+	// changes with Ready).
+	Ready      bool  `json:"ready"`
+	ReadySince int64 `json:"readySince,omitempty"`
+	// Version is the Pod's resourceVersion; Seen when krteds' source took it (unix ns; the source
+	// sets it). A version that changes nothing else here is no change (Equals ignores both).
+	Version string `json:"resourceVersion,omitempty"`
+	Seen    int64  `json:"seen,omitempty"`
 	// Deleting is set once the Pod has a deletion timestamp.
 	Deleting    bool `json:"deleting,omitempty"`
 	HostNetwork bool `json:"hostNetwork,omitempty"`
@@ -128,6 +135,7 @@ func NewPod(k *corev1.Pod) *Pod {
 		ServiceAccount: Intern(k.Spec.ServiceAccountName),
 		Phase:          corev1.PodPhase(Intern(string(k.Status.Phase))),
 		Deleting:       k.DeletionTimestamp != nil,
+		Version:        k.ResourceVersion,
 		HostNetwork:    k.Spec.HostNetwork,
 		Generated:      k.GenerateName != "",
 	}
@@ -146,6 +154,9 @@ func NewPod(k *corev1.Pod) *Pod {
 	for _, c := range k.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			p.Ready = c.Status == corev1.ConditionTrue
+			if !c.LastTransitionTime.IsZero() {
+				p.ReadySince = c.LastTransitionTime.UnixNano()
+			}
 			break
 		}
 	}
@@ -166,4 +177,10 @@ func NewPod(k *corev1.Pod) *Pod {
 		}
 	}
 	return p
+}
+
+// Cause is the Pod's version as the cause of what is derived from it: when it last became ready
+// or not (its trigger), and when krteds saw it.
+func (p *Pod) Cause() Cause {
+	return Cause{Kind: "Pod", Name: p.Key, Version: p.Version, Trigger: p.ReadySince, Seen: p.Seen}
 }

@@ -211,6 +211,9 @@ type Resource struct {
 	// Absent: the source has nothing of the name, and this is what it answers for it (an empty
 	// ClusterLoadAssignment, as istiod sends for a cluster it does not know).
 	Absent bool `json:"absent,omitempty"`
+	// Cause is the input change the resource was computed for (a CLA's: its endpoints'), zero
+	// when none says when. The first computation of a version gives it.
+	Cause Cause `json:"cause"`
 }
 
 // LEDSForm is a ClusterLoadAssignment whose localities name LEDS collections instead of listing

@@ -2,6 +2,7 @@ package collections
 
 import (
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -25,6 +26,43 @@ type Slice struct {
 	AddressType discovery.AddressType    `json:"addressType"`
 	Ports       []discovery.EndpointPort `json:"ports,omitempty"`
 	Endpoints   []SliceEndpoint          `json:"endpoints,omitempty"`
+	// Version is the slice's resourceVersion; Trigger the time (unix ns, 0 if none) of the Pod or
+	// Service change that caused this version, as the EndpointSlice controller stamps it
+	// (endpoints.kubernetes.io/last-change-trigger-time), or a manifest file's change; Seen when
+	// krteds' source took this version (unix ns; the source sets it).
+	Version string `json:"resourceVersion,omitempty"`
+	Trigger int64  `json:"trigger,omitempty"`
+	Seen    int64  `json:"seen,omitempty"`
+}
+
+// AnnotationTriggerTime is the EndpointSlice controller's annotation of the time of the change
+// that caused a slice's version.
+const AnnotationTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
+
+// Cause is the input change behind a derived value: the object (kind, key, resourceVersion),
+// when the change that caused it was made (Trigger) and when krteds saw it (Seen), in unix ns.
+type Cause struct {
+	Kind    string `json:"kind,omitempty"`
+	Name    string `json:"name,omitempty"`
+	Version string `json:"resourceVersion,omitempty"`
+	Trigger int64  `json:"trigger,omitempty"`
+	Seen    int64  `json:"seen,omitempty"`
+}
+
+// IsZero reports whether there is no cause.
+func (c Cause) IsZero() bool { return c == Cause{} }
+
+// Later is the later of two causes (by Seen).
+func (c Cause) Later(o Cause) Cause {
+	if o.Seen > c.Seen {
+		return o
+	}
+	return c
+}
+
+// Cause is the slice's version as the cause of what is derived from it.
+func (s *Slice) Cause() Cause {
+	return Cause{Kind: "EndpointSlice", Name: s.Key, Version: s.Version, Trigger: s.Trigger, Seen: s.Seen}
 }
 
 // SliceEndpoint is one endpoint of a Slice.
@@ -51,10 +89,11 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// Equals compares every field (the conditions by value; the name and namespace are the key).
+// Equals compares every field (the conditions by value; the name and namespace are the key)
+// but Seen: the same version seen again (a relist) is no change.
 func (s *Slice) Equals(o *Slice) bool {
 	return s.Key == o.Key && s.Service == o.Service && s.MCS == o.MCS &&
-		s.AddressType == o.AddressType &&
+		s.AddressType == o.AddressType && s.Version == o.Version && s.Trigger == o.Trigger &&
 		slices.EqualFunc(s.Ports, o.Ports, sameEndpointPort) &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, SliceEndpoint.Equals)
 }
@@ -91,8 +130,12 @@ func NewSlice(s *discovery.EndpointSlice) *Slice {
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
 		Endpoints:   make([]SliceEndpoint, len(s.Endpoints)),
+		Version:     s.ResourceVersion,
 	}
 	_, out.MCS = s.Labels[LabelMCSServiceName]
+	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationTriggerTime]); err == nil {
+		out.Trigger = t.UnixNano()
+	}
 	for i := range s.Endpoints {
 		e := &s.Endpoints[i]
 		r := &out.Endpoints[i]

@@ -3,6 +3,7 @@ package collections
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -49,6 +50,7 @@ func TestNewSlice(t *testing.T) {
 		Service:     "foo",
 		AddressType: discovery.AddressTypeIPv4,
 		Ports:       in.Ports,
+		Version:     "7", // the trigger annotation "x" is no time: none
 		Endpoints: []SliceEndpoint{
 			{Addresses: []string{"10.0.0.1"}, Conditions: discovery.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}, Pod: "ns1/foo-1"},
 			{Addresses: []string{"10.0.0.2"}},
@@ -61,6 +63,12 @@ func TestNewSlice(t *testing.T) {
 	}
 	if !out.Equals(want) || !out.Equals(out.DeepCopyObject().(*Slice)) {
 		t.Fatal("Equals")
+	}
+	// The EndpointSlice controller's trigger time is kept, as unix ns.
+	stamped := in.DeepCopy()
+	stamped.Annotations[AnnotationTriggerTime] = "2026-12-05T12:00:00.95Z"
+	if got, want := NewSlice(stamped).Trigger, time.Date(2026, 12, 5, 12, 0, 0, 950e6, time.UTC).UnixNano(); got != want {
+		t.Fatalf("trigger %d, want %d", got, want)
 	}
 	again := NewSlice(in)
 	if out.Endpoints[0].Conditions.Ready != again.Endpoints[0].Conditions.Ready ||

@@ -208,6 +208,8 @@ type Workload struct {
 	// Ready is true for a Running or Pending pod with an IP, not being deleted, whose Ready
 	// condition is True: only such pods are found by IP, as in istiod's podsByIP.
 	Ready bool `json:"ready"`
+	// Cause is the Pod's version as the cause of what is derived from it (Pod.Cause).
+	Cause Cause `json:"cause"`
 	// HostNetwork pods share the node IP.
 	HostNetwork bool `json:"hostNetwork,omitempty"`
 	// Meta holds the pod's labels (Meta.PodLabels) with everything endpoints inherit.

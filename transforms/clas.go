@@ -161,6 +161,7 @@ func buildCLA(name, key string, svc *collections.ServiceInfo, port collections.S
 ) (*collections.Resource, *collections.Problem) {
 	plan := PlanCLA(name, svc, port, se.Endpoints, cp, projected, nil)
 	r := Versioned(name, TypeCLA, plan.Encode())
+	r.Cause = se.Cause
 	for _, g := range plan.Groups {
 		r.Endpoints += len(g.Endpoints)
 	}

@@ -44,7 +44,8 @@ func IPBucket(ip string) string { return ipBucketKeys[xxhash.Sum64String(ip)%ipB
 func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*collections.Slice, collections.SliceEndpoints] {
 	return Checked[*collections.Slice, collections.SliceEndpoints]{Reads: append([]any{in.Services}, in.Workloads.reads()...), Fn: func(ctx krt.HandlerContext, slice *collections.Slice) (*collections.ObjectProblems, *collections.SliceEndpoints) {
 		if slice.MCS {
-			return nil, &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: slice.Service, Ignored: collections.ReasonMCSSlice}
+			return nil, &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: slice.Service, Ignored: collections.ReasonMCSSlice,
+				Cause: slice.Cause()}
 		}
 		pr := &problems{kind: "EndpointSlice", object: slice.Key}
 		svcName := slice.Service
@@ -53,11 +54,12 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*collectio
 			return pr.result(), nil
 		}
 		if slice.AddressType == discovery.AddressTypeFQDN {
-			return nil, &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName, Ignored: collections.ReasonFQDNSlice}
+			return nil, &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName, Ignored: collections.ReasonFQDNSlice,
+				Cause: slice.Cause()}
 		}
 		svc := deref(krt.FetchOne(ctx, in.Services, krt.FilterKey(slice.Namespace+"/"+svcName)))
 
-		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName}
+		out := &collections.SliceEndpoints{Namespace: slice.Namespace, Name: slice.Name, Service: svcName, Cause: slice.Cause()}
 		ports := slicePorts(slice, svc, pr, out)
 		out.Endpoints = make([]collections.Endpoint, 0, len(slice.Endpoints)*len(ports))
 		workloads := FetchWorkloads(ctx, cfg, in.Workloads, targetPods(slice))
@@ -122,6 +124,7 @@ func SliceEndpointsOf(cfg collections.Config, in SliceInputs) Checked[*collectio
 				out.PendingPods++
 			}
 		}
+		out.Cause = sliceCause(slice, workloads)
 		return pr.result(), out
 	}}
 }
@@ -231,25 +234,28 @@ func SliceService(s collections.SliceEndpoints) []string { return []string{s.Ser
 // stable order.
 func ClusterShard(cfg collections.Config, slices krt.Collection[collections.SliceEndpoints], bySvc krt.Index[string, collections.SliceEndpoints]) Single[*collections.ServiceInfo, collections.ServiceEndpoints] {
 	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: []any{slices}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
-		eps, dropped := collections.MergeRecorded(serviceSliceEndpoints(ctx, bySvc, svc))
+		all, cause := serviceSliceEndpoints(ctx, bySvc, svc)
+		eps, dropped := collections.MergeRecorded(all)
 		return &collections.ServiceEndpoints{Hostname: svc.Hostname, Namespace: svc.Namespace, Name: svc.Name,
-			ClusterID: cfg.ClusterID, Endpoints: eps, Dropped: dropped}
+			ClusterID: cfg.ClusterID, Endpoints: eps, Dropped: dropped, Cause: cause}
 	}}
 }
 
 // serviceSliceEndpoints fetches the endpoints of a service's slices, in a new array of the
-// caller's own (to append to and merge in place).
-func serviceSliceEndpoints(ctx krt.HandlerContext, bySvc krt.Index[string, collections.SliceEndpoints], svc *collections.ServiceInfo) []*collections.Endpoint {
+// caller's own (to append to and merge in place), and the latest of the slices' causes.
+func serviceSliceEndpoints(ctx krt.HandlerContext, bySvc krt.Index[string, collections.SliceEndpoints], svc *collections.ServiceInfo) ([]*collections.Endpoint, collections.Cause) {
 	ofService := bySvc.Fetch(ctx, svc.ResourceName())
 	n := 0
+	var cause collections.Cause
 	for _, s := range ofService {
 		n += len(s.Endpoints)
+		cause = cause.Later(s.Cause)
 	}
 	all := make([]*collections.Endpoint, 0, n)
 	for _, s := range ofService {
 		all = collections.AppendRefs(all, s.Endpoints)
 	}
-	return all
+	return all, cause
 }
 
 // leave records that the slice's endpoint i gives no endpoint for addr, and reports it as a
@@ -257,4 +263,26 @@ func serviceSliceEndpoints(ctx krt.HandlerContext, bySvc krt.Index[string, colle
 func leave(out *collections.SliceEndpoints, pr *problems, i int, addr, reason, detail string) {
 	out.Left = append(out.Left, collections.LeftOut{Endpoint: i, Address: addr, Reason: reason, Detail: detail})
 	pr.add(reason, detail)
+}
+
+// sliceCause is the latest input change of a slice's endpoints: the slice's version, or a Pod
+// it names seen later (a Pod that arrived late, or became ready or not after the slice was
+// written). A slice without a trigger time takes the latest change of readiness of its Pods that
+// krteds could have seen by the slice's version, as the EndpointSlice controller would have
+// stamped it.
+func sliceCause(slice *collections.Slice, workloads Workloads) collections.Cause {
+	c := slice.Cause()
+	var ready int64
+	for _, w := range workloads {
+		if t := w.Cause.Trigger; t > ready && (slice.Seen == 0 || t <= slice.Seen) {
+			ready = t
+		}
+	}
+	if c.Trigger == 0 {
+		c.Trigger = ready
+	}
+	for _, w := range workloads {
+		c = c.Later(w.Cause)
+	}
+	return c
 }

@@ -119,9 +119,39 @@ func TestSliceEndpointsWholeOutput(t *testing.T) {
 					ClusterID: "Kubernetes",
 				},
 				"", "")},
-	}}
+	}, Cause: collections.Cause{Kind: "EndpointSlice", Name: "ns1/foo-abc"}}
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Fatalf("slice endpoints (-want +got):\n%s", diff)
+	}
+}
+
+// TestSliceCause: the input change behind a slice's endpoints is the slice's version, or a Pod
+// it names seen later; a slice without a trigger time takes the latest readiness change of its
+// Pods that krteds could have seen by the slice's version.
+func TestSliceCause(t *testing.T) {
+	slice := &collections.Slice{Key: "ns1/s", Version: "7", Trigger: 100, Seen: 200}
+	pod := func(name string, ready, seen int64) collections.Workload {
+		return collections.Workload{Key: "ns1/" + name, Cause: collections.Cause{Kind: "Pod", Name: "ns1/" + name, Version: "3", Trigger: ready, Seen: seen}}
+	}
+	for _, tc := range []struct {
+		name      string
+		trigger   int64
+		workloads Workloads
+		want      collections.Cause
+	}{
+		{"the slice", 100, Workloads{pod("a", 50, 150)}, collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Trigger: 100, Seen: 200}},
+		{"a Pod seen after the slice", 100, Workloads{pod("a", 50, 150), pod("b", 250, 300)}, collections.Cause{Kind: "Pod", Name: "ns1/b", Version: "3", Trigger: 250, Seen: 300}},
+		{"no trigger: the latest readiness seen by then", 0, Workloads{pod("a", 50, 150), pod("b", 180, 190), pod("c", 400, 10)},
+			collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Trigger: 180, Seen: 200}},
+		{"no trigger, no Pod", 0, nil, collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Seen: 200}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := *slice
+			s.Trigger = tc.trigger
+			if got := sliceCause(&s, tc.workloads); got != tc.want {
+				t.Fatalf("cause %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }
 

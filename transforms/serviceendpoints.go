@@ -46,10 +46,11 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 	}
 	return Single[*collections.ServiceInfo, collections.ServiceEndpoints]{Reads: reads, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) *collections.ServiceEndpoints {
 		var all []*collections.Endpoint
+		var cause collections.Cause
 		if svc.Registry == collections.RegistryServiceEntry {
 			all = collections.AppendRefs(nil, serviceEntryEndpoints(ctx, cfg, in, svc))
 		} else {
-			all = serviceSliceEndpoints(ctx, in.SlicesByService, svc)
+			all, cause = serviceSliceEndpoints(ctx, in.SlicesByService, svc)
 			if svc.Selector != nil && svc.Resolution == collections.ClientSideLB {
 				all = collections.AppendRefs(all, selectedByService(ctx, in, svc))
 			}
@@ -63,12 +64,14 @@ func ServiceEndpointsOf(cfg collections.Config, in ServiceEndpointInputs) Single
 			ClusterID: cfg.ClusterID,
 			Endpoints: eps,
 			Dropped:   dropped,
+			Cause:     cause,
 		}
 		if in.RemoteShards != nil && svc.Registry == collections.RegistryKubernetes {
 			if r := krt.FetchOne(ctx, in.RemoteShards, krt.FilterKey(svc.ResourceName())); r != nil && len(r.Endpoints) > 0 {
 				// One shard per cluster, in cluster order (istiod's shard order); each remote
 				// shard is de-duplicated within its cluster only.
 				out.Endpoints = append(out.Endpoints, r.Endpoints...)
+				out.Cause = out.Cause.Later(r.Cause)
 				slices.SortStableFunc(out.Endpoints, func(a, b *collections.Endpoint) int { return cmp.Compare(a.Meta.ClusterID, b.Meta.ClusterID) })
 			}
 		}

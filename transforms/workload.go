@@ -166,6 +166,7 @@ func workloadFrom(cfg collections.Config, ids *Identities, pod *collections.Pod,
 		Namespace:   pod.Namespace(),
 		IPs:         ips,
 		Ready:       len(ips) > 0 && podReadyForIPLookup(pod),
+		Cause:       pod.Cause(),
 		HostNetwork: pod.HostNetwork,
 		Meta:        workloadMeta(cfg, ids, pod, localityLabel, locality, network),
 	}, true

@@ -26,6 +26,7 @@ func TestWorkloadFacts(t *testing.T) {
 	w := workloadOf(t, pod, fixtures.ZoneNode("n1", "r1", "z1"))
 	want := &collections.Workload{
 		Key: "ns1/foo-abc12-x1", Name: "foo-abc12-x1", Namespace: "ns1", IPs: []string{"10.1.0.1"}, Ready: true,
+		Cause: collections.Cause{Kind: "Pod", Name: "ns1/foo-abc12-x1"},
 		Meta: collections.NewEndpointMeta(
 			collections.WorkloadMeta{
 				PodLabels:         collections.InternLabels(pod.Labels),

@@ -73,6 +73,9 @@ type Decoded struct {
 	Ignored map[string]int
 	// Duplicates name objects defined more than once in the file (the later document wins).
 	Duplicates []string
+	// ModTime is when the file was last written (unix ns; the files source sets it): the trigger
+	// time of the slices it defines without one.
+	ModTime int64
 }
 
 // maxListDepth bounds Lists nested in Lists.

@@ -8,6 +8,8 @@ import (
 
 	"go.uber.org/zap"
 	"istio.io/istio/pkg/kube/krt"
+
+	"github.com/krteds/krteds/collections"
 )
 
 type owner struct {
@@ -51,6 +53,7 @@ func (s *Files) commit(paths []string, next map[string]*Decoded) {
 				continue
 			}
 			delete(oldByKey, o.Key)
+			o.Obj = stamped(o.Obj, d.ModTime, now)
 			s.setOwner(o.Key, p, &o)
 			touched[o.Key] = true
 		}
@@ -183,6 +186,29 @@ func (s *Files) writeSorted(ups, dels []Object, files []string) {
 		s.log.Info("manifests applied", zap.Int("files", len(files)), zap.String("paths", summarize(files)), zap.Int("written", len(ups)),
 			zap.Int("deleted", len(dels)), zap.String("objects", summarize(names)))
 	}
+}
+
+// stamped is an object as written now: a slice says when its file changed (its trigger, unless
+// it carries its own), a Pod without a Ready transition time that its file's change made it
+// ready or not, and both when krteds took them; a copy, as the decoder may keep the object.
+func stamped(obj any, modTime int64, now time.Time) any {
+	switch o := obj.(type) {
+	case *collections.Slice:
+		cp := *o
+		if cp.Trigger == 0 {
+			cp.Trigger = modTime
+		}
+		cp.Seen = now.UnixNano()
+		return &cp
+	case *collections.Pod:
+		cp := *o
+		if cp.ReadySince == 0 {
+			cp.ReadySince = modTime
+		}
+		cp.Seen = now.UnixNano()
+		return &cp
+	}
+	return obj
 }
 
 // setOwner records (obj non-nil) or removes that file p defines key (s.mu held).

@@ -24,6 +24,8 @@ type readResult struct {
 	hash    uint64
 	problem *collections.Problem
 	waiting bool
+	// modTime is when the file was last written (unix ns).
+	modTime int64
 }
 
 // waitForWriters (at startup) waits, up to StartupWait, for files another process is writing.
@@ -82,6 +84,7 @@ func (s *Files) load(c *changes) {
 			errs[i] = err
 			return
 		}
+		d.ModTime = r.modTime
 		decoded[i] = &d
 	}
 	var g errgroup.Group
@@ -182,10 +185,12 @@ func (s *Files) read(p string, settle time.Time) readResult {
 		return r
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
 		r.problem = &collections.Problem{Reason: ReasonNotRegular, Detail: "replaced by something other than a regular file while opening"}
 		return r
 	}
+	r.modTime = st.ModTime().UnixNano()
 	if beingWritten(f) && stillWritten(f, settle) {
 		r.waiting = true
 		return r
@@ -214,7 +219,11 @@ func (s *Files) readAnyway(p string) readResult {
 	if err != nil || int64(len(data)) > s.o.MaxFileBytes {
 		return readResult{path: p, problem: &collections.Problem{Reason: ReasonUnreadable, Detail: fmt.Sprint("read while being written: ", err)}}
 	}
-	return readResult{path: p, data: data, hash: xxhash.Sum64(data)}
+	r := readResult{path: p, data: data, hash: xxhash.Sum64(data)}
+	if st, err := f.Stat(); err == nil {
+		r.modTime = st.ModTime().UnixNano()
+	}
+	return r
 }
 
 func fileKind(m fs.FileMode) string {

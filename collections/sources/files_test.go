@@ -142,9 +142,22 @@ func anys[T any](in []T) []any {
 	return out
 }
 
-// sameObject compares two decoded objects (Istio specs with proto.Equal).
+// sameObject compares two decoded objects (Istio specs with proto.Equal; a Pod or a slice
+// without the times krteds stamps on it: when it saw it, and the file's change behind it, which
+// is when the object last changed in the live source and the file's last write in a fresh load).
 func sameObject(a, b any) bool {
 	switch x := a.(type) {
+	case *collections.Pod:
+		y, ok := b.(*collections.Pod)
+		return ok && x.Equals(y)
+	case *collections.Slice:
+		y, ok := b.(*collections.Slice)
+		if !ok {
+			return false
+		}
+		xc, yc := *x, *y
+		xc.Trigger, xc.Seen, yc.Trigger, yc.Seen = 0, 0, 0, 0
+		return reflect.DeepEqual(&xc, &yc)
 	case *networkingclient.DestinationRule:
 		y, ok := b.(*networkingclient.DestinationRule)
 		return ok && reflect.DeepEqual(x.ObjectMeta, y.ObjectMeta) && proto.Equal(&x.Spec, &y.Spec)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"istio.io/istio/pkg/kube"
 	"istio.io/istio/pkg/kube/krt"
@@ -90,6 +91,7 @@ func (s *reducedStore[K, E]) Update(obj any) error {
 	}
 	s.clock.Mark()
 	if v := s.reduce(k); v != nil {
+		seen(v, time.Now())
 		s.out.ConditionalUpdateObject(v)
 	} else {
 		s.out.DeleteObject(k.GetNamespace() + "/" + k.GetName())
@@ -123,10 +125,24 @@ func (s *reducedStore[K, E]) Replace(list []any, _ string) error {
 			out = append(out, v)
 		}
 	}
+	now := time.Now()
+	for _, v := range out {
+		seen(v, now)
+	}
 	s.clock.Mark()
 	s.out.Reset(out)
 	s.once.Do(func() { close(s.synced) })
 	return nil
+}
+
+// seen stamps a kept object that records when the source took it (a Slice, a Pod).
+func seen(v any, at time.Time) {
+	switch o := v.(type) {
+	case *collections.Slice:
+		o.Seen = at.UnixNano()
+	case *collections.Pod:
+		o.Seen = at.UnixNano()
+	}
 }
 
 // syncedChan is a krt.Syncer that is synced once its channel is closed.
