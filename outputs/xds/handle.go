@@ -49,13 +49,38 @@ func (st *stream) handle(req request) error {
 	switch r {
 	case replyStale:
 		st.srv.metrics.expiredNonce(t)
+	case replyACK:
+		st.acked(sb)
 	case replyNACK:
+		st.rejected(sb)
 		st.nacked(t, sb)
 		if t == tEndpoint {
 			st.rejectedLEDS(sb)
 		}
 	}
 	return err
+}
+
+// acked records the ACK of a subscription's response: when, and how long each input change it
+// is the first to deliver to the client took to reach it.
+func (st *stream) acked(sb *subscription) {
+	now := time.Now()
+	sb.st.AckedTime = now
+	d, fresh := sb.lag.acked()
+	for _, c := range fresh {
+		st.srv.metrics.programmed(c, d.handed, now.UnixNano())
+		st.srv.delivered(st, c, d.handed, now, "")
+	}
+}
+
+// rejected records the NACK of a subscription's response: the input changes it carried did not
+// reach the client.
+func (st *stream) rejected(sb *subscription) {
+	now := time.Now()
+	d := sb.lag.nacked(now.UnixNano())
+	for _, c := range d.causes {
+		st.srv.delivered(st, c, d.handed, now, sb.st.LastError)
+	}
 }
 
 // identify registers the proxy on the stream's first request and tells the source; a malformed

@@ -155,6 +155,20 @@ func (x *subscriberIndex) followLocked(t typ, id nameID, on bool) {
 	}
 }
 
+// subscribersOf is the interned id of a name and the streams subscribed to it (explicitly or
+// through a wildcard that holds it).
+func (x *subscriberIndex) subscribersOf(t typ, name string) (nameID, []*stream) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	id, known := x.names.lookup(name)
+	if !known {
+		return 0, nil
+	}
+	var out []*stream
+	x.subscribersLocked(t, id).each(func(slot uint32) { out = append(out, x.slots[slot]) })
+	return id, out
+}
+
 // touched is what a change of names of type t touches: per stream, the interned names it must
 // look at again (nil: every name, for a wildcard stream and a name new to every stream); and the
 // interned names changed (the names themselves and those that follow them), with their names.

@@ -2,9 +2,12 @@ package xds
 
 import (
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/krteds/krteds/collections"
 )
 
 // The interning tables of the server: resource names and versions held by streams' subscriptions
@@ -117,8 +120,21 @@ type nameID uint32
 // travels with the stream's mark instead (subscription.dirty). creator is the caller whose
 // request interned the name ("" for a name of the source's).
 type nameTimes struct {
-	toldAt  [numTypes]int64
-	creator string
+	toldAt [numTypes]int64
+	// changedAt is when the server learned of the name's latest change, per type (unix ns).
+	changedAt [numTypes]int64
+	creator   string
+	// cause is the latest input change a response of the name carried, and when the server
+	// first learned of a version computed for it (nil: none yet).
+	cause *causeRecord
+}
+
+// causeRecord is an input change and when the server first learned of a resource computed for it
+// (unix ns): a later version computed for the same change (a Pod leaving while its slice stays)
+// carries it again, and is not its programming.
+type causeRecord struct {
+	collections.Cause
+	first int64
 }
 
 // nameTable interns the names streams subscribe to. It bounds what one caller (an identity, or
@@ -185,6 +201,54 @@ func (t *nameTable) setTold(id nameID, name string, ty typ, at int64) {
 		e.data.toldAt[ty] = at
 	}
 	t.mu.Unlock()
+}
+
+// setChanged records when the server learned of a name's change (unix ns), if id still stands
+// for it.
+func (t *nameTable) setChanged(ids []nameID, names []string, ty typ, now int64) {
+	t.mu.Lock()
+	for i, id := range ids {
+		if e := &t.entries[id]; e.refs > 0 && e.key == names[i] {
+			e.data.changedAt[ty] = now
+		}
+	}
+	t.mu.Unlock()
+}
+
+// firstComputed is, for each item of a response that carries an input change, when the server
+// first learned of a version of its name computed for that change (0: none, or a change older
+// than the name's latest: the latest input went away, a Pod or a slice, and the version is not
+// the older change's programming). Every item is recorded, a client's first answer too: a
+// change is first computed once, whoever is sent it first.
+func (t *nameTable) firstComputed(ty typ, items []item) []int64 {
+	out := make([]int64, len(items))
+	now := time.Now().UnixNano()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, it := range items {
+		c := it.res.Cause
+		if c.IsZero() {
+			continue
+		}
+		e := &t.entries[it.id].data
+		if e.cause != nil && c.Seen < e.cause.Seen {
+			continue
+		}
+		if e.cause == nil || e.cause.Cause != c {
+			// A name the server was told no change of since it was interned: computed before
+			// then, after the change was seen.
+			first := e.changedAt[ty]
+			if first == 0 {
+				first = c.Seen
+			}
+			if first == 0 {
+				first = now
+			}
+			e.cause = &causeRecord{Cause: c, first: first}
+		}
+		out[i] = e.cause.first
+	}
+	return out
 }
 
 func (t *nameTable) told(id nameID, ty typ) int64 {

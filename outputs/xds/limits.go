@@ -32,6 +32,9 @@ type Limits struct {
 	// together; CallerNameBytes the bytes of the names one caller's streams (an identity's, or a
 	// connection's on the plaintext port) subscribed to first, while some stream holds them.
 	StreamNameBytes, CallerNameBytes int64
+	// StaleAfter is how long a client may be behind what it subscribes to before it is reported
+	// stale (the gauge, a log line, /debug/staleness); negative: never.
+	StaleAfter time.Duration
 }
 
 // Default limits.
@@ -39,6 +42,7 @@ const (
 	DefaultMaxStreamsPerIdentity = 20000
 	DefaultResponseBytes         = 1 << 20
 	DefaultSendTimeout           = time.Minute
+	DefaultStaleAfter            = 5 * time.Second
 	// A proxy asking for every cluster of a mesh of 100 000 service ports holds about 6 MB of
 	// names.
 	DefaultStreamNameBytes = 16 << 20
@@ -72,6 +76,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.LargeResponses == 0 {
 		l.LargeResponses = DefaultLargeResponses()
+	}
+	if l.StaleAfter == 0 {
+		l.StaleAfter = DefaultStaleAfter
 	}
 	if l.StreamNameBytes <= 0 {
 		l.StreamNameBytes = DefaultStreamNameBytes

@@ -58,12 +58,12 @@ func (l *limiter) allow(now time.Time) (bool, int) {
 // clients refused, connecting or rejecting responses at once write a few dozen lines, each
 // saying how many it stands for.
 type serverLogs struct {
-	refused, connects, disconnects, nacks limiter
+	refused, connects, disconnects, nacks, stale limiter
 }
 
 func newServerLogs() *serverLogs {
 	l := &serverLogs{}
-	for _, lim := range []*limiter{&l.refused, &l.connects, &l.disconnects, &l.nacks} {
+	for _, lim := range []*limiter{&l.refused, &l.connects, &l.disconnects, &l.nacks, &l.stale} {
 		lim.burst, lim.every = 20, time.Second
 	}
 	return l

@@ -27,6 +27,14 @@ type Metrics struct {
 	Throttled      prometheus.Counter
 	Resumed        prometheus.Counter
 	Stalled        prometheus.Counter
+	// NetworkProgramming is the time from an input change to the ACK of the response carrying
+	// it, by stage (total, cluster, compute, send, proxy) and the changed object's kind.
+	NetworkProgramming *prometheus.HistogramVec
+	// StaleResources are the names clients have been behind on for longer than the stale
+	// threshold, by what they wait on; StaleDuration how long each such lag lasted, observed as
+	// it ends, by what it waited on as it crossed the threshold.
+	StaleResources *prometheus.GaugeVec
+	StaleDuration  *prometheus.HistogramVec
 
 	// The same facts under istiod's names, labels and buckets (pilot/pkg/xds/monitoring.go,
 	// pkg/xds/monitoring.go), for the dashboards and alerts written for istiod.
@@ -80,9 +88,6 @@ func (m *IstioMetrics) versionLabel(v string) string {
 // NewMetrics creates the metrics and registers them with reg (when not nil). Every series exists
 // from the start, at zero.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	byType := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"type"})
-	}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
@@ -117,8 +122,49 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Throttled: counter("krteds_xds_throttled_streams_total", "New streams told to retry (RESOURCE_EXHAUSTED) because more came than the stream rate allows."),
 		Resumed:   counter("krteds_xds_resumed_streams_total", "New delta streams let in past the stream rate because the versions they hold are current."),
 		Stalled:   counter("krteds_xds_stalled_streams_total", "Streams closed because their client read nothing of a response for the send timeout."),
+		NetworkProgramming: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "krteds_network_programming_duration_seconds",
+			Help:    "Time from the change of an input (an EndpointSlice's trigger time: the Pod or Service change behind it; a manifest file's change) to the ACK of the response carrying the CLA it produced, by stage: total; cluster (trigger → krteds saw it); compute (seen → CLA computed); send (computed → response handed to gRPC); proxy (handed → ACK).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"stage", "kind"}),
+		StaleResources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "krteds_xds_stale_resources",
+			Help: "Resources (names of a type on a stream) whose client has been behind what krteds would send it for longer than the stale threshold, by what it waits on.",
+		}, []string{"reason"}),
+		StaleDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "krteds_xds_stale_duration_seconds",
+			Help:    "How long a client stayed behind on a type once past the stale threshold, observed as it caught up (or its stream ended), by what it waited on as it crossed the threshold.",
+			Buckets: []float64{1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
+		}, []string{"reason"}),
 	}
-	m.Istio = IstioMetrics{
+	m.Istio.init()
+	for _, t := range shortNames {
+		m.Pushes.WithLabelValues(t)
+		m.PushErrors.WithLabelValues(t)
+		m.NACKs.WithLabelValues(t)
+		m.ExpiredNonces.WithLabelValues(t)
+		m.ConfigSize.WithLabelValues(t)
+		m.Convergence.WithLabelValues(t)
+	}
+	for _, p := range []string{"sidecar", "router"} {
+		m.Clients.WithLabelValues(p)
+	}
+	if reg != nil {
+		reg.MustRegister(m.Clients, m.Pushes, m.PushErrors, m.NACKs, m.ExpiredNonces, m.ConfigSize, m.Convergence, m.RejectedNodes, m.UnknownTypes,
+			m.SendBudget, m.InFlight, m.WaitingStreams, m.BudgetWait, m.Throttled, m.Resumed, m.Stalled, m.NetworkProgramming, m.StaleResources, m.StaleDuration,
+			m.Istio.Clients, m.Istio.Pushes, m.Istio.PushTime, m.Istio.ConvergenceTime, m.Istio.Rejects, m.Istio.ExpiredNonces)
+	}
+	return m
+}
+
+// byType is a counter by resource type.
+func byType(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"type"})
+}
+
+// init creates istiod's metrics (unregistered).
+func (m *IstioMetrics) init() {
+	*m = IstioMetrics{
 		Clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pilot_xds", Help: "Number of endpoints connected to this pilot using XDS.",
 		}, []string{"version"}),
@@ -136,30 +182,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		versions:      map[string]bool{},
 	}
 	for _, t := range istioTypes {
-		m.Istio.Pushes.WithLabelValues(t)
-		m.Istio.Pushes.WithLabelValues(t + "_senderr")
-		m.Istio.PushTime.WithLabelValues(t)
-		m.Istio.Rejects.WithLabelValues(t)
-		m.Istio.ExpiredNonces.WithLabelValues(t)
-	}
-	m.Istio.Clients.WithLabelValues("")
-	for _, t := range shortNames {
 		m.Pushes.WithLabelValues(t)
-		m.PushErrors.WithLabelValues(t)
-		m.NACKs.WithLabelValues(t)
+		m.Pushes.WithLabelValues(t + "_senderr")
+		m.PushTime.WithLabelValues(t)
+		m.Rejects.WithLabelValues(t)
 		m.ExpiredNonces.WithLabelValues(t)
-		m.ConfigSize.WithLabelValues(t)
-		m.Convergence.WithLabelValues(t)
 	}
-	for _, p := range []string{"sidecar", "router"} {
-		m.Clients.WithLabelValues(p)
-	}
-	if reg != nil {
-		reg.MustRegister(m.Clients, m.Pushes, m.PushErrors, m.NACKs, m.ExpiredNonces, m.ConfigSize, m.Convergence, m.RejectedNodes, m.UnknownTypes,
-			m.SendBudget, m.InFlight, m.WaitingStreams, m.BudgetWait, m.Throttled, m.Resumed, m.Stalled,
-			m.Istio.Clients, m.Istio.Pushes, m.Istio.PushTime, m.Istio.ConvergenceTime, m.Istio.Rejects, m.Istio.ExpiredNonces)
-	}
-	return m
+	m.Clients.WithLabelValues("")
 }
 
 func (m *Metrics) clients(proxyType, istioVersion string, delta float64) {
@@ -192,4 +221,53 @@ func (m *Metrics) rejected(t typ) {
 func (m *Metrics) expiredNonce(t typ) {
 	m.ExpiredNonces.WithLabelValues(t.short()).Inc()
 	m.Istio.ExpiredNonces.WithLabelValues(istioTypes[t]).Inc()
+}
+
+// Stages of the network programming latency.
+const (
+	StageTotal   = "total"
+	StageCluster = "cluster"
+	StageCompute = "compute"
+	StageSend    = "send"
+	StageProxy   = "proxy"
+)
+
+// programmed observes a change's stages once the response carrying it is acknowledged at ack
+// (unix ns): a stage of which a time is unknown is not observed.
+func (m *Metrics) programmed(c timedCause, handed, ack int64) {
+	obs := func(stage string, from, to int64) {
+		if from > 0 && to >= from {
+			m.NetworkProgramming.WithLabelValues(stage, c.Kind).Observe(float64(to-from) / 1e9)
+		}
+	}
+	obs(StageTotal, c.Trigger, ack)
+	obs(StageCluster, c.Trigger, c.Seen)
+	obs(StageCompute, c.Seen, c.computed)
+	obs(StageSend, c.computed, handed)
+	obs(StageProxy, handed, ack)
+}
+
+// staleNow counts a report past the threshold in the gauge in place of the one it replaces.
+func (m *Metrics) staleNow(rep *staleReport, now staleReport) {
+	now.names = max(now.names, 1)
+	if *rep == now {
+		return
+	}
+	if rep.since != 0 {
+		m.StaleResources.WithLabelValues(rep.reason).Sub(float64(rep.names))
+	}
+	m.StaleResources.WithLabelValues(now.reason).Add(float64(now.names))
+	*rep = now
+}
+
+// staleEnded takes a report out of the gauge as its lag ends at at (unix ns), observing how long
+// it lasted.
+func (m *Metrics) staleEnded(rep staleReport, at int64) {
+	m.staleGone(rep)
+	m.StaleDuration.WithLabelValues(rep.crossed).Observe(float64(at-rep.since) / 1e9)
+}
+
+// staleGone takes a report out of the gauge.
+func (m *Metrics) staleGone(rep staleReport) {
+	m.StaleResources.WithLabelValues(rep.reason).Sub(float64(rep.names))
 }

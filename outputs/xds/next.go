@@ -25,6 +25,9 @@ func (st *stream) next(t typ) *response {
 	resuming := sb.more
 	st.planLEDS = false
 	d, ok := sb.plan(st.limit(t), st)
+	if !ok && !sb.pending() {
+		sb.lag.settled()
+	}
 	if !ok {
 		if t == tCluster && d.unchanged {
 			// Nothing to remove after all: the endpoints held back need not wait.
@@ -34,6 +37,7 @@ func (st *stream) next(t typ) *response {
 	}
 	r := st.seal(t, sb, d)
 	r.resuming = resuming
+	sb.lag.planned(r, sb.pending() || r.more, st.takenAt)
 	return r
 }
 
@@ -50,6 +54,11 @@ func (st *stream) seal(t typ, sb *subscription, d draft) *response {
 	}
 	st.number(r)
 	sb.record(&d, r.nonce, r.version, time.Now())
+	for i, first := range st.srv.names.firstComputed(t, r.items) {
+		if first != 0 && r.items[i].update {
+			r.addCause(r.items[i].res.Cause, first)
+		}
+	}
 	switch t {
 	case tEndpoint:
 		st.ledsSent = st.planLEDS

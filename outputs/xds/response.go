@@ -36,6 +36,32 @@ type response struct {
 	other        string
 	unversioned  bool
 	controlPlane []byte
+	// causes are the input changes the resources that changed were computed for, with when the
+	// server learned of them: what the response delivers (at most maxCauses).
+	causes []timedCause
+}
+
+// timedCause is an input change and when the server learned the resource computed for it
+// (computed, unix ns).
+type timedCause struct {
+	collections.Cause
+	computed int64
+}
+
+// maxCauses bounds the causes a response keeps until it is acknowledged.
+const maxCauses = 64
+
+// addCause keeps a cause the response delivers, once.
+func (r *response) addCause(c collections.Cause, computed int64) {
+	if c.IsZero() || len(r.causes) >= maxCauses {
+		return
+	}
+	for _, o := range r.causes {
+		if o.Cause == c {
+			return
+		}
+	}
+	r.causes = append(r.causes, timedCause{Cause: c, computed: computed})
 }
 
 // typeURL is the response's type URL.

@@ -56,6 +56,20 @@ type Options struct {
 	SystemNamespace string
 	ControlPlaneID  string
 	DebugPages      http.Handler
+	// Delivered is told, on the stream's goroutine, each input change a response is the first
+	// to deliver to its client, as the client acknowledges or rejects it (nil: nobody). It must
+	// not wait.
+	Delivered func(Delivery)
+}
+
+// Delivery is an input change reaching a proxy: the change, when the server first learned of a
+// resource computed for it, when the response carrying it went to gRPC, and when the client
+// acknowledged it, or rejected it with Error.
+type Delivery struct {
+	Cause                  collections.Cause
+	Computed, Handed, Done time.Time
+	ConnID, NodeID         string
+	Error                  string
 }
 
 // Server is krteds' ADS server.
@@ -67,6 +81,7 @@ type Server struct {
 	debug       *xdsdebug.Debug
 	log         *zap.Logger
 	logs        *serverLogs
+	onDelivered func(Delivery)
 	metrics     *Metrics
 	names       *nameTable
 	versions    *versionTable
@@ -101,7 +116,7 @@ func NewServer(src Source, o Options) *Server {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	s := &Server{src: src, trustDomain: o.TrustDomain, loadReports: o.LoadReports, tokens: o.Tokens, log: o.Log, logs: newServerLogs(),
+	s := &Server{src: src, trustDomain: o.TrustDomain, loadReports: o.LoadReports, tokens: o.Tokens, log: o.Log, logs: newServerLogs(), onDelivered: o.Delivered,
 		metrics: o.Metrics, versions: newVersionTable(), clientConns: newConnTracker(), limits: o.Limits.WithDefaults(),
 		streams: map[string]*stream{}, identities: map[admission.Identity]int{}, byNode: map[string][]*stream{}}
 	s.debug = xdsdebug.New(s, xdsdebug.Options{ClusterID: o.ClusterID, SystemNamespace: o.SystemNamespace, ControlPlaneID: o.ControlPlaneID,
@@ -181,6 +196,7 @@ func (s *Server) onChange(ch collections.Change) {
 		return
 	}
 	streams, ids, idNames := s.index.touched(t, ch.Names)
+	s.names.setChanged(ids, idNames, t, time.Now().UnixNano())
 	for st, ids := range streams {
 		st.inbox.mark(t, ids, at)
 	}

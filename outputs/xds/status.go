@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/admission"
@@ -73,6 +74,7 @@ func (st *stream) status(watches bool) xdsdebug.ConnStatus {
 		}
 		ts := sb.st
 		ts.Subscribed = sb.subs.len()
+		ts.Behind = st.behindNow(typ(t), sb)
 		cs.Types[typ(t).url()] = ts
 		if !watches {
 			continue
@@ -86,6 +88,56 @@ func (st *stream) status(watches bool) xdsdebug.ConnStatus {
 		cs.Watches[typ(t).url()] = ws
 	}
 	return cs
+}
+
+// behindNow is how the subscription's client is behind, marked stale past the threshold.
+func (st *stream) behindNow(t typ, sb *subscription) *xdsdebug.Behind {
+	b := st.behind(t, sb)
+	if b != nil && st.srv.limits.StaleAfter > 0 && time.Since(b.Since) >= st.srv.limits.StaleAfter {
+		b.Stale = true
+	}
+	return b
+}
+
+// Holders is, for each stream subscribed to a name of a type, what its client holds of it.
+func (s *Server) Holders(typeURL, name string) []xdsdebug.Holding {
+	t, ok := typeOf(typeURL)
+	if !ok {
+		return nil
+	}
+	id, sts := s.index.subscribersOf(t, name)
+	var out []xdsdebug.Holding
+	for _, st := range sts {
+		p := st.connectedProxy()
+		if p == nil {
+			continue
+		}
+		h := xdsdebug.Holding{ConnID: st.id, NodeID: p.ID, Namespace: p.Namespace}
+		if st.inbox.question(func() { st.holding(t, id, name, &h) }) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// holding fills in what the stream's client holds of a name (on its goroutine).
+func (st *stream) holding(t typ, id nameID, name string, h *xdsdebug.Holding) {
+	sb := st.subs[t]
+	if sb == nil {
+		return
+	}
+	if held, ok := sb.subs.get(id); ok && st.srv.names.name(id) == name {
+		h.Sent = held.version
+		h.Acked = !sb.inflight || !sb.lag.sending.carries(id)
+	}
+	if st.view != nil {
+		if r, _ := st.srv.src.Resolve(st.view, t.url(), name); r != nil {
+			r, _ = st.formFor(t, r)
+			h.Current = r.Version
+		}
+	}
+	h.SentTime, h.AckedTime, h.LastError = sb.st.SentTime, sb.st.AckedTime, sb.st.LastError
+	h.Behind = st.behindNow(t, sb)
 }
 
 // SentTo says, of names, those whose cluster or CLA some stream of a node id was sent, on a

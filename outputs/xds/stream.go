@@ -111,6 +111,11 @@ type stream struct {
 	// ledsSent: the last response of endpoints held a LEDS form; noLEDS: the client rejected one,
 	// and is sent whole CLAs; planLEDS: the plan under way resolved a LEDS form.
 	ledsSent, noLEDS, planLEDS bool
+	// takenAt is when the stream last took its inbox (unix ns); auditAt when it must look at its
+	// lag again (audit; zero: nothing is behind), auditTimer fires then.
+	takenAt    int64
+	auditAt    time.Time
+	auditTimer *time.Timer
 }
 
 func newStream(s *Server, delta bool, peer string, loopback bool) *stream {
@@ -175,9 +180,13 @@ func (s *Server) serve(ctx context.Context, v variant) error {
 func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs <-chan error) error {
 	defer st.end()
 	for {
+		// The lag is audited as the last event left it (before the turn answers questions),
+		// and as the turn leaves it.
+		st.audit(time.Now())
 		if err := st.turn(v); err != nil {
 			return st.fail(err)
 		}
+		st.armAudit(st.audit(time.Now()))
 		select {
 		case <-ctx.Done():
 			return nil
@@ -200,6 +209,8 @@ func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs 
 			if err := st.out.check(st.srv.limits.SendTimeout); err != nil {
 				return st.fail(err)
 			}
+		case <-st.auditDue():
+			st.auditAt = time.Time{}
 		case <-st.draining:
 			return status.Error(codes.Unavailable, "krteds is shutting down: reconnect")
 		}
@@ -258,6 +269,7 @@ func (st *stream) takeInbox() {
 			sb.mark(in.ids[t], in.all[t])
 		}
 	}
+	st.takenAt = time.Now().UnixNano()
 	for _, a := range in.asks {
 		a.f()
 		close(a.done)
@@ -309,6 +321,9 @@ func (st *stream) send(v variant) error {
 		return err
 	}
 	st.srv.pushed(r, start)
+	if sb := st.subs[r.t]; r.other == "" && sb != nil {
+		sb.lag.sending.handed = start.UnixNano()
+	}
 	return nil
 }
 
@@ -316,6 +331,10 @@ func (st *stream) send(v variant) error {
 func (st *stream) end() {
 	st.inbox.close()
 	st.out.abandon()
+	st.forgetStale()
+	if st.auditTimer != nil {
+		st.auditTimer.Stop()
+	}
 	var held [numTypes][]nameID
 	for t, sb := range st.subs {
 		if sb != nil {

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -68,10 +69,12 @@ type subscription struct {
 	listHash uint64
 	listed   bool
 	st       xdsdebug.TypeStatus
+	// lag is how far the client is behind what it subscribes to (behind.go).
+	lag lag
 }
 
 func newSubscription(t typ, owner *stream, x *subscriberIndex, vt *versionTable) *subscription {
-	return &subscription{t: t, delta: owner.delta, owner: owner, x: x, force: true, subs: newSubSet(vt)}
+	return &subscription{t: t, delta: owner.delta, owner: owner, x: x, force: true, subs: newSubSet(vt), lag: lag{currentAsOf: time.Now().UnixNano()}}
 }
 
 // reply is what a request's nonce says of the response it answers.
@@ -318,6 +321,9 @@ func (sb *subscription) add(names []string) ([]nameID, error) {
 		}
 		return nil, err
 	}
+	if len(seen) > 0 {
+		sb.lag.asked(time.Now().UnixNano())
+	}
 	if len(fresh) > 0 {
 		sb.x.watch(sb.t, sb.owner, fresh...)
 		sb.subs.addAll(fresh, sub{explicit: true})
@@ -382,6 +388,9 @@ func (sb *subscription) mark(ids map[nameID]int64, all bool) {
 	if all {
 		sb.dirtyAll = true
 	}
+	if len(ids) > 0 || all {
+		sb.lag.marked(ids)
+	}
 	if len(ids) == 0 {
 		return
 	}
@@ -431,8 +440,11 @@ func (sb *subscription) releaseDeferred() bool {
 
 // due reports whether a response may be due: nothing awaits an ACK, and something is to be
 // looked at.
-func (sb *subscription) due() bool {
-	return !sb.inflight && (sb.force || sb.dirtyAll || len(sb.dirty) > 0 || len(sb.sweep) > 0)
+func (sb *subscription) due() bool { return !sb.inflight && sb.pending() }
+
+// pending reports whether something is to be looked at, or held back for a clusters response.
+func (sb *subscription) pending() bool {
+	return sb.force || sb.dirtyAll || len(sb.dirty) > 0 || len(sb.sweep) > 0 || len(sb.deferred) > 0
 }
 
 // ended forgets every name, returning them (the stream has closed; the caller takes them out of

@@ -225,13 +225,16 @@ func (d *Debug) debugPage(name string, scope Scope) []*discovery.Resource {
 	return []*discovery.Resource{{Name: name, Resource: &anypb.Any{TypeUrl: TypeDebug, Value: body}}}
 }
 
-// syncStatus is istiod's debugSyncStatus.
+// syncStatus is istiod's debugSyncStatus, and STALE for a client behind for longer than the
+// stale threshold though it acknowledged what it was sent (its next response is not sent yet).
 func syncStatus(t TypeStatus) status.ConfigStatus {
 	switch {
 	case t.LastError != "":
 		return status.ConfigStatus_ERROR
 	case t.SentNonce == "":
 		return status.ConfigStatus_NOT_SENT
+	case t.Behind != nil && t.Behind.Stale:
+		return status.ConfigStatus_STALE
 	case t.AckedNonce == t.SentNonce:
 		return status.ConfigStatus_SYNCED
 	}

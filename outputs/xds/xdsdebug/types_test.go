@@ -12,6 +12,7 @@ import (
 type noStreams struct{}
 
 func (noStreams) Proxies() []Proxy                       { return nil }
+func (noStreams) Holders(string, string) []Holding       { return nil }
 func (noStreams) Status(string, bool) (ConnStatus, bool) { return ConnStatus{}, false }
 func (noStreams) Resolve(*collections.View, string, string) (*collections.Resource, bool) {
 	return nil, false
