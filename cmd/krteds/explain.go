@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/krteds/krteds/outputs/explain"
+	"github.com/krteds/krteds/outputs/history"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/transforms"
 )
@@ -24,6 +25,7 @@ type explainOptions struct {
 	proxy    string
 	cluster  string
 	endpoint string
+	history  bool
 }
 
 func newExplainCommand() *cobra.Command {
@@ -39,12 +41,21 @@ it, and the verdict: sent (health, locality, priority, weight, and whether it ca
 metadata, with the DestinationRule or PeerAuthentication that decided it) or not sent, with the
 first rule that left it out. The verdict "sent" is read from the CLA krteds serves that proxy.
 
+With --history it also says when: the changes krteds recorded of the service's endpoints (of
+--endpoint's only, if given): the change behind each (an EndpointSlice's trigger time, the Pod
+or Service change the EndpointSlice controller stamps), when krteds saw it and computed the
+CLA, how many proxies acknowledged it and which rejected it; a Pod of the endpoint seen being
+deleted or gone; and where every proxy subscribed to the cluster stands now: those holding an
+older CLA, how many changes behind, and what they wait on (the send budget, a client not
+reading, an answer not acknowledged, a rejection).
+
 With --proxy it explains for a proxy connected to krteds (its node id, <pod>.<namespace>,
 connection id, or, as istiod takes it, a part of <pod>.<namespace> that names one proxy).
 Without, it connects to --xds as the proxy --node-id names (as krteds endpoints does), asks for
 the cluster, and explains for that connection.`,
 		Example: `  krteds explain --cluster 'outbound|9080||reviews.shop.svc.cluster.local' --endpoint 10.10.1.15
-  krteds explain --proxy productpage-v1-abc.shop --cluster 'outbound|9080|v1|reviews.shop.svc.cluster.local'`,
+  krteds explain --proxy productpage-v1-abc.shop --cluster 'outbound|9080|v1|reviews.shop.svc.cluster.local'
+  krteds explain --proxy productpage-v1-abc.shop --cluster 'outbound|9080||reviews.shop.svc.cluster.local' --endpoint 10.10.1.15 --history`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, _, _, ok := transforms.ParseClusterName(o.cluster); !ok {
@@ -61,6 +72,7 @@ the cluster, and explains for that connection.`,
 	f.StringVar(&o.proxy, "proxy", "", "a proxy connected to krteds: node id, <pod>.<namespace> (or a part naming one proxy) or connection id (default: connect as --node-id)")
 	f.StringVar(&o.cluster, "cluster", "", "the EDS cluster, outbound|<port>|<subset>|<hostname> (required)")
 	f.StringVar(&o.endpoint, "endpoint", "", "only this endpoint address (default: every endpoint the service has)")
+	f.BoolVar(&o.history, "history", false, "also say when each recorded change happened, reached the proxies, and where each proxy subscribed to the cluster stands")
 	f.StringVar(&o.xds, "xds", "localhost:15010", "address of krteds' xDS port, to connect as --node-id")
 	f.StringVar(&o.nodeID, "node-id", "sidecar~127.0.0.1~krteds-cli.default~default.svc.cluster.local", "node id to connect as, without --proxy")
 	f.StringVar(&o.generator, "generator", "", "node metadata GENERATOR (grpc for a proxyless client), without --proxy")
@@ -106,6 +118,9 @@ func runExplain(ctx context.Context, o *explainOptions, out io.Writer) error {
 	if o.endpoint != "" {
 		q.Set("endpoint", o.endpoint)
 	}
+	if o.history {
+		q.Set("history", "1")
+	}
 	hc := &http.Client{Timeout: o.timeout}
 	resp, err := hc.Get("http://" + o.debug + "/debug/explain?" + q.Encode())
 	if err != nil {
@@ -123,11 +138,17 @@ func runExplain(ctx context.Context, o *explainOptions, out io.Writer) error {
 		_, err := out.Write(body)
 		return err
 	}
-	var ex explain.Explanation
+	var ex struct {
+		explain.Explanation
+		History *history.Timeline `json:"history"`
+	}
 	if err := json.Unmarshal(body, &ex); err != nil {
 		return fmt.Errorf("decoding krteds' answer: %w", err)
 	}
-	printExplanation(out, ex)
+	printExplanation(out, ex.Explanation)
+	if ex.History != nil {
+		fmt.Fprintf(out, "\n%s", ex.History.Text())
+	}
 	return nil
 }
 

@@ -25,7 +25,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newEndpointsCommand(), newExplainCommand(), newGraphCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newEndpointsCommand(), newExplainCommand(), newStatusCommand(), newGraphCommand(), newVersionCommand())
 	root.SetFlagErrorFunc(suggestFlag)
 	return root
 }

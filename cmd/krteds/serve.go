@@ -29,6 +29,7 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/examples"
 	"github.com/krteds/krteds/outputs"
+	"github.com/krteds/krteds/outputs/history"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/admission"
 	"github.com/krteds/krteds/transforms"
@@ -55,6 +56,8 @@ type serveOptions struct {
 	sendBudget       string
 	responseBytes    string
 	sendTimeout      time.Duration
+	staleAfter       time.Duration
+	historyPerSvc    int
 	streamRate       float64
 	drain            time.Duration
 	cfg              collections.Config
@@ -103,6 +106,8 @@ cluster; otherwise it uses --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-c
 	f.StringVar(&o.responseBytes, "xds-max-response-bytes", "1Mi", "larger answers go out in parts of at most this size, each acknowledged before the next")
 	f.DurationVar(&o.sendTimeout, "xds-send-timeout", xds.DefaultSendTimeout, "a client that reads nothing of a response for this long is disconnected (0: never)")
 	f.Float64Var(&o.streamRate, "xds-stream-rate", 0, "new xDS streams let in per second; past it a stream is told to retry, unless it comes back holding current versions (default 500 per CPU; negative: no limit)")
+	f.DurationVar(&o.staleAfter, "stale-threshold", xds.DefaultStaleAfter, "a proxy behind what krteds would send it for longer than this is reported stale: krteds_xds_stale_resources, a log line, STALE in proxy-status (0: never)")
+	f.IntVar(&o.historyPerSvc, "history-per-service", history.DefaultPerService, "changes of each service's endpoints recorded for krteds explain --history (0: none)")
 	f.IntVar(&o.limits.StreamsPerIdentity, "max-streams-per-identity", xds.DefaultMaxStreamsPerIdentity, "streams one authenticated identity may hold open")
 	f.DurationVar(&o.drain, "drain-duration", 10*time.Second, "on SIGTERM: not ready at once, no new stream, clients told to go (GOAWAY) and their streams ended spread over this long, then exit")
 	return cmd
@@ -134,6 +139,14 @@ func xdsLimits(o *serveOptions, memLimit int64) (xds.Limits, error) {
 		l.SendTimeout = o.sendTimeout
 	}
 	l.StreamRate = o.streamRate
+	switch {
+	case o.staleAfter < 0:
+		return l, fmt.Errorf("--stale-threshold %s: want a positive duration, or 0 for never", o.staleAfter)
+	case o.staleAfter == 0:
+		l.StaleAfter = -1
+	default:
+		l.StaleAfter = o.staleAfter
+	}
 	if l.StreamsPerIdentity <= 0 {
 		return l, fmt.Errorf("--max-streams-per-identity %d: want a positive number", l.StreamsPerIdentity)
 	}
@@ -222,7 +235,8 @@ func runServe(ctx context.Context, o *serveOptions) error {
 	if memLimit > 0 {
 		log.Info("memory limit", zap.String("from", memSource), zap.Int64("bytes", memLimit), zap.Int64("sendBudget", limits.SendBudget))
 	}
-	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log, LRSInterval: o.lrsInterval, Limits: limits}
+	opts := app.Options{Config: o.cfg, Manifests: o.manifests, DebugAllowRemote: o.debugAllowRemote, Log: log, LRSInterval: o.lrsInterval, Limits: limits,
+		HistoryPerService: historySize(o.historyPerSvc)}
 	if o.manifests == "" {
 		if opts.Cluster, err = clusterClient(ctx, o); err != nil {
 			return err
@@ -397,4 +411,12 @@ func readFlagFile[T any](flag, path string, parse func(string) (T, error)) (T, e
 		return zero, fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	return v, nil
+}
+
+// historySize is the app's HistoryPerService for the flag (0: none).
+func historySize(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

@@ -21,6 +21,8 @@ import (
 type Explanation struct {
 	Proxy   string `json:"proxy"`
 	Cluster string `json:"cluster"`
+	// Service is the key ("<namespace>/<name>") of the cluster's service ("": none found).
+	Service string `json:"service,omitempty"`
 	// Facts are the steps from the cluster name to the service and the proxy's view of it.
 	Facts []string `json:"facts"`
 	// Verdict is for the whole cluster when no endpoint can be sent (e.g. no such service).
@@ -80,6 +82,7 @@ func Explain(g *graphs.Graph, p *collections.Proxy, clusterName, address string)
 	if c.svc = c.service(host); c.svc == nil {
 		return ex, nil
 	}
+	ex.Service = c.svc.ResourceName()
 	set, ok := c.clusterSet(clusterName, portNum, subset)
 	if !ok {
 		return ex, nil

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
 )
 
@@ -450,6 +451,18 @@ func (rep *replica) usage() usage {
 // response carrying it: krteds_xds_convergence_seconds for CLAs), as cumulative counts by upper
 // bound; nil when the replica does not answer.
 func (rep *replica) convergence() map[float64]float64 {
+	return rep.histogram(`krteds_xds_convergence_seconds_bucket{type="ClusterLoadAssignment",le="`)
+}
+
+// programming reads the replica's network programming latency of slice changes, trigger → ACK
+// (krteds_network_programming_duration_seconds, stage total), as convergence does.
+func (rep *replica) programming() map[float64]float64 {
+	return rep.histogram(`krteds_network_programming_duration_seconds_bucket{kind="EndpointSlice",stage="total",le="`)
+}
+
+// histogram reads the buckets of one series of the replica's metrics whose lines start with
+// prefix (up to the bound), as cumulative counts by upper bound; nil when it does not answer.
+func (rep *replica) histogram(prefix string) map[float64]float64 {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + rep.debug + "/metrics")
 	if err != nil {
@@ -459,7 +472,6 @@ func (rep *replica) convergence() map[float64]float64 {
 	out := map[float64]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	const prefix = `krteds_xds_convergence_seconds_bucket{type="ClusterLoadAssignment",le="`
 	for sc.Scan() {
 		rest, ok := strings.CutPrefix(sc.Text(), prefix)
 		if !ok {
@@ -710,4 +722,19 @@ func (r *rig) apiLoadOf(users []string, from, to time.Time) map[string]*apiLoad 
 		}
 	}
 	return out
+}
+
+// behind asks the replica which of its proxies are behind what it would send them
+// (/debug/staleness); ok is false when it does not answer.
+func (rep *replica) behind() (s xdsdebug.Staleness, ok bool) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + rep.debug + "/debug/staleness")
+	if err != nil {
+		return s, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&s) != nil {
+		return s, false
+	}
+	return s, true
 }

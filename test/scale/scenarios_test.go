@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
 )
 
@@ -147,9 +148,11 @@ type scenario struct {
 	from       time.Time
 	busy, all  int64
 	checkMoves bool
-	// self is the rig's own CPU at the start; converged each replica's convergence histogram.
-	self      time.Duration
-	converged []map[float64]float64
+	// self is the rig's own CPU at the start; converged each replica's convergence histogram,
+	// programmed its network programming latency histogram.
+	self       time.Duration
+	converged  []map[float64]float64
+	programmed []map[float64]float64
 }
 
 func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
@@ -158,6 +161,7 @@ func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
 	sc := &scenario{r: r, f: f, rep: rep, name: name, from: time.Now(), busy: b, all: a, self: selfCPU()}
 	for _, rp := range r.replicas {
 		sc.converged = append(sc.converged, rp.convergence())
+		sc.programmed = append(sc.programmed, rp.programming())
 	}
 	return sc
 }
@@ -200,6 +204,8 @@ func (sc *scenario) end() {
 			sc.name, v.client, v.svc, v.version, v.healthy, v.at.Format("15:04:05.000"), v.steady, lagBehind, lagAhead, strings.Join(v.account, "; "))
 	}
 	sc.reportMoves(to)
+	sc.auditSelf()
+	sc.compareProgramming(to)
 	for i := range r.replicas {
 		w := r.usageOver(i, sc.from, to)
 		if w.samples == 0 {
@@ -223,6 +229,87 @@ func (sc *scenario) end() {
 	if a > sc.all {
 		rep.note("machine: %.0f%% of its %d cores busy over %v; the rig's own process (clients and judge) %.2f cores", 100*float64(b-sc.busy)/float64(a-sc.all), runtime.NumCPU(),
 			to.Sub(sc.from).Round(time.Second), (selfCPU()-sc.self).Seconds()/to.Sub(sc.from).Seconds())
+	}
+}
+
+// auditSelf holds each replica's own view of its clients (/debug/staleness) to the rig's judge,
+// which has every client current: none is behind once the acknowledgements of what they hold
+// have arrived (within 10 s).
+func (sc *scenario) auditSelf() {
+	r := sc.r
+	for i, rp := range r.replicas {
+		var last xdsdebug.Staleness
+		answered := false
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s, ok := rp.behind()
+			if ok {
+				last, answered = s, true
+				if len(s.Behind) == 0 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // nothing signals the replica's view to the rig
+		}
+		switch {
+		case !answered:
+			sc.rep.note("krteds-%d: no answer from /debug/staleness", i)
+		case len(last.Behind) > 0:
+			b := last.Behind[0]
+			r.t.Errorf("%s: the judge has every client current, krteds-%d reports %d types of its %d proxies behind (e.g. %s on %s since %s: %s)",
+				sc.name, i, len(last.Behind), last.Proxies, b.Proxy, b.Type, b.Since.Format("15:04:05.000"), b.Reason)
+		default:
+			sc.rep.note("krteds-%d's own view (/debug/staleness): %d proxies, none behind, as the judge has them", i, last.Proxies)
+		}
+	}
+}
+
+// compareProgramming reports the network programming latency of slice changes (the slice's
+// trigger time → a client holding the state), as the rig measured it at its clients and as the
+// replicas measured it to the clients' ACKs, and fails when their p50 or p99 fall more than one
+// of krteds' histogram buckets apart (its resolution is the comparison's error).
+func (sc *scenario) compareProgramming(to time.Time) {
+	r, rep := sc.r, sc.rep
+	rig := r.truth.programmingBetween(sc.from, to)
+	from, now := map[float64]float64{}, map[float64]float64{}
+	for i, rp := range r.replicas {
+		if i < len(sc.programmed) {
+			for b, n := range sc.programmed[i] {
+				from[b] += n
+			}
+		}
+		for b, n := range rp.programming() {
+			now[b] += n
+		}
+	}
+	k50, n := histogramQuantile(from, now, 0.5)
+	k99, _ := histogramQuantile(from, now, 0.99)
+	if len(rig) == 0 && n == 0 {
+		return
+	}
+	rep.note("network programming latency of slice changes (trigger → client): the rig %d samples, p50 %v, p99 %v; krteds %.0f samples (to the ACK), p50 ≤ %gs, p99 ≤ %gs",
+		len(rig), pct(rig, 50), pct(rig, 99), n, k50, k99)
+	if len(rig) < 20 || n < 20 {
+		return
+	}
+	bounds := make([]float64, 0, len(now))
+	for b := range now {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	bucket := func(v float64) int { return sort.SearchFloat64s(bounds, v) }
+	for _, q := range []struct {
+		name string
+		rig  time.Duration
+		k    float64
+	}{{"p50", pct(rig, 50), k50}, {"p99", pct(rig, 99), k99}} {
+		if d := bucket(q.rig.Seconds()) - bucket(q.k); d > 1 || d < -1 {
+			r.t.Errorf("%s: the network programming latency's %s is %v at the rig's clients, ≤ %gs in krteds' histogram: more than a bucket apart",
+				sc.name, q.name, q.rig, q.k)
+		}
 	}
 }
 

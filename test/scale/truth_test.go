@@ -57,6 +57,15 @@ type truth struct {
 	// late is the ages of the suspects that held a state the slices had left more than the lag
 	// allowed before: late, not partial.
 	late []time.Duration
+	// programmed is, per client that held an earlier state, when it received a state the slices
+	// made (not one a Pod's arrival or going made) and how long after the slice's trigger time:
+	// the network programming latency as the rig measures it.
+	programmed []programmed
+}
+
+type programmed struct {
+	at time.Time
+	d  time.Duration
 }
 
 // history is how many states of a service the truth keeps.
@@ -74,11 +83,13 @@ type readyEndpoint struct {
 	pod string
 }
 
-// state is one set of ready addresses of a service, from when the slices held it.
+// state is one set of ready addresses of a service, from when the slices held it; trigger is
+// the trigger time of the slice whose change made it (zero for a Pod's arrival or going).
 type state struct {
-	seq int
-	at  time.Time
-	set []uint32
+	seq     int
+	at      time.Time
+	trigger time.Time
+	set     []uint32
 	// reached counts the clients that have held this state or a later one; allAt is when the
 	// last of them did (zero until then).
 	reached int
@@ -271,7 +282,8 @@ func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 	} else {
 		st.slices[s.Name] = ready
 	}
-	tr.recompute(st, now)
+	trigger, _ := time.Parse(time.RFC3339Nano, s.Annotations["endpoints.kubernetes.io/last-change-trigger-time"])
+	tr.recompute(st, now, trigger)
 }
 
 // pod records that a Pod exists, or no longer does: an endpoint whose Pod is gone is no
@@ -289,7 +301,7 @@ func (tr *truth) pod(name string, exists bool) {
 		tr.podGone[name] = now
 	}
 	if st := tr.svcs[tr.podSvc[name]]; st != nil {
-		tr.recompute(st, now)
+		tr.recompute(st, now, time.Time{})
 	}
 	if !exists {
 		delete(tr.podSvc, name)
@@ -298,7 +310,7 @@ func (tr *truth) pod(name string, exists bool) {
 
 // recompute derives a service's ready addresses from its slices and the Pods that exist, and
 // records a new state when they changed; the lock is held.
-func (tr *truth) recompute(st *svcTruth, now time.Time) {
+func (tr *truth) recompute(st *svcTruth, now, trigger time.Time) {
 	var set []uint32
 	for _, eps := range st.slices {
 		for _, e := range eps {
@@ -318,7 +330,7 @@ func (tr *truth) recompute(st *svcTruth, now time.Time) {
 	if n := st.newest(); n != nil {
 		seq = n.seq + 1
 	}
-	ns := &state{seq: seq, at: now, set: set}
+	ns := &state{seq: seq, at: now, trigger: trigger, set: set}
 	st.states = append(st.states, ns)
 	if len(st.states) > history {
 		st.states = st.states[len(st.states)-history:]
@@ -334,11 +346,33 @@ func (tr *truth) recompute(st *svcTruth, now time.Time) {
 			if at.Before(now) {
 				at = now
 			}
+			tr.programmedBy(c, h, ns, h.version != "", h.at)
 			tr.reach(c, st, ns, at)
 		}
 		tr.setCurrent(c, h, slices.Equal(h.set, set), now)
 	}
 	tr.updates.Wake()
+}
+
+// programmedBy records the network programming latency of a state a client received at at
+// (held: it held an earlier one), unless its stream is broken or resuming.
+func (tr *truth) programmedBy(c *tracked, h *heldCLA, k *state, held bool, at time.Time) {
+	if held && !c.waiting && k.seq > h.seq && !k.trigger.IsZero() {
+		tr.programmed = append(tr.programmed, programmed{at: at, d: at.Sub(k.trigger)})
+	}
+}
+
+// programmingBetween is the network programming latencies of the states received in [from, to].
+func (tr *truth) programmingBetween(from, to time.Time) []time.Duration {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []time.Duration
+	for _, p := range tr.programmed {
+		if !p.at.Before(from) && !p.at.After(to) {
+			out = append(out, p.d)
+		}
+	}
+	return out
 }
 
 // reach records that client c holds state k of st (and so every state it had not held before).
@@ -414,6 +448,7 @@ func (tr *truth) received(c *tracked, svc, version string, set []uint32, at time
 		c.held[svc] = h
 		c.behind++
 	}
+	held := h.version != ""
 	h.version, h.set, h.at = version, set, at
 	st := tr.svcs[svc]
 	if st == nil {
@@ -427,6 +462,7 @@ func (tr *truth) received(c *tracked, svc, version string, set []uint32, at time
 	// Mostly the newest; a client ahead of the rig's informer matches none yet.
 	for k := len(st.states) - 1; k >= 0 && k >= len(st.states)-64; k-- {
 		if slices.Equal(st.states[k].set, set) {
+			tr.programmedBy(c, h, st.states[k], held, at)
 			tr.reach(c, st, st.states[k], at)
 			break
 		}

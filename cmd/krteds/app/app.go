@@ -27,6 +27,7 @@ import (
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
+	"github.com/krteds/krteds/outputs/history"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/admission"
 	"github.com/krteds/krteds/outputs/xds/lrs"
@@ -69,6 +70,9 @@ type Options struct {
 	ClusterSecrets bool
 	// Limits bound the xDS server (zero fields take the defaults).
 	Limits xds.Limits
+	// HistoryPerService is how many changes of each service's endpoints are recorded (0: the
+	// default; negative: none).
+	HistoryPerService int
 }
 
 // Remote is one remote cluster: its ID and a client of it, or a folder of its manifests.
@@ -92,6 +96,9 @@ type App struct {
 	Files *sources.Files
 	// Remote runs the remote clusters (nil in a single-cluster mesh).
 	Remote *sources.RemoteClusters
+	// History records the changes of each service's endpoints and how they reached the
+	// proxies (nil: not recorded).
+	History *history.Store
 	// Source says where the objects come from, for logs.
 	Source string
 
@@ -186,6 +193,10 @@ func Start(o Options) (*App, error) {
 			a.Remote.WatchSecrets(o.Cluster, o.Config.WithDefaults().SystemNamespace, nil)
 		}
 	}
+	if o.HistoryPerService >= 0 {
+		a.History = history.New(o.HistoryPerService)
+		a.History.FollowPods(in.Pods)
+	}
 	a.Graph = graphs.Build(o.Config, in, opts)
 	problems.Watch(a.Graph.Problems)
 	cfg := o.Config.WithDefaults()
@@ -213,11 +224,17 @@ func Start(o Options) (*App, error) {
 	// The debug pages read the server, and istio.io/debug serves them over xDS: the server is
 	// given a handler that reaches them once they are built, below.
 	var pages http.Handler = http.NotFoundHandler()
+	if a.History != nil {
+		a.History.Follow(history.Inputs{ServiceEndpoints: a.Graph.ServiceEndpoints, CLAs: a.Graph.CLAs})
+	}
 	xo := xds.Options{
 		ClusterID: cfg.ClusterID, TrustDomain: cfg.TrustDomain, Log: log.Named("xds"), Metrics: xds.NewMetrics(reg),
 		Limits: o.Limits, LoadReports: a.LoadReports, Tokens: tokens, SystemNamespace: cfg.SystemNamespace,
 		ControlPlaneID: outputs.ControlPlaneID(),
 		DebugPages:     http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { pages.ServeHTTP(w, r) }),
+	}
+	if a.History != nil {
+		xo.Delivered = func(d xds.Delivery) { a.History.Delivered(d.Cause, d.NodeID, d.Handed, d.Done, d.Error) }
 	}
 	a.XDS = xds.NewServer(a.Graph, xo)
 	a.XDS.Start(a.stop)
@@ -270,7 +287,7 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 		})},
 		"/debug/memz": {Help: "live heap by collection and structure, per endpoint and per proxy", Handler: outputs.MemoryPage(a.Graph, a.XDS, a.grpcServers()...)},
 	}
-	maps.Copy(extra, outputs.ProxyPages(a.Graph, a.XDS))
+	maps.Copy(extra, outputs.ProxyPages(a.Graph, a.XDS, a.History))
 	var notes func() []string
 	if a.Files != nil {
 		extra["/debug/sources"] = outputs.DebugPage{Help: "the manifest files served: objects, and why a file is not applied", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
+)
+
+// readmeSection is the fenced code blocks of the README's section of that heading.
+func readmeSection(t *testing.T, heading string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %q section", heading)
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	var blocks []string
+	var block []string
+	in := false
+	for line := range strings.Lines(section) {
+		switch {
+		case strings.HasPrefix(line, "```") && !in:
+			in, block = true, nil
+		case strings.HasPrefix(line, "```"):
+			in = false
+			blocks = append(blocks, strings.Join(block, ""))
+		case in:
+			block = append(block, line)
+		}
+	}
+	return blocks
+}
+
+// masked replaces what differs from run to run in explain's text: clock times, CLA versions,
+// durations.
+func masked(s string) []string {
+	s = regexp.MustCompile(`\d\d:\d\d:\d\d\.\d{6}`).ReplaceAllString(s, "HH:MM:SS.ffffff")
+	s = regexp.MustCompile(`CLA [0-9a-f]+`).ReplaceAllString(s, "CLA v")
+	s = regexp.MustCompile(`for [0-9.]+(ms|s|µs)`).ReplaceAllString(s, "for D")
+	return strings.Split(strings.TrimRight(s, "\n"), "\n")
+}
+
+// TestReadmeWhenExample runs the README's "why does a proxy still send to an endpoint" example
+// on the example mesh, as the README says (a proxy watching, the late Pod coming and going, then
+// krteds explain --history), and holds explain's output to the README's block, times and
+// versions aside.
+func TestReadmeWhenExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	blocks := readmeSection(t, "### Why does a proxy still send to an endpoint?")
+	if len(blocks) != 2 {
+		t.Fatalf("the section has %d code blocks; want the commands and explain's output", len(blocks))
+	}
+	var lines []string
+	for l := range strings.Lines(blocks[0]) {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 4 || !strings.Contains(lines[0], " endpoints --watch ") || !strings.HasPrefix(lines[1], "cp ") ||
+		!strings.HasPrefix(lines[2], "rm ") || !strings.Contains(lines[3], " explain ") {
+		t.Fatalf("the README's commands: %q; want the watcher, cp, rm, explain", lines)
+	}
+	serveLine := readTryIt(t).blocks[0]
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	copyDir(t, filepath.Join(repoRoot(t), "examples"), filepath.Join(dir, "examples"))
+	xdsAddr, debugAddr := freePort(t), freePort(t)
+	startLogged(t, readmeShell(t, bin, dir, serveLine, "--xds-addr", xdsAddr, "--debug-addr", debugAddr))
+	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))
+
+	watch := readmeShell(t, bin, dir, lines[0], "--xds", xdsAddr)
+	stdout, err := watch.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
+	rows := make(chan string, 256)
+	go func() {
+		defer close(rows)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			rows <- sc.Text()
+		}
+	}()
+	waitLine(t, rows, "the watcher's first table", func(l string) bool { return strings.HasPrefix(l, "10.10.1.13:9080 ") })
+	if out, err := readmeShell(t, bin, dir, lines[1]).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", lines[1], err, out)
+	}
+	waitLine(t, rows, "10.10.1.15 sent", func(l string) bool { return strings.HasPrefix(l, "10.10.1.15:9080 ") })
+	if out, err := readmeShell(t, bin, dir, lines[2]).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", lines[2], err, out)
+	}
+	waitFor(t, "10.10.1.15 withheld", func() (bool, string) {
+		out, err := run(t, bin, "endpoints", "--xds", xdsAddr, "--cluster", "outbound|9080||reviews.shop.svc.cluster.local",
+			"--node-id", "sidecar~10.10.9.9~check-1.shop~shop.svc.cluster.local")
+		return err == nil && !strings.Contains(out, "10.10.1.15"), out
+	})
+	waitFor(t, "the watcher to acknowledge it", func() (bool, string) {
+		resp, err := http.Get("http://" + debugAddr + "/debug/staleness")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var s xdsdebug.Staleness
+		if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+			return false, err.Error()
+		}
+		return s.Proxies == 1 && len(s.Behind) == 0, "behind"
+	})
+	out, err := readmeShell(t, bin, dir, lines[3], "--debug", debugAddr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", lines[3], err, out)
+	}
+	if diff := cmp.Diff(masked(blocks[1]), masked(string(out))); diff != "" {
+		t.Errorf("the README's block is not what krteds explain --history prints, times and versions aside (-README +krteds):\n%s\nkrteds printed:\n%s", diff, out)
+	}
+}
