@@ -182,5 +182,9 @@ func NewPod(k *corev1.Pod) *Pod {
 // Cause is the Pod's version as the cause of what is derived from it: when it last became ready
 // or not (its trigger), and when krteds saw it.
 func (p *Pod) Cause() Cause {
-	return Cause{Kind: "Pod", Name: p.Key, Version: p.Version, Trigger: p.ReadySince, Seen: p.Seen}
+	c := Cause{Kind: "Pod", Name: p.Key, Version: p.Version, Trigger: p.ReadySince, Seen: p.Seen}
+	if c.Trigger != 0 {
+		c.TriggerFrom = TriggerReady
+	}
+	return c
 }

@@ -26,11 +26,14 @@ type Slice struct {
 	AddressType discovery.AddressType    `json:"addressType"`
 	Ports       []discovery.EndpointPort `json:"ports,omitempty"`
 	Endpoints   []SliceEndpoint          `json:"endpoints,omitempty"`
-	// Version is the slice's resourceVersion; Trigger the time (unix ns, 0 if none) of the Pod or
-	// Service change that caused this version, as the EndpointSlice controller stamps it
-	// (endpoints.kubernetes.io/last-change-trigger-time), or a manifest file's change; Seen when
-	// krteds' source took this version (unix ns; the source sets it).
+	// Version is the slice's resourceVersion; Stamped the time (unix ns, 0 if none) the
+	// EndpointSlice controller stamped on it (endpoints.kubernetes.io/last-change-trigger-time):
+	// the Pod or Service change behind it. Trigger is this version's own change: Stamped, unless
+	// the version before carried the same stamp (the controller keeps it when no Pod change
+	// stamped a new one: 0), or a manifest file's change; Seen when krteds' source took this
+	// version (unix ns; the source sets both).
 	Version string `json:"resourceVersion,omitempty"`
+	Stamped int64  `json:"stamped,omitempty"`
 	Trigger int64  `json:"trigger,omitempty"`
 	Seen    int64  `json:"seen,omitempty"`
 }
@@ -47,7 +50,20 @@ type Cause struct {
 	Version string `json:"resourceVersion,omitempty"`
 	Trigger int64  `json:"trigger,omitempty"`
 	Seen    int64  `json:"seen,omitempty"`
+	// TriggerFrom says what the trigger time is: TriggerStamped, TriggerReady or TriggerFile
+	// ("" without one).
+	TriggerFrom string `json:"triggerFrom,omitempty"`
 }
+
+// What a trigger time is.
+const (
+	// TriggerStamped: the EndpointSlice controller's stamp on the slice.
+	TriggerStamped = "EndpointSlice"
+	// TriggerReady: a Pod's Ready condition's transition.
+	TriggerReady = "Pod"
+	// TriggerFile: a manifest file's change.
+	TriggerFile = "file"
+)
 
 // IsZero reports whether there is no cause.
 func (c Cause) IsZero() bool { return c == Cause{} }
@@ -60,9 +76,29 @@ func (c Cause) Later(o Cause) Cause {
 	return c
 }
 
+// Follows records that the slice is the next version of prev (nil: none known): a stamp it
+// carries over from prev is no change of its own.
+func (s *Slice) Follows(prev *Slice) {
+	switch {
+	case prev == nil:
+	case prev.Version == s.Version:
+		s.Trigger = prev.Trigger // the same version again (a relist)
+	case s.Stamped != 0 && prev.Stamped == s.Stamped:
+		s.Trigger = 0
+	}
+}
+
 // Cause is the slice's version as the cause of what is derived from it.
 func (s *Slice) Cause() Cause {
-	return Cause{Kind: "EndpointSlice", Name: s.Key, Version: s.Version, Trigger: s.Trigger, Seen: s.Seen}
+	c := Cause{Kind: "EndpointSlice", Name: s.Key, Version: s.Version, Trigger: s.Trigger, Seen: s.Seen}
+	switch {
+	case s.Trigger == 0:
+	case s.Stamped != 0:
+		c.TriggerFrom = TriggerStamped
+	default:
+		c.TriggerFrom = TriggerFile
+	}
+	return c
 }
 
 // SliceEndpoint is one endpoint of a Slice.
@@ -93,7 +129,7 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 // but Seen: the same version seen again (a relist) is no change.
 func (s *Slice) Equals(o *Slice) bool {
 	return s.Key == o.Key && s.Service == o.Service && s.MCS == o.MCS &&
-		s.AddressType == o.AddressType && s.Version == o.Version && s.Trigger == o.Trigger &&
+		s.AddressType == o.AddressType && s.Version == o.Version && s.Stamped == o.Stamped && s.Trigger == o.Trigger &&
 		slices.EqualFunc(s.Ports, o.Ports, sameEndpointPort) &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, SliceEndpoint.Equals)
 }
@@ -134,7 +170,7 @@ func NewSlice(s *discovery.EndpointSlice) *Slice {
 	}
 	_, out.MCS = s.Labels[LabelMCSServiceName]
 	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationTriggerTime]); err == nil {
-		out.Trigger = t.UnixNano()
+		out.Stamped, out.Trigger = t.UnixNano(), t.UnixNano()
 	}
 	for i := range s.Endpoints {
 		e := &s.Endpoints[i]

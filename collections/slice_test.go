@@ -67,8 +67,29 @@ func TestNewSlice(t *testing.T) {
 	// The EndpointSlice controller's trigger time is kept, as unix ns.
 	stamped := in.DeepCopy()
 	stamped.Annotations[AnnotationTriggerTime] = "2026-12-05T12:00:00.95Z"
-	if got, want := NewSlice(stamped).Trigger, time.Date(2026, 12, 5, 12, 0, 0, 950e6, time.UTC).UnixNano(); got != want {
-		t.Fatalf("trigger %d, want %d", got, want)
+	v1 := NewSlice(stamped)
+	if want := time.Date(2026, 12, 5, 12, 0, 0, 950e6, time.UTC).UnixNano(); v1.Trigger != want || v1.Stamped != want {
+		t.Fatalf("trigger %d, stamped %d, want %d", v1.Trigger, v1.Stamped, want)
+	}
+	// The next version carrying the same stamp (no Pod change stamped a new one) has no trigger
+	// of its own; one stamped anew has; the same version again (a relist) keeps it.
+	stamped.ResourceVersion = "8"
+	v2 := NewSlice(stamped)
+	v2.Follows(v1)
+	if v2.Trigger != 0 || v2.Stamped != v1.Stamped {
+		t.Fatalf("a carried stamp: trigger %d, stamped %d", v2.Trigger, v2.Stamped)
+	}
+	relisted := NewSlice(stamped)
+	relisted.Follows(v2)
+	if relisted.Trigger != 0 {
+		t.Fatalf("the same version relisted: trigger %d", relisted.Trigger)
+	}
+	stamped.ResourceVersion = "9"
+	stamped.Annotations[AnnotationTriggerTime] = "2026-12-05T12:00:05Z"
+	v3 := NewSlice(stamped)
+	v3.Follows(v2)
+	if v3.Trigger != time.Date(2026, 12, 5, 12, 0, 5, 0, time.UTC).UnixNano() {
+		t.Fatalf("a new stamp: trigger %d", v3.Trigger)
 	}
 	again := NewSlice(in)
 	if out.Endpoints[0].Conditions.Ready != again.Endpoints[0].Conditions.Ready ||

@@ -267,9 +267,9 @@ func leave(out *collections.SliceEndpoints, pr *problems, i int, addr, reason, d
 
 // sliceCause is the latest input change of a slice's endpoints: the slice's version, or a Pod
 // it names seen later (a Pod that arrived late, or became ready or not after the slice was
-// written). A slice without a trigger time takes the latest change of readiness of its Pods that
-// krteds could have seen by the slice's version, as the EndpointSlice controller would have
-// stamped it.
+// written). A slice the EndpointSlice controller never stamped takes the latest change of
+// readiness of its Pods that krteds could have seen by the slice's version, as the controller
+// would have stamped it; one whose stamp is its previous version's has no trigger of its own.
 func sliceCause(slice *collections.Slice, workloads Workloads) collections.Cause {
 	c := slice.Cause()
 	var ready int64
@@ -278,8 +278,8 @@ func sliceCause(slice *collections.Slice, workloads Workloads) collections.Cause
 			ready = t
 		}
 	}
-	if c.Trigger == 0 {
-		c.Trigger = ready
+	if c.Trigger == 0 && slice.Stamped == 0 && ready != 0 {
+		c.Trigger, c.TriggerFrom = ready, collections.TriggerReady
 	}
 	for _, w := range workloads {
 		c = c.Later(w.Cause)

@@ -129,7 +129,7 @@ func TestSliceEndpointsWholeOutput(t *testing.T) {
 // it names seen later; a slice without a trigger time takes the latest readiness change of its
 // Pods that krteds could have seen by the slice's version.
 func TestSliceCause(t *testing.T) {
-	slice := &collections.Slice{Key: "ns1/s", Version: "7", Trigger: 100, Seen: 200}
+	slice := &collections.Slice{Key: "ns1/s", Version: "7", Stamped: 100, Trigger: 100, Seen: 200}
 	pod := func(name string, ready, seen int64) collections.Workload {
 		return collections.Workload{Key: "ns1/" + name, Cause: collections.Cause{Kind: "Pod", Name: "ns1/" + name, Version: "3", Trigger: ready, Seen: seen}}
 	}
@@ -139,15 +139,23 @@ func TestSliceCause(t *testing.T) {
 		workloads Workloads
 		want      collections.Cause
 	}{
-		{"the slice", 100, Workloads{pod("a", 50, 150)}, collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Trigger: 100, Seen: 200}},
+		{"the slice", 100, Workloads{pod("a", 50, 150)}, collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Trigger: 100, Seen: 200,
+			TriggerFrom: collections.TriggerStamped}},
 		{"a Pod seen after the slice", 100, Workloads{pod("a", 50, 150), pod("b", 250, 300)}, collections.Cause{Kind: "Pod", Name: "ns1/b", Version: "3", Trigger: 250, Seen: 300}},
 		{"no trigger: the latest readiness seen by then", 0, Workloads{pod("a", 50, 150), pod("b", 180, 190), pod("c", 400, 10)},
-			collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Trigger: 180, Seen: 200}},
+			collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Trigger: 180, Seen: 200, TriggerFrom: collections.TriggerReady}},
 		{"no trigger, no Pod", 0, nil, collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Seen: 200}},
+		{"a stamp carried over from the version before: none", -1, Workloads{pod("a", 50, 150)}, collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Seen: 200}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := *slice
 			s.Trigger = tc.trigger
+			if tc.trigger == 0 {
+				s.Stamped = 0 // never stamped
+			}
+			if tc.trigger == -1 {
+				s.Stamped, s.Trigger = 90, 0
+			}
 			if got := sliceCause(&s, tc.workloads); got != tc.want {
 				t.Fatalf("cause %+v, want %+v", got, tc.want)
 			}

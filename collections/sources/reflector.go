@@ -91,7 +91,7 @@ func (s *reducedStore[K, E]) Update(obj any) error {
 	}
 	s.clock.Mark()
 	if v := s.reduce(k); v != nil {
-		seen(v, time.Now())
+		s.stamp(v, time.Now())
 		s.out.ConditionalUpdateObject(v)
 	} else {
 		s.out.DeleteObject(k.GetNamespace() + "/" + k.GetName())
@@ -127,7 +127,7 @@ func (s *reducedStore[K, E]) Replace(list []any, _ string) error {
 	}
 	now := time.Now()
 	for _, v := range out {
-		seen(v, now)
+		s.stamp(v, now)
 	}
 	s.clock.Mark()
 	s.out.Reset(out)
@@ -135,11 +135,15 @@ func (s *reducedStore[K, E]) Replace(list []any, _ string) error {
 	return nil
 }
 
-// seen stamps a kept object that records when the source took it (a Slice, a Pod).
-func seen(v any, at time.Time) {
-	switch o := v.(type) {
+// stamp records on a kept object when the source took it (a Slice, a Pod), and of a slice
+// whether its trigger time is its own or its previous version's.
+func (s *reducedStore[K, E]) stamp(v *E, at time.Time) {
+	switch o := any(v).(type) {
 	case *collections.Slice:
 		o.Seen = at.UnixNano()
+		if prev := s.out.GetKey(o.Key); prev != nil {
+			o.Follows(any(*prev).(*collections.Slice))
+		}
 	case *collections.Pod:
 		o.Seen = at.UnixNano()
 	}

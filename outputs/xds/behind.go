@@ -30,6 +30,9 @@ type lag struct {
 	// every change the stream had been told of by then (unix ns). A version computed earlier
 	// for an input change was delivered to it then, or before.
 	currentAsOf int64
+	// created is when the subscription was made: a change made before is not this client's to
+	// measure (as kube-proxy measures only the changes made after it started).
+	created int64
 	// stale is the report of a lag past the threshold (zero: none).
 	stale staleReport
 }
@@ -65,6 +68,8 @@ func (d *delivery) carries(id nameID) bool {
 	return ok
 }
 
+func newLag(now int64) lag { return lag{currentAsOf: now, created: now} }
+
 // marked records changes to send (ids; none: every name).
 func (l *lag) marked(ids map[nameID]int64) {
 	if l.since != 0 {
@@ -99,13 +104,14 @@ func (l *lag) planned(r *response, more bool, takenAt int64) {
 
 // acked records the ACK of the response sent, returning what it delivered and the input
 // changes it is the first to deliver to this client: a change computed before the client was
-// last current reached it then (its resource was computed again for another reason since).
+// last current reached it then (its resource was computed again for another reason since); a
+// change made before the subscription (a client coming back after a move) is not measured.
 func (l *lag) acked() (delivery, []timedCause) {
 	d := l.sending
 	l.sending, l.rejectedSince = delivery{}, 0
 	var fresh []timedCause
 	for _, c := range d.causes {
-		if c.computed >= l.currentAsOf {
+		if c.computed >= l.currentAsOf && (c.Trigger == 0 || c.Trigger >= l.created) && (c.Trigger != 0 || c.Seen >= l.created) {
 			fresh = append(fresh, c)
 		}
 	}

@@ -253,8 +253,9 @@ func TestRejectionsAndProgrammingAreReported(t *testing.T) {
 		return resp
 	}
 	ack()
-	now := time.Now()
-	c1 := collections.Cause{Kind: "EndpointSlice", Name: "ns1/a-1", Version: "10", Trigger: now.Add(-30 * time.Millisecond).UnixNano(), Seen: now.Add(-20 * time.Millisecond).UnixNano()}
+	trigger := time.Now() // after the subscription: a change made before it is not its client's to measure
+	c1 := collections.Cause{Kind: "EndpointSlice", Name: "ns1/a-1", Version: "10", Trigger: trigger.UnixNano(), Seen: time.Now().UnixNano(),
+		TriggerFrom: collections.TriggerStamped}
 	fs.src.setCaused(tEndpoint.url(), name, c1)
 	ack()
 	d := got.await(t, 1)[0]

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"cmp"
 	"regexp"
 	"sync"
 
@@ -124,7 +125,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Stalled:   counter("krteds_xds_stalled_streams_total", "Streams closed because their client read nothing of a response for the send timeout."),
 		NetworkProgramming: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "krteds_network_programming_duration_seconds",
-			Help:    "Time from the change of an input (an EndpointSlice's trigger time: the Pod or Service change behind it; a manifest file's change) to the ACK of the response carrying the CLA it produced, by stage: total; cluster (trigger → krteds saw it); compute (seen → CLA computed); send (computed → response handed to gRPC); proxy (handed → ACK).",
+			Help:    "Time from the change of an input to the ACK of the response carrying the CLA computed for it, once per proxy and change, by stage: total (trigger → ACK); cluster (trigger → krteds saw it); compute (seen → CLA computed); send (computed → response handed to gRPC); proxy (handed → ACK); and by what the trigger time is: EndpointSlice (the EndpointSlice controller's stamp, endpoints.kubernetes.io/last-change-trigger-time), Pod (a Pod's Ready transition), file (a manifest's change), none (no trigger: only the stages from krteds seeing it).",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"stage", "kind"}),
 		StaleResources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -237,7 +238,7 @@ const (
 func (m *Metrics) programmed(c timedCause, handed, ack int64) {
 	obs := func(stage string, from, to int64) {
 		if from > 0 && to >= from {
-			m.NetworkProgramming.WithLabelValues(stage, c.Kind).Observe(float64(to-from) / 1e9)
+			m.NetworkProgramming.WithLabelValues(stage, cmp.Or(c.TriggerFrom, "none")).Observe(float64(to-from) / 1e9)
 		}
 	}
 	obs(StageTotal, c.Trigger, ack)

@@ -74,7 +74,7 @@ type subscription struct {
 }
 
 func newSubscription(t typ, owner *stream, x *subscriberIndex, vt *versionTable) *subscription {
-	return &subscription{t: t, delta: owner.delta, owner: owner, x: x, force: true, subs: newSubSet(vt), lag: lag{currentAsOf: time.Now().UnixNano()}}
+	return &subscription{t: t, delta: owner.delta, owner: owner, x: x, force: true, subs: newSubSet(vt), lag: newLag(time.Now().UnixNano())}
 }
 
 // reply is what a request's nonce says of the response it answers.

@@ -456,8 +456,17 @@ func (rep *replica) convergence() map[float64]float64 {
 
 // programming reads the replica's network programming latency of slice changes, trigger → ACK
 // (krteds_network_programming_duration_seconds, stage total), as convergence does.
-func (rep *replica) programming() map[float64]float64 {
-	return rep.histogram(`krteds_network_programming_duration_seconds_bucket{kind="EndpointSlice",stage="total",le="`)
+func (rep *replica) programming() map[float64]float64 { return rep.programmingStage("total") }
+
+// programmingStage reads one stage of the replica's network programming latency of the changes
+// whose trigger time is a Pod's readiness, stamped on a slice by the EndpointSlice controller or
+// read off the Pod (kind EndpointSlice and Pod, summed): what the rig measures from the stamps.
+func (rep *replica) programmingStage(stage string) map[float64]float64 {
+	out := rep.histogram(`krteds_network_programming_duration_seconds_bucket{kind="EndpointSlice",stage="` + stage + `",le="`)
+	for b, n := range rep.histogram(`krteds_network_programming_duration_seconds_bucket{kind="Pod",stage="` + stage + `",le="`) {
+		out[b] += n
+	}
+	return out
 }
 
 // histogram reads the buckets of one series of the replica's metrics whose lines start with

@@ -149,19 +149,24 @@ type scenario struct {
 	busy, all  int64
 	checkMoves bool
 	// self is the rig's own CPU at the start; converged each replica's convergence histogram,
-	// programmed its network programming latency histogram.
+	// programmed its network programming latency histogram, stages that of each stage.
 	self       time.Duration
 	converged  []map[float64]float64
 	programmed []map[float64]float64
+	stages     map[string][]map[float64]float64
 }
 
 func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
 	rep.section(name)
 	b, a := busy()
 	sc := &scenario{r: r, f: f, rep: rep, name: name, from: time.Now(), busy: b, all: a, self: selfCPU()}
+	sc.stages = map[string][]map[float64]float64{}
 	for _, rp := range r.replicas {
 		sc.converged = append(sc.converged, rp.convergence())
 		sc.programmed = append(sc.programmed, rp.programming())
+		for _, stage := range programmingStages {
+			sc.stages[stage] = append(sc.stages[stage], rp.programmingStage(stage))
+		}
 	}
 	return sc
 }
@@ -275,13 +280,16 @@ func (sc *scenario) compareProgramming(to time.Time) {
 	r, rep := sc.r, sc.rep
 	rig := r.truth.programmingBetween(sc.from, to)
 	from, now := map[float64]float64{}, map[float64]float64{}
+	restarted := false
 	for i, rp := range r.replicas {
+		cur := rp.programming()
 		if i < len(sc.programmed) {
 			for b, n := range sc.programmed[i] {
 				from[b] += n
+				restarted = restarted || cur[b] < n
 			}
 		}
-		for b, n := range rp.programming() {
+		for b, n := range cur {
 			now[b] += n
 		}
 	}
@@ -292,6 +300,28 @@ func (sc *scenario) compareProgramming(to time.Time) {
 	}
 	rep.note("network programming latency of slice changes (trigger → client): the rig %d samples, p50 %v, p99 %v; krteds %.0f samples (to the ACK), p50 ≤ %gs, p99 ≤ %gs",
 		len(rig), pct(rig, 50), pct(rig, 99), n, k50, k99)
+	var parts []string
+	for _, stage := range programmingStages {
+		from, now := map[float64]float64{}, map[float64]float64{}
+		for i, rp := range r.replicas {
+			if i < len(sc.stages[stage]) {
+				for b, n := range sc.stages[stage][i] {
+					from[b] += n
+				}
+			}
+			for b, n := range rp.programmingStage(stage) {
+				now[b] += n
+			}
+		}
+		p50, _ := histogramQuantile(from, now, 0.5)
+		p99, _ := histogramQuantile(from, now, 0.99)
+		parts = append(parts, fmt.Sprintf("%s ≤ %gs / %gs", stage, p50, p99))
+	}
+	rep.note("krteds' stages, p50 / p99: %s", strings.Join(parts, ", "))
+	if restarted {
+		rep.note("a replica restarted in the scenario: its samples before are lost with its process, the two are not compared")
+		return
+	}
 	if len(rig) < 20 || n < 20 {
 		return
 	}
@@ -312,6 +342,9 @@ func (sc *scenario) compareProgramming(to time.Time) {
 		}
 	}
 }
+
+// programmingStages are the stages of krteds' network programming latency, trigger → ACK.
+var programmingStages = []string{"cluster", "compute", "send", "proxy"}
 
 // reportMoves reports the clients' moves in the scenario: how soon each was current again, and
 // what delta clients were sent again.
