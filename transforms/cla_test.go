@@ -38,6 +38,13 @@ func ep(ip string, h collections.HealthStatus, loc collections.Locality, node st
 	return collections.Endpoint{Address: ip, Port: 8080, PortName: "http", Health: h, Slice: "s", Meta: m}
 }
 
+// drainingLabel gives an endpoint's Pod the istio.io/draining label with that value.
+func drainingLabel(v string) func(*collections.EndpointMeta) {
+	return func(m *collections.EndpointMeta) {
+		m.PodLabels = collections.InternLabels(map[string]string{"app": "foo", DrainingLabel: v})
+	}
+}
+
 type wantEP struct {
 	ip     string
 	health core.HealthStatus
@@ -173,6 +180,29 @@ func TestPlanCLA(t *testing.T) {
 			svc:  with(func(s *collections.ServiceInfo) { s.PersistentSessionHeader = true }),
 			eps:  []collections.Endpoint{ep("10.1.0.2", D, r1z1, "n1")},
 			want: wantCLA(fooName, wantGroup{loc: r1z1, eps: []wantEP{{ip: "10.1.0.2", health: DR}}}),
+		},
+		{
+			// filterIstioEndpoint: the endpoint label PILOT_DRAINING_LABEL (istio.io/draining) with
+			// a non-empty value makes it draining, whatever its conditions.
+			name: "the draining label leaves an endpoint out of a service without persistent session",
+			svc:  plainSvc,
+			eps:  []collections.Endpoint{ep("10.1.0.1", H, r1z1, "n1"), ep("10.1.0.2", H, r1z1, "n1", drainingLabel("true"))},
+			want: wantCLA(fooName, wantGroup{loc: r1z1, eps: []wantEP{{ip: "10.1.0.1", health: HE}}}),
+		},
+		{
+			name: "the draining label with an empty value is no draining",
+			svc:  plainSvc,
+			eps:  []collections.Endpoint{ep("10.1.0.2", H, r1z1, "n1", drainingLabel(""))},
+			want: wantCLA(fooName, wantGroup{loc: r1z1, eps: []wantEP{{ip: "10.1.0.2", health: HE}}}),
+		},
+		{
+			// buildEnvoyLbEndpoint forces DRAINING for a labelled endpoint, over UNHEALTHY too; a
+			// terminating one is dropped before.
+			name: "the draining label sends DRAINING to a persistent-session service, over UNHEALTHY",
+			svc:  with(func(s *collections.ServiceInfo) { s.PersistentSession = true }),
+			eps: []collections.Endpoint{ep("10.1.0.1", H, r1z1, "n1", drainingLabel("yes")), ep("10.1.0.2", U, r1z1, "n1", drainingLabel("yes")),
+				ep("10.1.0.3", T, r1z1, "n1", drainingLabel("yes"))},
+			want: wantCLA(fooName, wantGroup{loc: r1z1, eps: []wantEP{{ip: "10.1.0.1", health: DR}, {ip: "10.1.0.2", health: DR}}}),
 		},
 		{
 			name: "only terminating endpoints give an empty CLA",

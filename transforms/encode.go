@@ -159,7 +159,7 @@ func socketSizes(ep *collections.Endpoint) (sock, addr, endpoint int) {
 // lbEndpointSize is the encoded size of an LbEndpoint.
 func (e *encoder) lbEndpointSize(ep *collections.Endpoint) int {
 	n := 0
-	if h := healthOf[ep.Health]; h != 0 {
+	if h := healthOf[SentHealth(ep)]; h != 0 {
 		n += protowire.SizeTag(fLbHealth) + protowire.SizeVarint(uint64(h))
 	}
 	tls, workload := e.metadata(ep)
@@ -172,7 +172,7 @@ func (e *encoder) lbEndpointSize(ep *collections.Endpoint) int {
 func (e *encoder) lbEndpoint(b []byte, ep *collections.Endpoint) []byte {
 	// The deterministic marshaller writes the plain fields in number order (health_status,
 	// metadata, load_balancing_weight) and the host_identifier oneof (endpoint) after them.
-	if h := healthOf[ep.Health]; h != 0 {
+	if h := healthOf[SentHealth(ep)]; h != 0 {
 		b = protowire.AppendTag(b, fLbHealth, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(h))
 	}

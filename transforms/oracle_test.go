@@ -78,6 +78,10 @@ func lbEndpoint(e collections.Endpoint, tlsMode string) *endpoint.LbEndpoint {
 			"tlsMode": structpb.NewStringValue(tlsMode),
 		}}
 	}
+	health := core.HealthStatus(e.Health)
+	if v, _ := m.Label("istio.io/draining"); v != "" {
+		health = core.HealthStatus_DRAINING
+	}
 	return &endpoint.LbEndpoint{
 		HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
@@ -85,7 +89,7 @@ func lbEndpoint(e collections.Endpoint, tlsMode string) *endpoint.LbEndpoint {
 				PortSpecifier: &core.SocketAddress_PortValue{PortValue: e.Port},
 			}}},
 		}},
-		HealthStatus:        core.HealthStatus(e.Health), // istiod's buildEnvoyLbEndpoint: the number as it is
+		HealthStatus:        health, // istiod's buildEnvoyLbEndpoint: the number as it is, but draining by label
 		LoadBalancingWeight: wrapperspb.UInt32(m.LBWeight()),
 		Metadata:            &core.Metadata{FilterMetadata: fm},
 	}

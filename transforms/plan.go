@@ -69,7 +69,32 @@ const (
 	ExcludedThroughGateway
 	// ExcludedDistribute: a localityLbSetting distribute rule gives its locality no weight.
 	ExcludedDistribute
+	// ExcludedDrainingLabel: its labels give DrainingLabel a value, and the service is no
+	// persistent-session one.
+	ExcludedDrainingLabel
 )
+
+// DrainingLabel is istiod's PILOT_DRAINING_LABEL (its default): an endpoint whose labels (its
+// Pod's, or its WorkloadEntry's) give it a non-empty value is draining, whatever its slice says.
+const DrainingLabel = "istio.io/draining"
+
+// DrainingByLabel reports whether an endpoint's labels say it is draining.
+func DrainingByLabel(e *collections.Endpoint) bool {
+	if e.Meta == nil {
+		return false
+	}
+	v, _ := e.Meta.Label(DrainingLabel)
+	return v != ""
+}
+
+// SentHealth is the health an endpoint is sent with: DRAINING for one whose labels say it is
+// draining (istiod's buildEnvoyLbEndpoint forces it, over UNHEALTHY too), else its own.
+func SentHealth(e *collections.Endpoint) collections.HealthStatus {
+	if DrainingByLabel(e) {
+		return collections.Draining
+	}
+	return e.Health
+}
 
 // exclude is planCLA's rule for one endpoint: which rule, if any, leaves it out of the CLA of
 // the service port for the (projected) proxy class. krteds explain reports the same rule.
@@ -94,6 +119,9 @@ func exclude(svc *collections.ServiceInfo, port collections.ServicePort, policy 
 			return ExcludedDraining
 		}
 	}
+	if DrainingByLabel(&e) && !svc.SupportsDrainingEndpoints() {
+		return ExcludedDrainingLabel
+	}
 	return Kept
 }
 
@@ -110,7 +138,8 @@ func Exclude(svc *collections.ServiceInfo, port collections.ServicePort, cp Clus
 // proxy class, following istiod's BuildClusterLoadAssignment:
 //   - endpoints of the port's name only; on a node-local service only those on the proxy's node;
 //   - Terminating endpoints dropped; UNHEALTHY sent when the policy supports it; DRAINING kept only
-//     for services with a persistent-session label (either one);
+//     for services with a persistent-session label (either one), and so are the endpoints
+//     labelled draining (DrainingLabel), sent as DRAINING;
 //   - one LocalityLbEndpoints per locality, sorted by locality;
 //   - with failover priorities, each locality is split by priority and priorities are compacted
 //     to 0..N.

@@ -62,7 +62,7 @@ func (t *Trace) place(p CLAPlan) {
 	for _, g := range p.Groups {
 		lw := uint32(g.weight())
 		for _, e := range g.Endpoints {
-			t.Placed[e.Address] = Placement{Port: e.Port, Health: e.Health, Locality: g.Locality, Priority: g.Priority,
+			t.Placed[e.Address] = Placement{Port: e.Port, Health: SentHealth(e), Locality: g.Locality, Priority: g.Priority,
 				LocalityWeight: lw, Weight: e.Meta.LBWeight(), TLSMode: p.TLS.Value(e)}
 		}
 	}

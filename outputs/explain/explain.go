@@ -284,6 +284,10 @@ func (c *cluster) judge(v *EndpointVerdict, e *collections.Endpoint) {
 	}
 	if pl, ok := c.trace.Placed[e.Address]; ok {
 		c.place(v, pl)
+		if transforms.DrainingByLabel(e) {
+			v.fact("DRAINING by its label %s=%q (istiod's PILOT_DRAINING_LABEL), whatever its conditions say", transforms.DrainingLabel,
+				e.Meta.LabelValue(transforms.DrainingLabel))
+		}
 		v.fact("%s", c.tlsFact(e, pl.TLSMode))
 	}
 }

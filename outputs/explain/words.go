@@ -25,6 +25,9 @@ func (c *cluster) exclusion(x transforms.Exclusion, e *collections.Endpoint) str
 		return "not ready: UNHEALTHY endpoints are not sent where the DestinationRule's outlierDetection sets minHealthPercent > 0 (istiod's supportsUnhealthyEndpoints)"
 	case transforms.ExcludedDraining:
 		return "not ready but serving and terminating: DRAINING endpoints are sent only for persistent-session services"
+	case transforms.ExcludedDrainingLabel:
+		return fmt.Sprintf("draining: its label %s=%q (istiod's PILOT_DRAINING_LABEL); DRAINING endpoints are sent only for persistent-session services",
+			transforms.DrainingLabel, e.Meta.LabelValue(transforms.DrainingLabel))
 	case transforms.ExcludedSubset:
 		return fmt.Sprintf("its labels %v do not match the subset's %v", e.Meta.PodLabels.Map(), c.cp.SubsetLabels)
 	case transforms.ExcludedNetwork:
