@@ -79,6 +79,23 @@ func (c *InputClock) Last() time.Time {
 type Change struct {
 	TypeURL string
 	Names   []string
-	Conns   []string
-	At      time.Time
+	// Causes are, when known, the input change each name's new version was computed for
+	// (Causes[i] for Names[i]); nil: none known.
+	Causes []Cause
+	Conns  []string
+	At     time.Time
+}
+
+// CauseOf looks up the input change of a name's new version (nil without Causes).
+func (c Change) CauseOf() func(name string) Cause {
+	if len(c.Causes) == 0 {
+		return nil
+	}
+	by := make(map[string]Cause, len(c.Causes))
+	for i, n := range c.Names {
+		if i < len(c.Causes) && !c.Causes[i].IsZero() {
+			by[n] = c.Causes[i]
+		}
+	}
+	return func(name string) Cause { return by[name] }
 }

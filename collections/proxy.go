@@ -285,6 +285,18 @@ type ResourceSet struct {
 // ResourceName is Key.
 func (s ResourceSet) ResourceName() string { return s.Key }
 
+// Cause is the latest input change the set's resources were computed for (zero if none).
+func (s *ResourceSet) Cause() Cause {
+	var c Cause
+	if s.Shared != nil {
+		c = s.Shared.Cause
+	}
+	for _, r := range s.ByClass {
+		c = c.Later(r.Cause)
+	}
+	return c
+}
+
 // Equals compares identity, visibility and content versions.
 func (s ResourceSet) Equals(o ResourceSet) bool {
 	if s.Key != o.Key || s.Name != o.Name || s.TypeURL != o.TypeURL || s.Service != o.Service ||

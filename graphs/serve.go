@@ -286,16 +286,27 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 		g.resourcesOf(typeURL).RegisterBatch(func(evs []krt.Event[collections.ResourceSet]) {
 			at := g.Inputs.Clock.Last()
 			names := make([]string, 0, len(evs))
+			var causes []collections.Cause
+			if typeURL == transforms.TypeCLA {
+				causes = make([]collections.Cause, 0, len(evs))
+			}
 			for _, e := range evs {
 				latest := e.Latest()
 				names = append(names, latest.Name)
+				if causes != nil {
+					var c collections.Cause
+					if e.New != nil {
+						c = e.New.Cause()
+					}
+					causes = append(causes, c)
+				}
 				if typeURL == transforms.TypeListener {
 					// The short names resolving to it (in any namespace: a stream of another
 					// namespace holding the same short name is looked at again for nothing).
 					names = append(names, transforms.ListenerAliases(&latest)...)
 				}
 			}
-			f(collections.Change{TypeURL: typeURL, Names: names, At: at})
+			f(collections.Change{TypeURL: typeURL, Names: names, Causes: causes, At: at})
 		}, false)
 	}
 	g.Proxies.RegisterBatch(func(evs []krt.Event[collections.Proxy]) {

@@ -1,8 +1,10 @@
 package xds
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -91,7 +93,7 @@ func (f *fakeSource) setCaused(typeURL, name string, c collections.Cause) *colle
 	}
 	f.res[typeURL][name] = r
 	f.mu.Unlock()
-	f.notify(collections.Change{TypeURL: typeURL, Names: []string{name}})
+	f.notify(collections.Change{TypeURL: typeURL, Names: []string{name}, Causes: []collections.Cause{c}})
 	return r
 }
 
@@ -300,6 +302,72 @@ func TestRejectionsAndProgrammingAreReported(t *testing.T) {
 	st = typeStatus(t, fs, connOf(t, fs, node.ID), tEndpoint)
 	if st.Behind != nil || st.LastError != "" {
 		t.Fatalf("after a later ACK: %+v", st)
+	}
+}
+
+// TestASupersededChangeIsProgrammedWithItsSuccessor: changes a client is sent together (the
+// later computed before the earlier was sent) are each observed once, as kube-proxy observes
+// every trigger time a sync programs; a change already delivered is not observed again.
+func TestASupersededChangeIsProgrammedWithItsSuccessor(t *testing.T) {
+	got := &deliveries{new: fixtures.NewWaker()}
+	fs := startFake(t, func(o *Options) { o.Delivered = got.add })
+	const name = "outbound|80||a.ns1.svc.cluster.local"
+	fs.src.set(tEndpoint.url(), name)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := adsclient.OpenDelta(ctx, fs.cc, sidecarNode(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Subscribe(tEndpoint.url(), []string{name}, nil); err != nil {
+		t.Fatal(err)
+	}
+	recv := func() *discovery.DeltaDiscoveryResponse {
+		t.Helper()
+		resp, err := s.Recv(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if err := s.Ack(recv()); err != nil {
+		t.Fatal(err)
+	}
+	var last *collections.Resource
+	change := func(v string) collections.Cause {
+		now := time.Now().UnixNano()
+		c := collections.Cause{Kind: "EndpointSlice", Name: "ns1/a-1", Version: v, Trigger: now, Seen: now, TriggerFrom: collections.TriggerStamped}
+		last = fs.src.setCaused(tEndpoint.url(), name, c)
+		return c
+	}
+	c0 := change("10")
+	r0 := recv() // not acknowledged yet: the next changes wait for it, and are sent together
+	c1, c2 := change("11"), change("12")
+	// The barrier: both changes are in the stream's marks (the server had the chance to send).
+	fixtures.Polling("a stream's marks signal nothing").Await(t, 10*time.Second, "both changes marked", func() (bool, string) {
+		st := typeStatus(t, fs, connOf(t, fs, sidecarNode(5).ID), tEndpoint)
+		return st.Behind != nil, fmt.Sprintf("%+v", st)
+	})
+	if err := s.Ack(r0); err != nil {
+		t.Fatal(err)
+	}
+	r := recv()
+	if len(r.Resources) != 1 || !bytes.Equal(r.Resources[0].Resource.GetValue(), last.Body) {
+		t.Fatalf("after the ACK: %v, want the version of %v", r.Resources, c2)
+	}
+	if err := s.Ack(r); err != nil {
+		t.Fatal(err)
+	}
+	ds := got.await(t, 3)
+	var causes []collections.Cause
+	for _, d := range ds {
+		causes = append(causes, d.Cause)
+	}
+	if len(ds) != 3 || !slices.Contains(causes, c0) || !slices.Contains(causes, c1) || !slices.Contains(causes, c2) {
+		t.Fatalf("delivered %v: want %v, %v and %v, each once", causes, c0, c1, c2)
+	}
+	if n := histogramCount(t, fs.srv.metrics.NetworkProgramming, StageTotal, "EndpointSlice"); n != 3 {
+		t.Errorf("observed %d times, want 3: every change once, the superseded one too", n)
 	}
 }
 

@@ -52,7 +52,10 @@ func (in *inbox) mark(t typ, ids []nameID, at int64) {
 		in.ids[t] = make(map[nameID]int64, len(ids))
 	}
 	for _, id := range ids {
-		in.ids[t][id] = at
+		// The earliest change not yet taken: the first the client has not been sent.
+		if old, ok := in.ids[t][id]; !ok || old == 0 || (at != 0 && at < old) {
+			in.ids[t][id] = at
+		}
 	}
 	in.mu.Unlock()
 	in.kick()

@@ -124,17 +124,43 @@ type nameTimes struct {
 	// changedAt is when the server learned of the name's latest change, per type (unix ns).
 	changedAt [numTypes]int64
 	creator   string
-	// cause is the latest input change a response of the name carried, and when the server
-	// first learned of a version computed for it (nil: none yet).
-	cause *causeRecord
+	// causes are the latest input changes the name's versions were computed for, oldest first
+	// (at most maxNameCauses), each with when the server first learned of a version computed
+	// for it: a response delivers to a client every one it was not sent before.
+	causes []causeRecord
 }
 
 // causeRecord is an input change and when the server first learned of a resource computed for it
 // (unix ns): a later version computed for the same change (a Pod leaving while its slice stays)
-// carries it again, and is not its programming.
+// carries it again, and is not its programming. marked is the time streams were marked with
+// for it (0: recorded when a response first carried it).
 type causeRecord struct {
 	collections.Cause
-	first int64
+	first, marked int64
+}
+
+// maxNameCauses bounds the changes a name remembers: a client sent a name after more changes
+// than these is measured for the latest ones only.
+const maxNameCauses = 8
+
+// note records the input change a name's new version was computed for, unless it is one the
+// name already holds or older than its latest (a version computed again for an older change).
+func (d *nameTimes) note(c collections.Cause, first, marked int64) *causeRecord {
+	if n := len(d.causes); n > 0 {
+		if c.Seen < d.causes[n-1].Seen {
+			return nil
+		}
+		for i := range d.causes {
+			if d.causes[i].Cause == c {
+				return &d.causes[i]
+			}
+		}
+		if n == maxNameCauses {
+			d.causes = append(d.causes[:0], d.causes[1:]...)
+		}
+	}
+	d.causes = append(d.causes, causeRecord{Cause: c, first: first, marked: marked})
+	return &d.causes[len(d.causes)-1]
 }
 
 // nameTable interns the names streams subscribe to. It bounds what one caller (an identity, or
@@ -203,52 +229,62 @@ func (t *nameTable) setTold(id nameID, name string, ty typ, at int64) {
 	t.mu.Unlock()
 }
 
-// setChanged records when the server learned of a name's change (unix ns), if id still stands
-// for it.
-func (t *nameTable) setChanged(ids []nameID, names []string, ty typ, now int64) {
+// setChanged records when the server learned of a name's change (unix ns), and the input change
+// its new version was computed for (causeOf, by name; zero if unknown) with the time streams were
+// marked with (at), if id still stands for it.
+func (t *nameTable) setChanged(ids []nameID, names []string, ty typ, now, at int64, causeOf func(string) collections.Cause) {
 	t.mu.Lock()
 	for i, id := range ids {
 		if e := &t.entries[id]; e.refs > 0 && e.key == names[i] {
 			e.data.changedAt[ty] = now
+			if causeOf == nil {
+				continue
+			}
+			if c := causeOf(names[i]); !c.IsZero() {
+				e.data.note(c, now, at)
+			}
 		}
 	}
 	t.mu.Unlock()
 }
 
-// firstComputed is, for each item of a response that carries an input change, when the server
-// first learned of a version of its name computed for that change (0: none, or a change older
-// than the name's latest: the latest input went away, a Pod or a slice, and the version is not
-// the older change's programming). Every item is recorded, a client's first answer too: a
-// change is first computed once, whoever is sent it first.
-func (t *nameTable) firstComputed(ty typ, items []item) []int64 {
-	out := make([]int64, len(items))
+// delivered calls f, for each item of a response, with each input change the response is the
+// first to deliver to its client, and when the server first learned of a version computed for
+// it: the changes of the item's name marked since the earliest change the client had not been
+// sent (item.at; none for an item that carries no change), and the change of the version sent.
+// A version computed for a change older than the name's latest (its latest input went away, a
+// Pod or a slice) is not that change's programming. A change is first computed once, whoever is
+// sent it first.
+func (t *nameTable) delivered(ty typ, items []item, f func(i int, c collections.Cause, first int64)) {
 	now := time.Now().UnixNano()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i, it := range items {
+		d := &t.entries[it.id].data
 		c := it.res.Cause
+		if it.at > 0 {
+			for _, r := range d.causes {
+				if r.marked >= it.at && r.Cause != c {
+					f(i, r.Cause, r.first)
+				}
+			}
+		}
 		if c.IsZero() {
 			continue
 		}
-		e := &t.entries[it.id].data
-		if e.cause != nil && c.Seen < e.cause.Seen {
-			continue
-		}
-		if e.cause == nil || e.cause.Cause != c {
+		first := d.changedAt[ty]
+		if first == 0 {
 			// A name the server was told no change of since it was interned: computed before
 			// then, after the change was seen.
-			first := e.changedAt[ty]
-			if first == 0 {
-				first = c.Seen
-			}
-			if first == 0 {
-				first = now
-			}
-			e.cause = &causeRecord{Cause: c, first: first}
+			first = c.Seen
 		}
-		out[i] = e.cause.first
+		if first == 0 {
+			first = now
+		}
+		if r := d.note(c, first, 0); r != nil {
+			f(i, c, r.first)
+		}
 	}
-	return out
 }
 
 func (t *nameTable) told(id nameID, ty typ) int64 {

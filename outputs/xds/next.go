@@ -54,11 +54,11 @@ func (st *stream) seal(t typ, sb *subscription, d draft) *response {
 	}
 	st.number(r)
 	sb.record(&d, r.nonce, r.version, time.Now())
-	for i, first := range st.srv.names.firstComputed(t, r.items) {
-		if first != 0 && r.items[i].update {
-			r.addCause(r.items[i].res.Cause, first)
+	st.srv.names.delivered(t, r.items, func(i int, c collections.Cause, first int64) {
+		if r.items[i].update {
+			r.addCause(c, first)
 		}
-	}
+	})
 	switch t {
 	case tEndpoint:
 		st.ledsSent = st.planLEDS

@@ -196,7 +196,7 @@ func (s *Server) onChange(ch collections.Change) {
 		return
 	}
 	streams, ids, idNames := s.index.touched(t, ch.Names)
-	s.names.setChanged(ids, idNames, t, time.Now().UnixNano())
+	s.names.setChanged(ids, idNames, t, time.Now().UnixNano(), at, ch.CauseOf())
 	for st, ids := range streams {
 		st.inbox.mark(t, ids, at)
 	}

@@ -383,7 +383,9 @@ func (sb *subscription) drop(id nameID) {
 // holds reports whether the subscription holds id, explicitly or through the wildcard.
 func (sb *subscription) holds(id nameID) bool { return sb.subs.has(id) }
 
-// mark records that names must be looked at again, for an input change at at (unix ns).
+// mark records that names must be looked at again, each for an input change at a time (unix
+// ns); a name marked before it is sent keeps its earliest change's time, the first the client
+// has not been sent.
 func (sb *subscription) mark(ids map[nameID]int64, all bool) {
 	if all {
 		sb.dirtyAll = true
@@ -399,7 +401,9 @@ func (sb *subscription) mark(ids map[nameID]int64, all bool) {
 		return
 	}
 	for id, at := range ids {
-		sb.dirty[id] = at
+		if old, marked := sb.dirty[id]; !marked || old == 0 || (at != 0 && at < old) {
+			sb.dirty[id] = at
+		}
 	}
 }
 
