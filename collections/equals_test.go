@@ -158,9 +158,10 @@ func TestEqualsComparesEveryField(t *testing.T) {
 	})
 	checkEquals(t, SliceEndpoint.Equals, nil)
 	checkEquals(t, func(a, b Pod) bool { return a.Equals(&b) }, map[string]string{
-		"ReadySince": "it changes with Ready",
-		"Version":    "a new version that changes nothing krteds keeps is no change",
-		"Seen":       "when the source took the version: a relist is no change",
+		"ReadySince":   "it changes with Ready",
+		"ReadyCarried": "it says of ReadySince whether it changed, which Ready says",
+		"Version":      "a new version that changes nothing krteds keeps is no change",
+		"Seen":         "when the source took the version: a relist is no change",
 	})
 	checkEquals(t, Endpoint.Equals, nil)
 	checkEquals(t, SliceEndpoints.Equals, nil)

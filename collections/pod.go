@@ -29,6 +29,10 @@ type Pod struct {
 	// sets it). A version that changes nothing else here is no change (Equals ignores both).
 	Version string `json:"resourceVersion,omitempty"`
 	Seen    int64  `json:"seen,omitempty"`
+	// ReadyCarried is set on a version whose Ready condition did not transition since the
+	// previous version krteds saw: ReadySince is that version's, not a change of this one's
+	// (Equals ignores it).
+	ReadyCarried bool `json:"readyCarried,omitempty"`
 	// Deleting is set once the Pod has a deletion timestamp.
 	Deleting    bool `json:"deleting,omitempty"`
 	HostNetwork bool `json:"hostNetwork,omitempty"`
@@ -179,10 +183,26 @@ func NewPod(k *corev1.Pod) *Pod {
 	return p
 }
 
+// Follows records that the Pod is the next version of prev (nil: none known): a Ready condition
+// that did not transition since prev (a Pod that is being deleted, or relabelled) is no change of
+// its readiness, and the version has no trigger of its own.
+func (p *Pod) Follows(prev *Pod) {
+	switch {
+	case prev == nil:
+	case prev.Version == p.Version:
+		p.ReadyCarried = prev.ReadyCarried // the same version again (a relist)
+	case p.ReadySince == prev.ReadySince:
+		p.ReadyCarried = true
+	}
+}
+
 // Cause is the Pod's version as the cause of what is derived from it: when it last became ready
 // or not (its trigger), and when krteds saw it.
 func (p *Pod) Cause() Cause {
 	c := Cause{Kind: "Pod", Name: p.Key, Version: p.Version, Trigger: p.ReadySince, Seen: p.Seen}
+	if p.ReadyCarried {
+		c.Trigger = 0
+	}
 	if c.Trigger != 0 {
 		c.TriggerFrom = TriggerReady
 	}

@@ -12,3 +12,29 @@ func TestPodNameFromKey(t *testing.T) {
 		}
 	}
 }
+
+// TestPodFollows: a Pod version whose Ready condition did not transition since the previous one
+// (being deleted, relabelled) has no trigger of its own; one that transitioned has; the same
+// version again (a relist) keeps what it had.
+func TestPodFollows(t *testing.T) {
+	v1 := &Pod{Key: "ns/p", Version: "1", Ready: true, ReadySince: 100, Seen: 150}
+	v1.Follows(nil)
+	if c := v1.Cause(); c.Trigger != 100 || c.TriggerFrom != TriggerReady {
+		t.Fatalf("first version: %+v", c)
+	}
+	v2 := &Pod{Key: "ns/p", Version: "2", Ready: true, ReadySince: 100, Deleting: true, Seen: 200}
+	v2.Follows(v1)
+	if c := v2.Cause(); c.Trigger != 0 || c.TriggerFrom != "" {
+		t.Fatalf("a version that did not change readiness: %+v", c)
+	}
+	relisted := &Pod{Key: "ns/p", Version: "2", Ready: true, ReadySince: 100, Deleting: true, Seen: 300}
+	relisted.Follows(v2)
+	if c := relisted.Cause(); c.Trigger != 0 {
+		t.Fatalf("the same version relisted: %+v", c)
+	}
+	v3 := &Pod{Key: "ns/p", Version: "3", Ready: false, ReadySince: 250, Deleting: true, Seen: 260}
+	v3.Follows(relisted)
+	if c := v3.Cause(); c.Trigger != 250 || c.TriggerFrom != TriggerReady {
+		t.Fatalf("a readiness transition: %+v", c)
+	}
+}

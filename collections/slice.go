@@ -21,8 +21,11 @@ type Slice struct {
 	Key string `json:"key"`
 	// Service is the kubernetes.io/service-name label ("" when missing); MCS is set when the
 	// slice carries multicluster.kubernetes.io/service-name (a multi-cluster service's).
-	Service     string                   `json:"service,omitempty"`
-	MCS         bool                     `json:"mcs,omitempty"`
+	Service string `json:"service,omitempty"`
+	MCS     bool   `json:"mcs,omitempty"`
+	// Controlled: the EndpointSlice controller writes the slice (its managed-by label), and
+	// stamps every version a Pod change caused.
+	Controlled  bool                     `json:"controlled,omitempty"`
 	AddressType discovery.AddressType    `json:"addressType"`
 	Ports       []discovery.EndpointPort `json:"ports,omitempty"`
 	Endpoints   []SliceEndpoint          `json:"endpoints,omitempty"`
@@ -37,6 +40,9 @@ type Slice struct {
 	Trigger int64  `json:"trigger,omitempty"`
 	Seen    int64  `json:"seen,omitempty"`
 }
+
+// ControllerName is the EndpointSlice controller's managed-by value.
+const ControllerName = "endpointslice-controller.k8s.io"
 
 // AnnotationTriggerTime is the EndpointSlice controller's annotation of the time of the change
 // that caused a slice's version.
@@ -128,7 +134,7 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 // Equals compares every field (the conditions by value; the name and namespace are the key)
 // but Seen: the same version seen again (a relist) is no change.
 func (s *Slice) Equals(o *Slice) bool {
-	return s.Key == o.Key && s.Service == o.Service && s.MCS == o.MCS &&
+	return s.Key == o.Key && s.Service == o.Service && s.MCS == o.MCS && s.Controlled == o.Controlled &&
 		s.AddressType == o.AddressType && s.Version == o.Version && s.Stamped == o.Stamped && s.Trigger == o.Trigger &&
 		slices.EqualFunc(s.Ports, o.Ports, sameEndpointPort) &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, SliceEndpoint.Equals)
@@ -169,6 +175,7 @@ func NewSlice(s *discovery.EndpointSlice) *Slice {
 		Version:     s.ResourceVersion,
 	}
 	_, out.MCS = s.Labels[LabelMCSServiceName]
+	out.Controlled = s.Labels[discovery.LabelManagedBy] == ControllerName
 	if t, err := time.Parse(time.RFC3339Nano, s.Annotations[AnnotationTriggerTime]); err == nil {
 		out.Stamped, out.Trigger = t.UnixNano(), t.UnixNano()
 	}

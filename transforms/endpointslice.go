@@ -267,9 +267,11 @@ func leave(out *collections.SliceEndpoints, pr *problems, i int, addr, reason, d
 
 // sliceCause is the latest input change of a slice's endpoints: the slice's version, or a Pod
 // it names seen later (a Pod that arrived late, or became ready or not after the slice was
-// written). A slice the EndpointSlice controller never stamped takes the latest change of
-// readiness of its Pods that krteds could have seen by the slice's version, as the controller
-// would have stamped it; one whose stamp is its previous version's has no trigger of its own.
+// written). A slice of another writer than the EndpointSlice controller, never stamped, takes the
+// latest change of readiness of its Pods that krteds could have seen by the slice's version, as
+// the controller would have stamped it (a version the controller wrote unstamped was no Pod's
+// change: a slice made anew for endpoints moved, a Service's change); one whose stamp is its
+// previous version's has no trigger of its own.
 func sliceCause(slice *collections.Slice, workloads Workloads) collections.Cause {
 	c := slice.Cause()
 	var ready int64
@@ -278,7 +280,7 @@ func sliceCause(slice *collections.Slice, workloads Workloads) collections.Cause
 			ready = t
 		}
 	}
-	if c.Trigger == 0 && slice.Stamped == 0 && ready != 0 {
+	if c.Trigger == 0 && slice.Stamped == 0 && !slice.Controlled && ready != 0 {
 		c.Trigger, c.TriggerFrom = ready, collections.TriggerReady
 	}
 	for _, w := range workloads {

@@ -145,6 +145,8 @@ func TestSliceCause(t *testing.T) {
 		{"no trigger: the latest readiness seen by then", 0, Workloads{pod("a", 50, 150), pod("b", 180, 190), pod("c", 400, 10)},
 			collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Trigger: 180, Seen: 200, TriggerFrom: collections.TriggerReady}},
 		{"no trigger, no Pod", 0, nil, collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Seen: 200}},
+		{"the controller's, unstamped: no Pod's change", -2, Workloads{pod("a", 50, 150), pod("b", 180, 190)},
+			collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Seen: 200}},
 		{"a stamp carried over from the version before: none", -1, Workloads{pod("a", 50, 150)}, collections.Cause{Kind: "EndpointSlice", Name: "ns1/s", Version: "7", Seen: 200}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,6 +157,9 @@ func TestSliceCause(t *testing.T) {
 			}
 			if tc.trigger == -1 {
 				s.Stamped, s.Trigger = 90, 0
+			}
+			if tc.trigger == -2 {
+				s.Stamped, s.Trigger, s.Controlled = 0, 0, true
 			}
 			if got := sliceCause(&s, tc.workloads); got != tc.want {
 				t.Fatalf("cause %+v, want %+v", got, tc.want)

@@ -135,8 +135,8 @@ func (s *reducedStore[K, E]) Replace(list []any, _ string) error {
 	return nil
 }
 
-// stamp records on a kept object when the source took it (a Slice, a Pod), and of a slice
-// whether its trigger time is its own or its previous version's.
+// stamp records on a kept object when the source took it (a Slice, a Pod), and whether its
+// trigger time (a slice's stamp, a Pod's Ready transition) is its own or its previous version's.
 func (s *reducedStore[K, E]) stamp(v *E, at time.Time) {
 	switch o := any(v).(type) {
 	case *collections.Slice:
@@ -146,6 +146,9 @@ func (s *reducedStore[K, E]) stamp(v *E, at time.Time) {
 		}
 	case *collections.Pod:
 		o.Seen = at.UnixNano()
+		if prev := s.out.GetKey(o.Key); prev != nil {
+			o.Follows(any(*prev).(*collections.Pod))
+		}
 	}
 }
 

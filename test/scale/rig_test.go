@@ -469,6 +469,12 @@ func (rep *replica) programmingStage(stage string) map[float64]float64 {
 	return out
 }
 
+// programmingKind reads the network programming latency, trigger → ACK, of the changes whose
+// trigger is of one kind.
+func (rep *replica) programmingKind(kind string) map[float64]float64 {
+	return rep.histogram(`krteds_network_programming_duration_seconds_bucket{kind="` + kind + `",stage="total",le="`)
+}
+
 // histogram reads the buckets of one series of the replica's metrics whose lines start with
 // prefix (up to the bound), as cumulative counts by upper bound; nil when it does not answer.
 func (rep *replica) histogram(prefix string) map[float64]float64 {

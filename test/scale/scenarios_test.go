@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
 )
@@ -154,6 +155,7 @@ type scenario struct {
 	converged  []map[float64]float64
 	programmed []map[float64]float64
 	stages     map[string][]map[float64]float64
+	kinds      [2][]map[float64]float64
 }
 
 func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
@@ -164,6 +166,9 @@ func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
 	for _, rp := range r.replicas {
 		sc.converged = append(sc.converged, rp.convergence())
 		sc.programmed = append(sc.programmed, rp.programming())
+		for k, kind := range programmingKinds {
+			sc.kinds[k] = append(sc.kinds[k], rp.programmingKind(kind))
+		}
 		for _, stage := range programmingStages {
 			sc.stages[stage] = append(sc.stages[stage], rp.programmingStage(stage))
 		}
@@ -318,6 +323,28 @@ func (sc *scenario) compareProgramming(to time.Time) {
 		parts = append(parts, fmt.Sprintf("%s ≤ %gs / %gs", stage, p50, p99))
 	}
 	rep.note("krteds' stages, p50 / p99: %s", strings.Join(parts, ", "))
+	parts = parts[:0]
+	for k, kind := range programmingKinds {
+		from, now := map[float64]float64{}, map[float64]float64{}
+		for i, rp := range r.replicas {
+			if i < len(sc.kinds[k]) {
+				for b, n := range sc.kinds[k][i] {
+					from[b] += n
+				}
+			}
+			for b, n := range rp.programmingKind(kind) {
+				now[b] += n
+			}
+		}
+		p50, n := histogramQuantile(from, now, 0.5)
+		p99, _ := histogramQuantile(from, now, 0.99)
+		if n == 0 {
+			parts = append(parts, kind+" none")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f samples ≤ %gs / %gs", kind, n, p50, p99))
+	}
+	rep.note("krteds' samples by the trigger's kind, p50 / p99: %s", strings.Join(parts, ", "))
 	if restarted {
 		rep.note("a replica restarted in the scenario: its samples before are lost with its process, the two are not compared")
 		return
@@ -345,6 +372,10 @@ func (sc *scenario) compareProgramming(to time.Time) {
 
 // programmingStages are the stages of krteds' network programming latency, trigger → ACK.
 var programmingStages = []string{"cluster", "compute", "send", "proxy"}
+
+// programmingKinds are the kinds of trigger the rig compares with its own (what it measures
+// from the slices' stamps).
+var programmingKinds = [2]string{collections.TriggerStamped, collections.TriggerReady}
 
 // reportMoves reports the clients' moves in the scenario: how soon each was current again, and
 // what delta clients were sent again.

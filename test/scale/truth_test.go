@@ -74,6 +74,7 @@ const history = 4096
 type svcTruth struct {
 	name   string
 	slices map[string][]readyEndpoint // slice → its ready endpoints
+	stamps map[string]string          // slice → the trigger time its last version was stamped with
 	states []*state                   // the last ones, oldest first
 }
 
@@ -263,7 +264,7 @@ func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 	}
 	st := tr.svcs[name]
 	if st == nil {
-		st = &svcTruth{name: name, slices: map[string][]readyEndpoint{}}
+		st = &svcTruth{name: name, slices: map[string][]readyEndpoint{}, stamps: map[string]string{}}
 		tr.svcs[name] = st
 	}
 	// A Pod the slice named ready and names no more (its endpoint removed) is not ready now.
@@ -277,12 +278,21 @@ func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 			tr.podChanged[e.pod] = readyChange{at: now, ready: false}
 		}
 	}
+	// A version carrying its previous version's stamp (the controller keeps the annotation when
+	// no Pod change stamped a new one) has no trigger of its own, as krteds counts it (README).
+	stamp := s.Annotations["endpoints.kubernetes.io/last-change-trigger-time"]
+	carried := st.stamps[s.Name] == stamp
 	if deleted {
 		delete(st.slices, s.Name)
+		delete(st.stamps, s.Name)
 	} else {
 		st.slices[s.Name] = ready
+		st.stamps[s.Name] = stamp
 	}
-	trigger, _ := time.Parse(time.RFC3339Nano, s.Annotations["endpoints.kubernetes.io/last-change-trigger-time"])
+	var trigger time.Time
+	if !carried {
+		trigger, _ = time.Parse(time.RFC3339Nano, stamp)
+	}
 	tr.recompute(st, now, trigger)
 }
 
