@@ -1,9 +1,11 @@
 package collections
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -293,9 +295,31 @@ type Sidecar struct {
 	// WorkloadSelector is spec.workloadSelector.labels; non-nil (possibly empty, which selects
 	// every workload) exactly when the Sidecar has a workload selector.
 	WorkloadSelector map[string]string `json:"workloadSelector,omitempty"`
-	// EgressHosts are the hosts of all egress listeners, "<namespace>/<host>". Empty means
-	// "*/*" (a Sidecar without egress listeners imports everything).
-	EgressHosts []string `json:"egressHosts,omitempty"`
+	// Egress are its egress listeners. None means one of "*/*" (a Sidecar without egress
+	// listeners imports everything).
+	Egress []EgressListener `json:"egress,omitempty"`
+}
+
+// EgressListener is what a Sidecar's egress listener imports: its hosts, "<namespace>/<host>",
+// of the services that have its port (0: every service, as a listener without a port, or of
+// the HTTP_PROXY protocol, imports them).
+type EgressListener struct {
+	Port  uint32   `json:"port,omitempty"`
+	Hosts []string `json:"hosts"`
+}
+
+// Equals compares every field.
+func (l EgressListener) Equals(o EgressListener) bool {
+	return l.Port == o.Port && slices.Equal(l.Hosts, o.Hosts)
+}
+
+// String is "<hosts>" or "port <port>: <hosts>".
+func (l EgressListener) String() string {
+	hosts := strings.Join(l.Hosts, ",")
+	if l.Port == 0 {
+		return hosts
+	}
+	return fmt.Sprintf("port %d: %s", l.Port, hosts)
 }
 
 // ResourceName is "<namespace>/<name>".
@@ -308,7 +332,7 @@ func (s Sidecar) Equals(o Sidecar) bool {
 		s.CreationTime.Equal(o.CreationTime) &&
 		(s.WorkloadSelector == nil) == (o.WorkloadSelector == nil) &&
 		maps.Equal(s.WorkloadSelector, o.WorkloadSelector) &&
-		slices.Equal(s.EgressHosts, o.EgressHosts)
+		slices.EqualFunc(s.Egress, o.Egress, EgressListener.Equals)
 }
 
 // ServicePolicy lists the DestinationRules whose host matches one service, in every namespace:

@@ -123,9 +123,9 @@ type Proxy struct {
 	EffectiveLabels map[string]string `json:"effectiveLabels,omitempty"`
 	Class           ProxyClass        `json:"class"`
 	// Sidecar is "<ns>/<name>" of the Sidecar that scopes the proxy, "" for none; SidecarEgress
-	// are its egress hosts (nil: everything is imported).
-	Sidecar       string   `json:"sidecar,omitempty"`
-	SidecarEgress []string `json:"sidecarEgress,omitempty"`
+	// are its egress listeners (nil: everything is imported).
+	Sidecar       string           `json:"sidecar,omitempty"`
+	SidecarEgress []EgressListener `json:"sidecarEgress,omitempty"`
 	// View is what resolving names for the proxy depends on.
 	View View `json:"view"`
 }
@@ -149,7 +149,7 @@ func (k ProxyGroupKeys) Equals(o ProxyGroupKeys) bool { return k == o }
 // Equals compares every field.
 func (p Proxy) Equals(o Proxy) bool {
 	return p.ConnectedProxy.Equals(o.ConnectedProxy) && p.Pod == o.Pod && p.Class == o.Class &&
-		p.Sidecar == o.Sidecar && slices.Equal(p.SidecarEgress, o.SidecarEgress) && p.View.Equals(o.View) &&
+		p.Sidecar == o.Sidecar && slices.EqualFunc(p.SidecarEgress, o.SidecarEgress, EgressListener.Equals) && p.View.Equals(o.View) &&
 		maps.Equal(p.EffectiveLabels, o.EffectiveLabels)
 }
 
@@ -254,11 +254,21 @@ type Visibility struct {
 	Hostname  string `json:"hostname"`
 	// ExportTo is the parsed exportTo (empty: everywhere).
 	ExportTo []string `json:"exportTo,omitempty"`
+	// Ports are the service's ports the resource is of (a cluster's, its CLA's: one; the
+	// service's: all of them): a Sidecar's egress listener bound to a port imports the services
+	// that have it.
+	Ports []uint32 `json:"ports,omitempty"`
 }
 
 // Equals compares every field.
 func (v Visibility) Equals(o Visibility) bool {
-	return v.Namespace == o.Namespace && v.Hostname == o.Hostname && slices.Equal(v.ExportTo, o.ExportTo)
+	return v.Namespace == o.Namespace && v.Hostname == o.Hostname && slices.Equal(v.ExportTo, o.ExportTo) && slices.Equal(v.Ports, o.Ports)
+}
+
+// OfPort is the visibility of a resource of one of the service's ports.
+func (v Visibility) OfPort(port uint32) Visibility {
+	v.Ports = []uint32{port}
+	return v
 }
 
 // ResourceSet is one named xDS resource as the graph serves it: the same bytes for every proxy
@@ -341,8 +351,8 @@ type View struct {
 	ClassKey string `json:"class"`
 	// Namespace is the proxy's namespace.
 	Namespace string `json:"namespace"`
-	// Egress are the egress hosts of the proxy's Sidecar, nil without one.
-	Egress []string `json:"egress,omitempty"`
+	// Egress are the egress listeners of the proxy's Sidecar, nil without one.
+	Egress []EgressListener `json:"egress,omitempty"`
 	// GRPC is set for proxyless gRPC clients (node metadata GENERATOR=grpc).
 	GRPC bool `json:"grpc,omitempty"`
 }
@@ -352,7 +362,7 @@ func (v View) ResourceName() string { return v.Key }
 
 // Equals compares every field.
 func (v View) Equals(o View) bool {
-	return v.Key == o.Key && v.ClassKey == o.ClassKey && v.Namespace == o.Namespace && v.GRPC == o.GRPC && slices.Equal(v.Egress, o.Egress)
+	return v.Key == o.Key && v.ClassKey == o.ClassKey && v.Namespace == o.Namespace && v.GRPC == o.GRPC && slices.EqualFunc(v.Egress, o.Egress, EgressListener.Equals)
 }
 
 // SortedKeys returns the keys of a string set in order.

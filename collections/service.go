@@ -162,7 +162,11 @@ func ServiceKey(_ Registry, namespace, name string) string {
 
 // Visibility is what decides which proxies see the service.
 func (s *ServiceInfo) Visibility() Visibility {
-	return Visibility{Namespace: s.Namespace, Hostname: s.Hostname, ExportTo: s.ExportTo}
+	ports := make([]uint32, len(s.Ports))
+	for i, p := range s.Ports {
+		ports[i] = uint32(p.Port)
+	}
+	return Visibility{Namespace: s.Namespace, Hostname: s.Hostname, ExportTo: s.ExportTo, Ports: ports}
 }
 
 // SupportsDrainingEndpoints is true when either persistent-session label is set: such services keep

@@ -234,7 +234,7 @@ func appendClusterVariants(out []collections.ResourceSet, svc *collections.Servi
 	add := func(key string, m proto.Message, problems []collections.Problem, inherit *built) *built {
 		r, err := Marshal(name, TypeCluster, m)
 		if err != nil {
-			set := failedResource(svc, key, name, TypeCluster, err)
+			set := failedResource(svc, port, key, name, TypeCluster, err)
 			set.Problems = append(set.Problems, problems...)
 			out = append(out, set)
 			return &built{problems: set.Problems}
@@ -243,7 +243,7 @@ func appendClusterVariants(out []collections.ResourceSet, svc *collections.Servi
 			return inherit
 		}
 		out = append(out, collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: TypeCluster, Service: svc.ResourceName(),
-			Visibility: svc.Visibility(), Shared: r, Problems: problems})
+			Visibility: svc.Visibility().OfPort(uint32(port)), Shared: r, Problems: problems})
 		return &built{r, problems}
 	}
 	var envoyDefault, grpcDefault *built

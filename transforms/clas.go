@@ -96,7 +96,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 				if subset == UnknownSubset {
 					claName = base.Name
 				}
-				set := collections.ResourceSet{Key: SetKey(svc, name), Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility()}
+				set := collections.ResourceSet{Key: SetKey(svc, name), Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility().OfPort(uint32(port.Port))}
 				for _, c := range classes {
 					cp := CLAPolicy(svc, sp, in.RootNamespace, c, port.Port, subset, peer, horizon)
 					projected := Project(svc, cp, c)

@@ -42,10 +42,10 @@ func Listeners() Many[*collections.ServiceInfo, collections.ResourceSet] {
 			name := svc.Hostname + ":" + strconv.Itoa(int(p.Port))
 			l, err := APIListener(name, ClusterName(p.Port, "", svc.Hostname))
 			if err != nil {
-				out = append(out, failedResource(svc, name, name, TypeListener, err))
+				out = append(out, failedResource(svc, p.Port, name, name, TypeListener, err))
 				continue
 			}
-			out = appendResource(out, svc, name, name, TypeListener, l)
+			out = appendResource(out, svc, p.Port, name, name, TypeListener, l)
 		}
 		return out
 	}}
@@ -145,7 +145,7 @@ func Routes() Many[*collections.ServiceInfo, collections.ResourceSet] {
 		var out []collections.ResourceSet
 		for _, p := range ClusterPorts(svc) {
 			name := ClusterName(p.Port, "", svc.Hostname)
-			out = appendResource(out, svc, name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
+			out = appendResource(out, svc, p.Port, name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
 		}
 		return out
 	}}
@@ -166,18 +166,20 @@ func RouteTo(clusterName, vhost string) *route.RouteConfiguration {
 	}
 }
 
-// appendResource marshals a resource of svc shared by every proxy that sees it.
-func appendResource(out []collections.ResourceSet, svc *collections.ServiceInfo, key, name, typeURL string, m proto.Message) []collections.ResourceSet {
+// appendResource marshals a resource of a port of svc shared by every proxy that sees it.
+func appendResource(out []collections.ResourceSet, svc *collections.ServiceInfo, port int32, key, name, typeURL string, m proto.Message) []collections.ResourceSet {
 	r, err := Marshal(name, typeURL, m)
 	if err != nil {
-		return append(out, failedResource(svc, key, name, typeURL, err))
+		return append(out, failedResource(svc, port, key, name, typeURL, err))
 	}
-	return append(out, collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(), Shared: r})
+	return append(out, collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(),
+		Visibility: svc.Visibility().OfPort(uint32(port)), Shared: r})
 }
 
-// failedResource is the set of a resource that could not be built: no resource, and why.
-func failedResource(svc *collections.ServiceInfo, key, name, typeURL string, err error) collections.ResourceSet {
-	return collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility(),
+// failedResource is the set of a resource of a port of svc that could not be built: no
+// resource, and why.
+func failedResource(svc *collections.ServiceInfo, port int32, key, name, typeURL string, err error) collections.ResourceSet {
+	return collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility().OfPort(uint32(port)),
 		Problems: []collections.Problem{{Kind: "Service", Object: svc.ResourceName(), Reason: collections.ReasonMarshalFailed, Detail: err.Error()}}}
 }
 

@@ -83,9 +83,9 @@ func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.Connecte
 			}
 			if sc := SidecarFor(candidates, cp.Namespace, p.EffectiveLabels, cfg.SystemNamespace); sc != nil {
 				p.Sidecar = sc.ResourceName()
-				p.SidecarEgress = sc.EgressHosts
+				p.SidecarEgress = sc.Egress
 				if len(p.SidecarEgress) == 0 {
-					p.SidecarEgress = []string{"*/*"}
+					p.SidecarEgress = []collections.EgressListener{{Hosts: []string{"*/*"}}}
 				}
 			}
 		}

@@ -117,11 +117,11 @@ func publicRank(exportTo []string) int {
 // exactEgress is istiod's allExactHosts over a Sidecar's egress hosts (all its listeners'
 // together): some, and every host that imports (not a "~" exclusion) is an exact hostname of a
 // named namespace ("." is the proxy's). No Sidecar is "*/*".
-func exactEgress(egress []string) bool {
+func exactEgress(egress []collections.EgressListener) bool {
 	if len(egress) == 0 {
 		return false
 	}
-	for _, h := range egress {
+	for _, h := range allHosts(egress) {
 		if strings.Count(h, "/") != 1 {
 			continue // ignored, as istiod ignores it
 		}
@@ -134,4 +134,13 @@ func exactEgress(egress []string) bool {
 		}
 	}
 	return true
+}
+
+// allHosts are the hosts of every egress listener, in order.
+func allHosts(egress []collections.EgressListener) []string {
+	var out []string
+	for _, l := range egress {
+		out = append(out, l.Hosts...)
+	}
+	return out
 }

@@ -23,7 +23,11 @@ func TestPickHostNamespace(t *testing.T) {
 			Created: t0.Add(time.Duration(age) * time.Second), SharedHost: true, ExportTo: exportTo}
 	}
 	view := func(ns string, egress ...string) *collections.View {
-		return &collections.View{Namespace: ns, Egress: egress}
+		v := &collections.View{Namespace: ns}
+		if egress != nil {
+			v.Egress = []collections.EgressListener{{Hosts: egress}}
+		}
+		return v
 	}
 	cases := []struct {
 		name       string

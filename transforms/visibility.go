@@ -7,6 +7,7 @@ import (
 
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 	"istio.io/istio/pkg/config/labels"
+	"istio.io/istio/pkg/config/protocol"
 	"istio.io/istio/pkg/config/validation"
 
 	"github.com/krteds/krteds/collections"
@@ -15,16 +16,29 @@ import (
 // KindSidecar is the Problem kind of Sidecars.
 const KindSidecar = "Sidecar"
 
-// ServiceVisible reports whether a proxy in proxyNamespace, scoped by the egress hosts of its
-// Sidecar (SidecarFor; nil for none), has svc in its sidecar scope, so that istiod would serve
-// the service's endpoints to it. Both ServiceExportedTo and SidecarImports must hold.
-func ServiceVisible(svc *collections.ServiceInfo, proxyNamespace string, sidecarEgressHosts []string) bool {
-	return svc != nil && Visible(svc.Visibility(), proxyNamespace, sidecarEgressHosts)
+// ServiceVisible reports whether a proxy in proxyNamespace, scoped by the egress listeners of
+// its Sidecar (SidecarFor; nil for none), has svc in its sidecar scope, so that istiod would
+// serve the service's endpoints to it. Both ServiceExportedTo and SidecarImports must hold.
+func ServiceVisible(svc *collections.ServiceInfo, proxyNamespace string, egress []collections.EgressListener) bool {
+	return svc != nil && Visible(svc.Visibility(), proxyNamespace, egress)
 }
 
-// Visible is ServiceVisible for a service's visibility.
-func Visible(vis collections.Visibility, proxyNamespace string, sidecarEgressHosts []string) bool {
-	return serviceExportedTo(vis, proxyNamespace) && sidecarImports(sidecarEgressHosts, proxyNamespace, vis)
+// Visible is ServiceVisible for a resource's visibility: a resource of one of the service's
+// ports (a cluster, its CLA) is visible when a listener that imports the service admits that
+// port, as istiod's sidecar scope keeps only the ports its listeners match.
+func Visible(vis collections.Visibility, proxyNamespace string, egress []collections.EgressListener) bool {
+	if !serviceExportedTo(vis, proxyNamespace) {
+		return false
+	}
+	if egress == nil {
+		return true
+	}
+	for _, l := range egress {
+		if (l.Port == 0 || len(vis.Ports) == 0 || slices.Contains(vis.Ports, l.Port)) && sidecarImports(l.Hosts, proxyNamespace, vis) {
+			return true
+		}
+	}
+	return false
 }
 
 // ServiceExportedTo applies the Service's networking.istio.io/exportTo annotation as istiod's
@@ -64,9 +78,9 @@ func serviceExportedTo(vis collections.Visibility, namespace string) bool {
 // listeners, which istiod reads as "*/*") import everything. Entries not of the form ns/host
 // are ignored, as istiod ignores them.
 //
-// The hosts of all listeners of a Sidecar are taken together: istiod applies exclusions per
-// listener, and imports a service on a port-specific listener only if the service has that
-// port; here an exclusion applies to the hosts of every listener and ports are not compared.
+// These are the hosts of one egress listener: a Sidecar imports a service when one of its
+// listeners does (Visible), each with its own exclusions, as istiod selects services per
+// listener.
 func SidecarImports(egressHosts []string, proxyNamespace string, svc *collections.ServiceInfo) bool {
 	return svc != nil && sidecarImports(egressHosts, proxyNamespace, svc.Visibility())
 }
@@ -161,19 +175,26 @@ func ConvertSidecar(sc *networkingclient.Sidecar) (*collections.ObjectProblems, 
 	if !ok {
 		return pr.result(), nil
 	}
-	var hosts []string
+	var egress []collections.EgressListener
 	for _, e := range spec.Egress {
+		var l collections.EgressListener
 		for _, h := range e.GetHosts() {
-			if !slices.Contains(hosts, h) {
-				hosts = append(hosts, h)
+			if !slices.Contains(l.Hosts, h) {
+				l.Hosts = append(l.Hosts, h)
 			}
 		}
+		// istiod's needsPortMatch: a listener with a port imports the services that have it,
+		// unless it is a generic HTTP proxy.
+		if p := e.GetPort(); p.GetNumber() != 0 && protocol.Parse(p.GetProtocol()) != protocol.HTTP_PROXY {
+			l.Port = p.GetNumber()
+		}
+		egress = append(egress, l)
 	}
 	out := &collections.Sidecar{
 		Name:         sc.Name,
 		Namespace:    sc.Namespace,
 		CreationTime: sc.CreationTimestamp.Time,
-		EgressHosts:  hosts,
+		Egress:       egress,
 	}
 	if sel := spec.GetWorkloadSelector(); sel != nil {
 		out.WorkloadSelector = maps.Clone(sel.GetLabels())

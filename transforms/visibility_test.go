@@ -1,6 +1,7 @@
 package transforms
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func TestVisibilitySidecarEgress(t *testing.T) {
 				if SidecarImports(c.hosts, "ns1", s) {
 					got = append(got, s.Name)
 				}
-				if ServiceVisible(s, "ns1", c.hosts) != SidecarImports(c.hosts, "ns1", s) {
+				if ServiceVisible(s, "ns1", egressOn(0, c.hosts...)) != SidecarImports(c.hosts, "ns1", s) {
 					t.Errorf("%s: ServiceVisible disagrees with SidecarImports for an exported service", s.Name)
 				}
 			}
@@ -101,14 +102,81 @@ func TestVisibilitySidecarEgress(t *testing.T) {
 
 func TestVisibilityServiceVisibleCombines(t *testing.T) {
 	private := visTestService("ns2", "priv", ".")
-	if ServiceVisible(private, "ns1", []string{"*/*"}) {
+	if ServiceVisible(private, "ns1", egressOn(0, "*/*")) {
 		t.Error("a Sidecar cannot import a service not exported to the proxy's namespace")
 	}
-	if !ServiceVisible(private, "ns2", []string{"./*"}) {
+	if !ServiceVisible(private, "ns2", egressOn(0, "./*")) {
 		t.Error("a private service is visible in its namespace through ./*")
 	}
-	if ServiceVisible(visTestService("ns2", "pub"), "ns1", []string{"./*"}) {
+	if ServiceVisible(visTestService("ns2", "pub"), "ns1", egressOn(0, "./*")) {
 		t.Error("an exported service is hidden by the Sidecar")
+	}
+}
+
+// egressOn is a Sidecar's egress listener of a port (0: none) with hosts; nil without hosts.
+func egressOn(port uint32, hosts ...string) []collections.EgressListener {
+	if hosts == nil {
+		return nil
+	}
+	return []collections.EgressListener{{Port: port, Hosts: hosts}}
+}
+
+// TestVisibilityEgressListenerPorts: istiod's sidecar scope selects services per egress
+// listener (pilot/pkg/model/sidecar.go selectServices, needsPortMatch,
+// serviceMatchingListenerPort): a listener bound to a port imports, of its hosts, the services
+// that have that port, and of them only that port; each listener applies its own exclusions; a
+// service no listener admits is not visible.
+func TestVisibilityEgressListenerPorts(t *testing.T) {
+	svc := func(ns, name string, ports ...int32) *collections.ServiceInfo {
+		s := visTestService(ns, name)
+		s.Ports = nil
+		for _, p := range ports {
+			s.Ports = append(s.Ports, collections.ServicePort{Name: fmt.Sprint("p", p), Port: p, Protocol: "TCP"})
+		}
+		return s
+	}
+	web := svc("ns1", "web", 80, 8080)
+	db := svc("ns1", "db", 5432)
+	other := svc("ns2", "other", 80)
+	on := func(port uint32, hosts ...string) collections.EgressListener {
+		return collections.EgressListener{Port: port, Hosts: hosts}
+	}
+	type want map[string][]uint32 // service → its visible ports
+	cases := []struct {
+		name   string
+		egress []collections.EgressListener
+		want   want
+	}{
+		{"no Sidecar: every port", nil, want{"web": {80, 8080}, "db": {5432}, "other": {80}}},
+		{"a listener without a port: every port of what it imports", []collections.EgressListener{on(0, "./*")},
+			want{"web": {80, 8080}, "db": {5432}}},
+		{"a listener on port 80: the services with port 80, that port only", []collections.EgressListener{on(80, "*/*")},
+			want{"web": {80}, "other": {80}}},
+		{"a port no service has: nothing", []collections.EgressListener{on(9999, "*/*")}, want{}},
+		{"two listeners: the union, port by port", []collections.EgressListener{on(5432, "./*"), on(8080, "*/*")},
+			want{"web": {8080}, "db": {5432}}},
+		{"a port listener and a catch-all of another namespace", []collections.EgressListener{on(80, "./*"), on(0, "ns2/*")},
+			want{"web": {80}, "other": {80}}},
+		{"an exclusion applies to its own listener only", []collections.EgressListener{on(80, "~ns1/web.ns1.svc.cluster.local", "*/*"), on(8080, "./*")},
+			want{"web": {8080}, "other": {80}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := want{}
+			for _, s := range []*collections.ServiceInfo{web, db, other} {
+				for _, p := range s.Ports {
+					if Visible(s.Visibility().OfPort(uint32(p.Port)), "ns1", c.egress) {
+						got[s.Name] = append(got[s.Name], uint32(p.Port))
+					}
+				}
+				if anyPort := Visible(s.Visibility(), "ns1", c.egress); anyPort != (len(got[s.Name]) > 0) {
+					t.Errorf("%s: visible as a service %v, with ports %v", s.Name, anyPort, got[s.Name])
+				}
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("visible ports (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -163,17 +231,22 @@ func TestVisibilityConvertSidecar(t *testing.T) {
 	}{
 		{name: "nil"},
 		{
-			name: "egress hosts of every listener, deduplicated",
+			name: "egress listeners, their hosts deduplicated, a port bound unless the listener is an HTTP proxy",
 			in: &networkingclient.Sidecar{ObjectMeta: meta, Spec: networking.Sidecar{
 				WorkloadSelector: &networking.WorkloadSelector{Labels: map[string]string{"app": "a"}},
 				Egress: []*networking.IstioEgressListener{
-					{Port: &networking.SidecarPort{Number: 9080, Protocol: "HTTP", Name: "http"}, Hosts: []string{"ns2/*", "./*"}},
+					{Port: &networking.SidecarPort{Number: 9080, Protocol: "HTTP", Name: "http"}, Hosts: []string{"ns2/*", "./*", "ns2/*"}},
+					{Port: &networking.SidecarPort{Number: 3128, Protocol: "HTTP_PROXY", Name: "proxy"}, Hosts: []string{"*/*"}},
 					{Hosts: []string{"istio-system/*", "./*", "~ns3/*.ns3.svc.cluster.local"}},
 				},
 			}},
 			want: &collections.Sidecar{Name: "sc", Namespace: "ns1", CreationTime: created,
 				WorkloadSelector: map[string]string{"app": "a"},
-				EgressHosts:      []string{"ns2/*", "./*", "istio-system/*", "~ns3/*.ns3.svc.cluster.local"}},
+				Egress: []collections.EgressListener{
+					{Port: 9080, Hosts: []string{"ns2/*", "./*"}},
+					{Hosts: []string{"*/*"}},
+					{Hosts: []string{"istio-system/*", "./*", "~ns3/*.ns3.svc.cluster.local"}},
+				}},
 		},
 		{
 			name: "no egress listener imports everything",
@@ -226,7 +299,7 @@ func TestVisibilityConvertSidecar(t *testing.T) {
 }
 
 func TestVisibilitySidecarEquals(t *testing.T) {
-	a := collections.Sidecar{Name: "s", Namespace: "ns1", EgressHosts: []string{"./*"}}
+	a := collections.Sidecar{Name: "s", Namespace: "ns1", Egress: egressOn(0, "./*")}
 	b := a
 	if !a.Equals(b) {
 		t.Fatal("identical Sidecars differ")
@@ -236,8 +309,13 @@ func TestVisibilitySidecarEquals(t *testing.T) {
 		t.Error("no selector equals an empty selector")
 	}
 	c := a
-	c.EgressHosts = []string{"*/*"}
+	c.Egress = egressOn(0, "*/*")
 	if a.Equals(c) {
 		t.Error("different egress hosts are equal")
+	}
+	d := a
+	d.Egress = egressOn(80, "./*")
+	if a.Equals(d) {
+		t.Error("listeners of different ports are equal")
 	}
 }

@@ -114,7 +114,7 @@ func (c *cluster) service(host string) *collections.ServiceInfo {
 		slices.Sort(namespaces)
 		owner := transforms.PickHostNamespace(shared, &c.p.View)
 		if owner == "" {
-			c.ex.Verdict = fmt.Sprintf("not sent: ServiceEntries of namespaces %v define %s, and none is visible from namespace %s (their exportTo, or the proxy's Sidecar egress hosts %v); the proxy gets an empty CLA",
+			c.ex.Verdict = fmt.Sprintf("not sent: ServiceEntries of namespaces %v define %s, and none is visible from namespace %s (their exportTo, or the proxy's Sidecar egress listeners %v); the proxy gets an empty CLA",
 				namespaces, host, c.p.View.Namespace, c.p.View.Egress)
 			return nil
 		}
@@ -160,7 +160,7 @@ func (c *cluster) clusterSet(name string, portNum int32, subset string) (*collec
 		return nil, false
 	}
 	if !transforms.Visible(set.Visibility, c.p.View.Namespace, c.p.View.Egress) {
-		c.ex.Verdict = fmt.Sprintf("not sent: %s is not visible from namespace %s (its exportTo %v, or the proxy's Sidecar egress hosts %v); the proxy gets an empty CLA",
+		c.ex.Verdict = fmt.Sprintf("not sent: %s is not visible from namespace %s (its exportTo %v, or the proxy's Sidecar egress listeners %v); the proxy gets an empty CLA",
 			c.svc.ResourceName(), c.p.View.Namespace, set.Visibility, c.p.View.Egress)
 		return nil, false
 	}

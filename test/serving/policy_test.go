@@ -297,3 +297,64 @@ spec:
 		t.Fatalf("problems %+v", ps)
 	}
 }
+
+// twoPorts is a service of two ports, each with one ready endpoint, in ns1.
+const twoPorts = `
+apiVersion: v1
+kind: Service
+metadata: {name: two, namespace: ns1}
+spec: {clusterIP: 10.96.0.30, selector: {app: two}, ports: [{name: http, port: 80, targetPort: 8080}, {name: admin, port: 9090, targetPort: 9090}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: two-a, namespace: ns1, labels: {kubernetes.io/service-name: two}}
+addressType: IPv4
+ports: [{name: http, port: 8080}, {name: admin, port: 9090}]
+endpoints:
+- addresses: [10.0.8.1]
+  conditions: {ready: true}
+`
+
+// TestSidecarEgressListenerPorts: a Sidecar's egress listener bound to a port imports, of its
+// hosts, the services that have that port, and that port only (istiod's sidecar scope): the
+// proxy gets the port's CLA, an empty CLA for the other port, and CDS lists the port's
+// clusters only; a service without the port is not visible at all.
+func TestSidecarEgressListenerPorts(t *testing.T) {
+	sidecarYAML := `
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: ns4}
+spec:
+  egress:
+  - port: {number: 9090, protocol: HTTP, name: admin}
+    hosts: ["ns1/*"]
+`
+	r := newRig(t, append(append(mesh(), decode(t, twoPorts)...), decode(t, sidecarYAML)...)...)
+	admin, http := "outbound|9090||two.ns1.svc.cluster.local", "outbound|80||two.ns1.svc.cluster.local"
+	scoped := r.Open(sidecar("10.9.0.4", "ns4"))
+	open := r.Open(sidecar("10.9.0.5", "ns5"))
+	for _, c := range []struct {
+		name    string
+		s       *adsclient.Stream
+		cluster string
+		want    int
+	}{{"the listener's port", scoped, admin, 1}, {"another port", scoped, http, 0}, {"a service without the port", scoped, fooCluster, 0},
+		{"no Sidecar: the other port", open, http, 1}} {
+		_ = c.s.Request(adsclient.TypeCLA, c.cluster)
+		resp := recv(t, c.s)
+		if n := len(endpointsOf(onlyCLA(t, resp))); n != c.want {
+			t.Fatalf("%s (%s): %d endpoints, want %d", c.name, c.cluster, n, c.want)
+		}
+		_ = c.s.Ack(resp, c.cluster)
+	}
+	_ = scoped.Request(adsclient.TypeCluster)
+	resp := recv(t, scoped)
+	cls, _ := adsclient.Decode(resp, func() *cluster.Cluster { return &cluster.Cluster{} })
+	var got []string
+	for _, cl := range cls {
+		got = append(got, cl.Name)
+	}
+	if !slices.Equal(got, []string{admin}) {
+		t.Fatalf("clusters %v, want only %s", got, admin)
+	}
+}
