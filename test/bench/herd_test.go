@@ -26,6 +26,7 @@ import (
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds"
+	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
 )
@@ -357,8 +358,29 @@ func flipAndWait(srv *herdServer, h *Herd, idx int) (took, graph time.Duration, 
 		return w.Latency(at), graph, w.Tracked(), nil
 	case <-time.After(time.Minute):
 		missing := w.Missing()
-		return 0, 0, 0, fmt.Errorf("a flip of service %d did not reach %d of the %d complete proxies in a minute: %v", idx, len(missing), w.Tracked(), missing[:min(len(missing), 10)])
+		return 0, 0, 0, fmt.Errorf("a flip of service %d did not reach %d of the %d complete proxies in a minute: %v; the server's own view: %s", idx, len(missing), w.Tracked(),
+			missing[:min(len(missing), 10)], srv.staleness())
 	}
+}
+
+// staleness is the server's /debug/staleness, summed up: how many proxies it has behind, and
+// the first few with their reasons.
+func (s *herdServer) staleness() string {
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + s.debug + "/debug/staleness")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var st xdsdebug.Staleness
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return err.Error()
+	}
+	out := fmt.Sprintf("%d proxies, %d behind", st.Proxies, len(st.Behind))
+	for _, b := range st.Behind[:min(len(st.Behind), 3)] {
+		out += fmt.Sprintf("; %s %s since %s: %s", b.Proxy, b.Type, b.Since.Format("15:04:05.000"), b.Reason)
+	}
+	return out
 }
 
 // flipService is the n-th service the herd flips: one whose CLA every proxy shares.
