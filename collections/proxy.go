@@ -265,12 +265,6 @@ func (v Visibility) Equals(o Visibility) bool {
 	return v.Namespace == o.Namespace && v.Hostname == o.Hostname && slices.Equal(v.ExportTo, o.ExportTo) && slices.Equal(v.Ports, o.Ports)
 }
 
-// OfPort is the visibility of a resource of one of the service's ports.
-func (v Visibility) OfPort(port uint32) Visibility {
-	v.Ports = []uint32{port}
-	return v
-}
-
 // ResourceSet is one named xDS resource as the graph serves it: the same bytes for every proxy
 // that sees it (Shared), or, for a cluster whose endpoints depend on the proxy, the bytes for
 // each proxy class (ByClass, keyed by ProxyClass.Key; classes with equal projections share one

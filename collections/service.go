@@ -169,6 +169,12 @@ func (s *ServiceInfo) Visibility() Visibility {
 	return Visibility{Namespace: s.Namespace, Hostname: s.Hostname, ExportTo: s.ExportTo, Ports: ports}
 }
 
+// PortVisibility is the visibility of a resource of one of the service's ports (a cluster, its
+// CLA).
+func (s *ServiceInfo) PortVisibility(port int32) Visibility {
+	return Visibility{Namespace: s.Namespace, Hostname: s.Hostname, ExportTo: s.ExportTo, Ports: []uint32{uint32(port)}}
+}
+
 // SupportsDrainingEndpoints is true when either persistent-session label is set: such services keep
 // serving, terminating endpoints as DRAINING.
 func (s *ServiceInfo) SupportsDrainingEndpoints() bool {

@@ -243,7 +243,7 @@ func appendClusterVariants(out []collections.ResourceSet, svc *collections.Servi
 			return inherit
 		}
 		out = append(out, collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: TypeCluster, Service: svc.ResourceName(),
-			Visibility: svc.Visibility().OfPort(uint32(port)), Shared: r, Problems: problems})
+			Visibility: svc.PortVisibility(port), Shared: r, Problems: problems})
 		return &built{r, problems}
 	}
 	var envoyDefault, grpcDefault *built

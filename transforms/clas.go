@@ -90,13 +90,14 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 			// TLS mode (RelabelCLA names it for the cluster asked for).
 			built := map[string]*collections.Resource{}
 			var base collections.ResourceSet
+			vis := svc.PortVisibility(port.Port) // shared by the port's sets
 			for _, subset := range subsets {
 				name := ClusterName(port.Port, subset, svc.Hostname)
 				claName := name
 				if subset == UnknownSubset {
 					claName = base.Name
 				}
-				set := collections.ResourceSet{Key: SetKey(svc, name), Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: svc.Visibility().OfPort(uint32(port.Port))}
+				set := collections.ResourceSet{Key: SetKey(svc, name), Name: name, TypeURL: TypeCLA, Service: se.ResourceName(), Visibility: vis}
 				for _, c := range classes {
 					cp := CLAPolicy(svc, sp, in.RootNamespace, c, port.Port, subset, peer, horizon)
 					projected := Project(svc, cp, c)

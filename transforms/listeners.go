@@ -173,13 +173,13 @@ func appendResource(out []collections.ResourceSet, svc *collections.ServiceInfo,
 		return append(out, failedResource(svc, port, key, name, typeURL, err))
 	}
 	return append(out, collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(),
-		Visibility: svc.Visibility().OfPort(uint32(port)), Shared: r})
+		Visibility: svc.PortVisibility(port), Shared: r})
 }
 
 // failedResource is the set of a resource of a port of svc that could not be built: no
 // resource, and why.
 func failedResource(svc *collections.ServiceInfo, port int32, key, name, typeURL string, err error) collections.ResourceSet {
-	return collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.Visibility().OfPort(uint32(port)),
+	return collections.ResourceSet{Key: SetKey(svc, key), Name: name, TypeURL: typeURL, Service: svc.ResourceName(), Visibility: svc.PortVisibility(port),
 		Problems: []collections.Problem{{Kind: "Service", Object: svc.ResourceName(), Reason: collections.ReasonMarshalFailed, Detail: err.Error()}}}
 }
 

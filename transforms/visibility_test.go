@@ -165,7 +165,7 @@ func TestVisibilityEgressListenerPorts(t *testing.T) {
 			got := want{}
 			for _, s := range []*collections.ServiceInfo{web, db, other} {
 				for _, p := range s.Ports {
-					if Visible(s.Visibility().OfPort(uint32(p.Port)), "ns1", c.egress) {
+					if Visible(s.PortVisibility(p.Port), "ns1", c.egress) {
 						got[s.Name] = append(got[s.Name], uint32(p.Port))
 					}
 				}
