@@ -40,9 +40,11 @@ type Herd struct {
 	// grows.
 	complete  atomic.Int64
 	completed *fixtures.Waker
-	watch     atomic.Pointer[herdWatch]
-	cancel    context.CancelFunc
-	ctx       context.Context
+	// watches are the changes followed now, by cluster (one each; a new one replaces it).
+	watches  sync.Map // int → *herdWatch
+	watching atomic.Int64
+	cancel   context.CancelFunc
+	ctx      context.Context
 }
 
 // NewHerd makes n proxies of the mesh of size s, each asking for per of its clusters (0: all): a

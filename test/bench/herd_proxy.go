@@ -234,8 +234,12 @@ func (p *herdProxy) hold(name string, v uint64) {
 		p.completeAt = time.Now()
 	}
 	p.mu.Unlock()
-	if w := p.h.watch.Load(); w != nil && w.idx == idx && w.tracked[p.p] && v != 0 && v == w.want.Load() {
-		w.arrive(p.p)
+	if v != 0 && p.h.watching.Load() > 0 {
+		if x, ok := p.h.watches.Load(idx); ok {
+			if w := x.(*herdWatch); w.tracked[p.p] && v == w.want.Load() {
+				w.arrive(p.p)
+			}
+		}
 	}
 	if becameComplete {
 		p.h.complete.Add(1)

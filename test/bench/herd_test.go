@@ -347,6 +347,7 @@ func (s *herdServer) flip(service int) (uint64, time.Duration, error) {
 // returns how long that took, how long of it the graph took, and how many proxies it followed.
 func flipAndWait(srv *herdServer, h *Herd, idx int) (took, graph time.Duration, tracked int, err error) {
 	w := h.Watch(idx)
+	defer h.Unwatch(w)
 	at := time.Now()
 	v, graph, err := srv.flip(idx)
 	if err != nil {

@@ -17,7 +17,8 @@ type herdWatch struct {
 }
 
 // Watch starts following a change of cluster idx to every proxy complete now that asks for it;
-// Want then says which version the change made, and done is closed once each holds it.
+// Want then says which version the change made, and done is closed once each holds it. A watch
+// of the same cluster before replaces it; Unwatch ends it.
 func (h *Herd) Watch(idx int) *herdWatch {
 	w := &herdWatch{idx: idx, tracked: make([]bool, len(h.proxies)), arrived: make([]atomic.Int64, len(h.proxies)), done: make(chan struct{})}
 	for i, p := range h.proxies {
@@ -34,8 +35,17 @@ func (h *Herd) Watch(idx int) *herdWatch {
 	if w.pending.Load() == 0 {
 		close(w.done)
 	}
-	h.watch.Store(w)
+	if _, replaced := h.watches.Swap(idx, w); !replaced {
+		h.watching.Add(1)
+	}
 	return w
+}
+
+// Unwatch stops following w (if it is still its cluster's watch).
+func (h *Herd) Unwatch(w *herdWatch) {
+	if h.watches.CompareAndDelete(w.idx, w) {
+		h.watching.Add(-1)
+	}
 }
 
 // Want sets the version the change made; the proxies that hold it already have it now.

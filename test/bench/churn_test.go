@@ -1,0 +1,230 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// churnResult is what a steady stream of changes at one rate did.
+type churnResult struct {
+	rate    int
+	changes int
+	// latencies are, per change (in the order made), the time from the change to every proxy
+	// complete when it was made holding it; missed counts the changes some proxy did not get
+	// within a minute.
+	latencies []time.Duration
+	missed    int
+	// cores is the server's CPU over the stream, in cores; rss and heap its peak and live heap
+	// after it.
+	cores     float64
+	rss, heap int64
+	// bytes and responses received by every proxy together over the stream.
+	bytes, responses int64
+	took             time.Duration
+}
+
+// trend is the p50 of the last third of the changes over the p50 of the first third: above 1 a
+// backlog grows.
+func (r churnResult) trend() float64 {
+	n := len(r.latencies) / 3
+	if n == 0 {
+		return 1
+	}
+	first, last := percentile(r.latencies[:n], 0.5), percentile(r.latencies[len(r.latencies)-n:], 0.5)
+	return float64(last) / float64(max(first, 1))
+}
+
+// churn makes changes at rate a second for d against a served herd: each turns an endpoint of
+// one of the services every proxy shares ready or not (the next service in turn, skipping one
+// whose previous change is still on its way), and follows it to every proxy complete then.
+func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.Duration) churnResult {
+	tb.Helper()
+	res := churnResult{rate: rate}
+	cpu0 := procCPU(srv.cmd.Process.Pid)
+	bytes0, resources0 := h.Bytes.Load(), h.Resources.Load()
+	var (
+		mu      sync.Mutex
+		busy    = map[int]bool{}
+		lat     = map[int]time.Duration{}
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		failed  error
+	)
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	start := time.Now()
+	next := 0
+	for seq := 0; time.Since(start) < d; seq++ {
+		<-tick.C
+		idx := -1
+		mu.Lock()
+		for tries := 0; tries < size.Services; tries++ {
+			i := flipService(size, next)
+			next++
+			if !busy[i] {
+				idx, busy[i] = i, true
+				break
+			}
+		}
+		mu.Unlock()
+		if idx < 0 {
+			continue // every service's change is still on its way: this tick makes none
+		}
+		wg.Add(1)
+		go func(seq, idx int) {
+			defer wg.Done()
+			took, _, _, err := flipAndWait(srv, h, idx)
+			mu.Lock()
+			defer mu.Unlock()
+			delete(busy, idx)
+			if err != nil {
+				if strings.Contains(err.Error(), "did not reach") {
+					res.missed++
+					return
+				}
+				errOnce.Do(func() { failed = err })
+				return
+			}
+			lat[seq] = took
+		}(seq, idx)
+		res.changes++
+	}
+	wg.Wait()
+	res.took = time.Since(start)
+	if failed != nil {
+		tb.Fatalf("%d changes a second: %v", rate, failed)
+	}
+	seqs := make([]int, 0, len(lat))
+	for s := range lat {
+		seqs = append(seqs, s)
+	}
+	slices.Sort(seqs)
+	for _, s := range seqs {
+		res.latencies = append(res.latencies, lat[s])
+	}
+	res.cores = (procCPU(srv.cmd.Process.Pid) - cpu0).Seconds() / res.took.Seconds()
+	res.bytes, res.responses = h.Bytes.Load()-bytes0, h.Resources.Load()-resources0
+	if st, err := srv.stats("stats"); err == nil {
+		res.rss, res.heap = max(st.RSS, st.PeakRSS), st.HeapLive
+	}
+	return res
+}
+
+// procCPU is the CPU time a process has used (user and system; /proc/<pid>/stat, in ticks of
+// 10 ms).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command (which may hold spaces) in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// churnRates reads KRTEDS_CHURN_RATES (changes a second, comma-separated; default 10,30,100).
+func churnRates() []int {
+	var out []int
+	for _, f := range strings.Split(os.Getenv("KRTEDS_CHURN_RATES"), ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		out = []int{10, 30, 100}
+	}
+	return out
+}
+
+// churnFor reads KRTEDS_CHURN_SECONDS (each rate's stream; default 60).
+func churnFor() time.Duration {
+	if n, err := strconv.Atoi(os.Getenv("KRTEDS_CHURN_SECONDS")); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return time.Minute
+}
+
+// serveHerd starts a server process and a herd of proxies, each asking for per clusters (0:
+// all), and waits until every proxy holds every CLA it asks for.
+func serveHerd(tb testing.TB, size Size, proxies, per int, delta bool, env ...string) (*herdServer, *Herd) {
+	tb.Helper()
+	srv := startHerdServer(tb, append(env, "KRTEDS_BENCH_SIZE="+size.Name)...)
+	tb.Cleanup(srv.kill)
+	h := NewHerd(size, proxies, per, delta)
+	tb.Cleanup(h.Close)
+	if err := h.Start(srv.xds); err != nil {
+		tb.Fatal(err)
+	}
+	if err := h.WaitComplete(proxies, 10*time.Minute); err != nil {
+		tb.Fatal(err)
+	}
+	return srv, h
+}
+
+// BenchmarkChurn: the proxies of the herd (KRTEDS_HERD_PROXIES, KRTEDS_HERD_CLUSTERS, delta
+// unless KRTEDS_BENCH_PROTOCOL says otherwise) connected and complete against a server in its
+// own process, then a steady stream of changes at each rate of KRTEDS_CHURN_RATES for
+// KRTEDS_CHURN_SECONDS. Reports per rate the time from a change to every proxy holding it (p50,
+// p99, max), its trend over the stream (the last third's p50 over the first's), the changes
+// missed (some proxy without it a minute later), the server's cores, peak RSS and live heap,
+// the bytes and resources each proxy received a second, and the server's CPU per resource
+// delivered.
+func BenchmarkChurn(b *testing.B) {
+	size := CurrentSize()
+	proxies, per := herdEnv(size)
+	for i := 0; i < b.N; i++ {
+		srv, h := serveHerd(b, size, proxies, per, Protocol() == "delta")
+		for _, rate := range churnRates() {
+			r := churn(b, srv, h, size, rate, churnFor())
+			at := fmt.Sprintf("@%d/s", rate)
+			b.ReportMetric(ms(percentileOr(r.latencies, 0.5)), "ms-p50"+at)
+			b.ReportMetric(ms(percentileOr(r.latencies, 0.99)), "ms-p99"+at)
+			b.ReportMetric(ms(percentileOr(r.latencies, 1)), "ms-max"+at)
+			b.ReportMetric(r.trend(), "trend"+at)
+			b.ReportMetric(float64(r.missed), "missed"+at)
+			b.ReportMetric(r.cores, "cores"+at)
+			b.ReportMetric(float64(r.rss>>20), "MB-rss"+at)
+			b.ReportMetric(float64(r.heap>>20), "MB-heap"+at)
+			b.ReportMetric(float64(r.responses)/float64(proxies)/r.took.Seconds(), "resources/proxy/s"+at)
+			b.ReportMetric(float64(r.bytes)/float64(proxies)/r.took.Seconds(), "B/proxy/s"+at)
+			if r.responses > 0 {
+				// The server's CPU per CLA delivered (a change to every proxy: one each).
+				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.responses), "cpu-µs/delivery"+at)
+			}
+			b.Logf("%d changes a second for %v, %d proxies: %d changes, p50 %v, p99 %v, max %v, trend %.2f, %d missed; server %.2f cores, RSS %d MB, heap %d MB",
+				rate, r.took.Round(time.Second), proxies, r.changes, percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1),
+				r.trend(), r.missed, r.cores, r.rss>>20, r.heap>>20)
+		}
+	}
+}
+
+// TestChurnSmall: a hundred delta proxies each asking for every cluster of the small mesh, then
+// 20 changes a second for 3 s: every change reaches every proxy (none missed), and the server
+// is measured doing it.
+func TestChurnSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a server process and a hundred proxies")
+	}
+	size := Sizes["small"]
+	srv, h := serveHerd(t, size, 100, 0, true)
+	r := churn(t, srv, h, size, 20, 3*time.Second)
+	t.Logf("%d changes in %v: p50 %v, p99 %v, max %v, trend %.2f; server %.2f cores", r.changes, r.took.Round(time.Millisecond),
+		percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1), r.trend(), r.cores)
+	if r.missed > 0 || len(r.latencies) != r.changes {
+		t.Fatalf("%d of %d changes reached every proxy, %d missed", len(r.latencies), r.changes, r.missed)
+	}
+	if r.changes < 30 {
+		t.Fatalf("only %d changes made in %v at 20 a second", r.changes, r.took)
+	}
+}
