@@ -121,18 +121,9 @@ func runExplain(ctx context.Context, o *explainOptions, out io.Writer) error {
 	if o.history {
 		q.Set("history", "1")
 	}
-	hc := &http.Client{Timeout: o.timeout}
-	resp, err := hc.Get("http://" + o.debug + "/debug/explain?" + q.Encode())
-	if err != nil {
-		return fmt.Errorf("asking krteds' debug port %s: %w", o.debug, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	body, err := askDebug(o.debug, "/debug/explain?"+q.Encode(), o.timeout)
 	if err != nil {
 		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("krteds answered %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	if o.output == "json" {
 		_, err := out.Write(body)
@@ -178,4 +169,23 @@ func printExplanation(w io.Writer, ex explain.Explanation) {
 			fmt.Fprintf(w, "  %s\n", f)
 		}
 	}
+}
+
+// askDebug GETs a path of krteds' debug port and returns its answer (at most 64 MiB); an answer
+// other than 200 is an error carrying its text.
+func askDebug(debug, path string, timeout time.Duration) ([]byte, error) {
+	hc := &http.Client{Timeout: timeout}
+	resp, err := hc.Get("http://" + debug + path)
+	if err != nil {
+		return nil, fmt.Errorf("asking krteds' debug port %s: %w", debug, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("krteds answered %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -62,22 +61,13 @@ them STALE too.`,
 }
 
 func runStatus(o *statusOptions, out io.Writer) error {
-	url := "http://" + o.debug + "/debug/staleness"
+	path := "/debug/staleness"
 	if o.onlyStale {
-		url += "?stale=1"
+		path += "?stale=1"
 	}
-	hc := &http.Client{Timeout: o.timeout}
-	resp, err := hc.Get(url)
-	if err != nil {
-		return fmt.Errorf("asking krteds' debug port %s: %w", o.debug, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	body, err := askDebug(o.debug, path, o.timeout)
 	if err != nil {
 		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("krteds answered %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	if o.output == "json" {
 		_, err := out.Write(body)

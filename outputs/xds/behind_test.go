@@ -233,22 +233,11 @@ func TestRejectionsAndProgrammingAreReported(t *testing.T) {
 	fs := startFake(t, func(o *Options) { o.Delivered = got.add })
 	const name = "outbound|80||a.ns1.svc.cluster.local"
 	fs.src.set(tEndpoint.url(), name)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	node := sidecarNode(3)
-	s, err := adsclient.OpenDelta(ctx, fs.cc, node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Subscribe(tEndpoint.url(), []string{name}, nil); err != nil {
-		t.Fatal(err)
-	}
+	s := subscribedDelta(t, fs, node, name)
 	ack := func() *discovery.DeltaDiscoveryResponse {
 		t.Helper()
-		resp, err := s.Recv(10 * time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := recvDelta(t, s)
 		if err := s.Ack(resp); err != nil {
 			t.Fatal(err)
 		}
@@ -313,23 +302,8 @@ func TestASupersededChangeIsProgrammedWithItsSuccessor(t *testing.T) {
 	fs := startFake(t, func(o *Options) { o.Delivered = got.add })
 	const name = "outbound|80||a.ns1.svc.cluster.local"
 	fs.src.set(tEndpoint.url(), name)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s, err := adsclient.OpenDelta(ctx, fs.cc, sidecarNode(5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Subscribe(tEndpoint.url(), []string{name}, nil); err != nil {
-		t.Fatal(err)
-	}
-	recv := func() *discovery.DeltaDiscoveryResponse {
-		t.Helper()
-		resp, err := s.Recv(10 * time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	s := subscribedDelta(t, fs, sidecarNode(5), name)
+	recv := func() *discovery.DeltaDiscoveryResponse { t.Helper(); return recvDelta(t, s) }
 	if err := s.Ack(recv()); err != nil {
 		t.Fatal(err)
 	}
@@ -419,4 +393,30 @@ func TestAResumeIsNotBehind(t *testing.T) {
 	if sl := fs.srv.Debug().Staleness(xdsdebug.Everything, false); len(sl.Behind) != 0 {
 		t.Fatalf("staleness lists %+v", sl.Behind)
 	}
+}
+
+// subscribedDelta opens a delta stream of node to the fake server, subscribed to CLAs of names;
+// it ends with the test.
+func subscribedDelta(t *testing.T, fs *fakeServer, node adsclient.Node, names ...string) *adsclient.DeltaStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, err := adsclient.OpenDelta(ctx, fs.cc, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Subscribe(tEndpoint.url(), names, nil); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// recvDelta is the stream's next response (within 10 s).
+func recvDelta(t *testing.T, s *adsclient.DeltaStream) *discovery.DeltaDiscoveryResponse {
+	t.Helper()
+	resp, err := s.Recv(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }

@@ -128,23 +128,7 @@ func TestReadmeFirstExample(t *testing.T) {
 	if cp == nil {
 		t.Fatal("the README no longer says how to create the late Pod (`cp examples/late/...`)")
 	}
-	watch := readmeShell(t, bin, dir, endpointsLine, "--xds", xdsAddr, "--watch")
-	stdout, err := watch.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
-	lines := make(chan string, 64)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	lines := outputLines(t, readmeShell(t, bin, dir, endpointsLine, "--xds", xdsAddr, "--watch"), 64)
 	// The first table is printed once every cluster has its CLA: the last row of the README's.
 	lastRow := strings.Fields(wantOut[strings.LastIndex(strings.TrimRight(wantOut, "\n"), "\n")+1:])[0]
 	waitLine(t, lines, "the watcher's first table", func(l string) bool { return strings.HasPrefix(l, lastRow+" ") })
@@ -216,4 +200,27 @@ func checkExampleCounts(t *testing.T, prose string) {
 			t.Errorf("the README says %s %s(s); examples/mesh has %d", m[i+1], kind, count[kind])
 		}
 	}
+}
+
+// outputLines starts cmd and sends each line it writes to the channel returned (buffered by
+// n), closed when its output ends; the process is killed at the test's end.
+func outputLines(t *testing.T, cmd *exec.Cmd, n int) <-chan string {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, n)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return lines
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -83,23 +82,7 @@ func TestReadmeWhenExample(t *testing.T) {
 	startLogged(t, readmeShell(t, bin, dir, serveLine, "--xds-addr", xdsAddr, "--debug-addr", debugAddr))
 	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))
 
-	watch := readmeShell(t, bin, dir, lines[0], "--xds", xdsAddr)
-	stdout, err := watch.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = watch.Process.Kill(); _ = watch.Wait() })
-	rows := make(chan string, 256)
-	go func() {
-		defer close(rows)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			rows <- sc.Text()
-		}
-	}()
+	rows := outputLines(t, readmeShell(t, bin, dir, lines[0], "--xds", xdsAddr), 256)
 	waitLine(t, rows, "the watcher's first table", func(l string) bool { return strings.HasPrefix(l, "10.10.1.13:9080 ") })
 	if out, err := readmeShell(t, bin, dir, lines[1]).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", lines[1], err, out)

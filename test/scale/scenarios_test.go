@@ -307,17 +307,7 @@ func (sc *scenario) compareProgramming(to time.Time) {
 		len(rig), pct(rig, 50), pct(rig, 99), n, k50, k99)
 	var parts []string
 	for _, stage := range programmingStages {
-		from, now := map[float64]float64{}, map[float64]float64{}
-		for i, rp := range r.replicas {
-			if i < len(sc.stages[stage]) {
-				for b, n := range sc.stages[stage][i] {
-					from[b] += n
-				}
-			}
-			for b, n := range rp.programmingStage(stage) {
-				now[b] += n
-			}
-		}
+		from, now := sc.across(sc.stages[stage], func(rp *replica) map[float64]float64 { return rp.programmingStage(stage) })
 		p50, _ := histogramQuantile(from, now, 0.5)
 		p99, _ := histogramQuantile(from, now, 0.99)
 		parts = append(parts, fmt.Sprintf("%s ≤ %gs / %gs", stage, p50, p99))
@@ -325,17 +315,7 @@ func (sc *scenario) compareProgramming(to time.Time) {
 	rep.note("krteds' stages, p50 / p99: %s", strings.Join(parts, ", "))
 	parts = parts[:0]
 	for k, kind := range programmingKinds {
-		from, now := map[float64]float64{}, map[float64]float64{}
-		for i, rp := range r.replicas {
-			if i < len(sc.kinds[k]) {
-				for b, n := range sc.kinds[k][i] {
-					from[b] += n
-				}
-			}
-			for b, n := range rp.programmingKind(kind) {
-				now[b] += n
-			}
-		}
+		from, now := sc.across(sc.kinds[k], func(rp *replica) map[float64]float64 { return rp.programmingKind(kind) })
 		p50, n := histogramQuantile(from, now, 0.5)
 		p99, _ := histogramQuantile(from, now, 0.99)
 		if n == 0 {
@@ -368,6 +348,23 @@ func (sc *scenario) compareProgramming(to time.Time) {
 				sc.name, q.name, q.rig, q.k)
 		}
 	}
+}
+
+// across sums a histogram over the replicas, as it stood at the scenario's start (before, one per
+// replica) and as read now.
+func (sc *scenario) across(before []map[float64]float64, read func(*replica) map[float64]float64) (from, now map[float64]float64) {
+	from, now = map[float64]float64{}, map[float64]float64{}
+	for i, rp := range sc.r.replicas {
+		if i < len(before) {
+			for b, n := range before[i] {
+				from[b] += n
+			}
+		}
+		for b, n := range read(rp) {
+			now[b] += n
+		}
+	}
+	return from, now
 }
 
 // programmingStages are the stages of krteds' network programming latency, trigger → ACK.
