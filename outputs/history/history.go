@@ -7,6 +7,7 @@
 package history
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -293,7 +294,7 @@ func (s *Store) clasComputed(set collections.ResourceSet) {
 		c = &Change{Cause: cause, Computed: time.Now()}
 		s.add(set.Service, c)
 	case c.CLAs[set.Name] == nil:
-	case sameVersions(c.CLAs[set.Name], versions):
+	case maps.Equal(c.CLAs[set.Name], versions):
 		return
 	default:
 		// Computed again: its endpoints' change, if any, is seen next and joins it.
@@ -304,18 +305,6 @@ func (s *Store) clasComputed(set collections.ResourceSet) {
 		c.CLAs = map[string]map[string]uint64{}
 	}
 	c.CLAs[set.Name] = versions
-}
-
-func sameVersions(a, b map[string]uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Delivered records that a change reached a proxy (acknowledged at done), or that the proxy
