@@ -143,18 +143,31 @@ type causeRecord struct {
 // than these is measured for the latest ones only.
 const maxNameCauses = 8
 
+// recorded finds a change among those the name holds: known with its record, or known and nil
+// for one older than the latest (not recorded), or unknown.
+func (d *nameTimes) recorded(c collections.Cause) (r *causeRecord, known bool) {
+	n := len(d.causes)
+	if n == 0 {
+		return nil, false
+	}
+	if c.Seen < d.causes[n-1].Seen {
+		return nil, true
+	}
+	for i := range d.causes {
+		if d.causes[i].Cause == c {
+			return &d.causes[i], true
+		}
+	}
+	return nil, false
+}
+
 // note records the input change a name's new version was computed for, unless it is one the
 // name already holds or older than its latest (a version computed again for an older change).
 func (d *nameTimes) note(c collections.Cause, first, marked int64) *causeRecord {
+	if r, known := d.recorded(c); known {
+		return r
+	}
 	if n := len(d.causes); n > 0 {
-		if c.Seen < d.causes[n-1].Seen {
-			return nil
-		}
-		for i := range d.causes {
-			if d.causes[i].Cause == c {
-				return &d.causes[i]
-			}
-		}
 		if n == maxNameCauses {
 			d.causes = append(d.causes[:0], d.causes[1:]...)
 		}
@@ -256,9 +269,10 @@ func (t *nameTable) setChanged(ids []nameID, names []string, ty typ, now, at int
 // Pod or a slice) is not that change's programming. A change is first computed once, whoever is
 // sent it first.
 func (t *nameTable) delivered(ty typ, items []item, f func(i int, c collections.Cause, first int64)) {
-	now := time.Now().UnixNano()
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	// Under the read lock, as every stream's every response passes here: only a change no
+	// response carried before is recorded, under the write lock after.
+	var unrecorded []int
+	t.mu.RLock()
 	for i, it := range items {
 		d := &t.entries[it.id].data
 		c := it.res.Cause
@@ -272,6 +286,24 @@ func (t *nameTable) delivered(ty typ, items []item, f func(i int, c collections.
 		if c.IsZero() {
 			continue
 		}
+		if r, known := d.recorded(c); known {
+			if r != nil {
+				f(i, c, r.first)
+			}
+			continue
+		}
+		unrecorded = append(unrecorded, i)
+	}
+	t.mu.RUnlock()
+	if len(unrecorded) == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, i := range unrecorded {
+		d := &t.entries[items[i].id].data
+		c := items[i].res.Cause
 		first := d.changedAt[ty]
 		if first == 0 {
 			// A name the server was told no change of since it was interned: computed before
