@@ -45,7 +45,11 @@ func (d *Debug) Staleness(scope Scope, onlyStale bool) Staleness {
 			if b.Stale {
 				out.Stale++
 			}
-			out.Behind = append(out.Behind, TypeBehind{Proxy: c.Proxy.ID, ConnID: c.ConnID, Type: t, Behind: *b,
+			id := ""
+			if c.Proxy != nil {
+				id = c.Proxy.ID
+			}
+			out.Behind = append(out.Behind, TypeBehind{Proxy: id, ConnID: c.ConnID, Type: t, Behind: *b,
 				Seconds: now.Sub(b.Since).Seconds(), SentVersion: ts.SentVersion, AckedVersion: ts.AckedVersion, LastError: ts.LastError})
 		}
 	}
