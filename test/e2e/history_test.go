@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +217,27 @@ func label(m *dto.Metric, name string) string {
 }
 
 // find is the latest event whose text holds s.
+// explainHistoryWith asks explain's history of an endpoint until its timeline has an event
+// saying each of texts: the record follows the graph's collections through handlers of its own,
+// which may run after the proxy has been sent its CLA.
+func (h *historyRig) explainHistoryWith(endpoint string, texts ...string) outputs.ExplainedHistory {
+	h.t.Helper()
+	var ex outputs.ExplainedHistory
+	fixtures.Polling("the record signals nothing outside the process").Await(h.t, 10*time.Second, "the history saying "+strings.Join(texts, "; "), func() (bool, string) {
+		ex = h.explainHistory(endpoint)
+		if ex.History == nil {
+			return false, "no history"
+		}
+		for _, s := range texts {
+			if !slices.ContainsFunc(ex.History.Events, func(e history.Event) bool { return strings.Contains(e.Text, s) }) {
+				return false, "no event says " + s
+			}
+		}
+		return true, ""
+	})
+	return ex
+}
+
 func find(t *testing.T, tl *history.Timeline, s string) history.Event {
 	t.Helper()
 	for i := len(tl.Events) - 1; i >= 0; i-- {
@@ -240,7 +262,7 @@ func TestAReadinessFlipsTimeline(t *testing.T) {
 		n, _ := h.programming("total")
 		return n == 1, fmt.Sprint(n, " samples")
 	})
-	tl := h.explainHistory("10.10.1.12").History
+	tl := h.explainHistoryWith("10.10.1.12", "computed: 10.10.1.12:9080 (Pod shop/reviews-2) Healthy → UnHealthy", "acknowledged by 1 proxy ").History
 	changed := find(t, tl, "EndpointSlice shop/reviews-a: the Pod or Service change behind it (its trigger time)")
 	seen := find(t, tl, "EndpointSlice shop/reviews-a seen by krteds")
 	computed := find(t, tl, "computed: 10.10.1.12:9080 (Pod shop/reviews-2) Healthy → UnHealthy")
@@ -285,7 +307,7 @@ func TestAPodDeletedWhileItsSliceSaysReady(t *testing.T) {
 	h := startHistory(t)
 	h.write("10-pods.yaml", historyPod("reviews-1", "10.10.1.11"))
 	h.await("the Pod gone", "10.10.1.11:HEALTHY")
-	ex := h.explainHistory("10.10.1.12")
+	ex := h.explainHistoryWith("10.10.1.12", "Pod shop/reviews-2 seen gone", "computed again without a new EndpointSlice version")
 	if len(ex.Endpoints) != 1 || ex.Endpoints[0].Sent || !strings.Contains(ex.Endpoints[0].Reason, "targetRef Pod shop/reviews-2 is not in the Pod collection") {
 		t.Fatalf("the verdict: %+v", ex.Endpoints)
 	}
