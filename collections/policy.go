@@ -14,9 +14,6 @@ const (
 	// ReasonInvalidDestinationRule: istiod's validation would reject the DestinationRule at
 	// admission, so krteds ignores all of it.
 	ReasonInvalidDestinationRule = "invalid_destination_rule"
-	// ReasonUnsupportedDestinationRule: the DestinationRule uses a field that changes EDS in istiod
-	// but that krteds does not honour.
-	ReasonUnsupportedDestinationRule = "unsupported_destination_rule_field"
 	// ReasonInvalidSidecar: istiod's validation would reject the Sidecar at admission, so krteds
 	// ignores all of it.
 	ReasonInvalidSidecar = "invalid_sidecar"

@@ -164,6 +164,18 @@ type ProxyClass struct {
 	// Labels are the proxy's own labels (its Pod's, else those it declared, before the topology
 	// labels are added) that a failoverPriority may compare, rendered by CanonicalLabels.
 	Labels string `json:"labels,omitempty"`
+	// Rules are the names of the DestinationRules of the proxy's namespace whose workloadSelector
+	// matches its labels, in istiod's order of rules (oldest first, then by name), joined by
+	// ",": which rule the proxy gets may depend on them (SelectedRules).
+	Rules string `json:"rules,omitempty"`
+}
+
+// SelectedRules are Rules as a list (nil when none).
+func (c ProxyClass) SelectedRules() []string {
+	if c.Rules == "" {
+		return nil
+	}
+	return strings.Split(c.Rules, ",")
 }
 
 // ResourceName is the class key.
@@ -174,6 +186,9 @@ func (c ProxyClass) Key() string {
 	k := strings.Join([]string{c.Namespace, c.ClusterID, c.Network, c.Locality.String(), c.NodeName}, "~")
 	if c.Labels != "" {
 		k += "~" + c.Labels
+	}
+	if c.Rules != "" {
+		k += "~dr:" + c.Rules
 	}
 	return k
 }
@@ -349,6 +364,9 @@ type View struct {
 	Egress []EgressListener `json:"egress,omitempty"`
 	// GRPC is set for proxyless gRPC clients (node metadata GENERATOR=grpc).
 	GRPC bool `json:"grpc,omitempty"`
+	// Rules are the class's selected DestinationRules (ProxyClass.SelectedRules): a cluster may
+	// have a variant for proxies one of them selects.
+	Rules []string `json:"rules,omitempty"`
 }
 
 // ResourceName is Key.
@@ -356,7 +374,8 @@ func (v View) ResourceName() string { return v.Key }
 
 // Equals compares every field.
 func (v View) Equals(o View) bool {
-	return v.Key == o.Key && v.ClassKey == o.ClassKey && v.Namespace == o.Namespace && v.GRPC == o.GRPC && slices.EqualFunc(v.Egress, o.Egress, EgressListener.Equals)
+	return v.Key == o.Key && v.ClassKey == o.ClassKey && v.Namespace == o.Namespace && v.GRPC == o.GRPC &&
+		slices.EqualFunc(v.Egress, o.Egress, EgressListener.Equals) && slices.Equal(v.Rules, o.Rules)
 }
 
 // SortedKeys returns the keys of a string set in order.

@@ -216,6 +216,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.Proxies = Derive(d, NameProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies), transforms.Proxies(cfg, transforms.ProxyInputs{
 		Workloads: workloads, FailoverLabels: failoverLabels,
 		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
+		Rules: g.DestinationRules, SelectorRules: krt.NewIndex(g.DestinationRules, "selectorByNamespace", transforms.SelectorRuleNamespace),
 	}))
 	groupKeys := Derive(d, NameProxyGroupKeys, g.Proxies, transforms.ProxyGroupKeysOf())
 	g.ProxyClasses = Derive(d, NameProxyClasses,

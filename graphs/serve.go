@@ -98,7 +98,7 @@ func (g *Graph) lookup(c krt.Collection[collections.ResourceSet], v *collections
 	}
 	switch typeURL {
 	case transforms.TypeCluster:
-		set = transforms.ResolveClusterSet(get, v.Namespace, name, v.GRPC)
+		set = transforms.ResolveClusterSet(get, v.Namespace, v.Rules, name, v.GRPC)
 	case transforms.TypeListener:
 		if set = get(name); set == nil {
 			// A short name of a Kubernetes service: its listener, named as asked.
@@ -199,7 +199,7 @@ func (g *Graph) listClusters(v *collections.View) []*collections.Resource {
 	picks := map[string]string{}
 	for _, set := range g.Clusters.List() {
 		_, key := transforms.SplitSetKey(set.Key)
-		rank := transforms.ClusterVariantRank(key, set.Name, v.Namespace, v.GRPC)
+		rank := transforms.ClusterVariantRank(key, set.Name, v.Namespace, v.Rules, v.GRPC)
 		if rank == 0 || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) || !g.servesView(&set, v, picks) {
 			continue
 		}

@@ -20,13 +20,16 @@ import (
 //
 // Which rule applies depends on the proxy's namespace, and only on whether the namespace is one
 // the rules name (a rule's own namespace, an exportTo entry, the root namespace): every other
-// namespace resolves to the same rule. So a service's clusters come in a few variants, each a
-// resource set of its own, keyed by ClusterKey:
+// namespace resolves to the same rule; and on the rules with a workloadSelector of its namespace
+// that select it. So a service's clusters come in a few variants, each a resource set of its
+// own, keyed by ClusterKey and SelectorClusterKey:
 //
 //	<name>                  Envoy, proxies of any namespace without a variant of its own
 //	<ns>/<name>             Envoy, proxies of namespace ns (only where it differs)
 //	grpc~<name>             gRPC, any namespace (only where it differs from <name>)
 //	grpc~<ns>/<name>        gRPC, namespace ns (only where it differs from what grpc~<name> resolves to)
+//	<ns>#<rule>/<name>      Envoy, proxies of ns that rule (with a workloadSelector) selects
+//	grpc~<ns>#<rule>/<name> gRPC, the same
 //
 // ResolveClusterSet and ClusterVariantRank pick a proxy's variant. No variant depends on anything
 // but the service and its rules, so the clusters never wait for the connected proxies.
@@ -47,10 +50,22 @@ func ClusterKey(namespace, name string, grpc bool) string {
 	return k
 }
 
-// ResolveClusterSet finds the variant of cluster name for a proxy of a namespace and kind: the
-// most specific of ClusterKey(namespace, name, grpc), then (gRPC) ClusterKey("", name, true),
-// then the Envoy default, name.
-func ResolveClusterSet(get func(key string) *collections.ResourceSet, namespace, name string, grpc bool) *collections.ResourceSet {
+// SelectorClusterKey is the key of a cluster's variant for the proxies of a namespace that the
+// DestinationRule of that namespace named rule (one with a workloadSelector) selects.
+func SelectorClusterKey(namespace, rule, name string, grpc bool) string {
+	return ClusterKey(namespace+"#"+rule, name, grpc)
+}
+
+// ResolveClusterSet finds the variant of cluster name for a proxy of a namespace and kind, which
+// the rules selected select (View.Rules, in order): the first SelectorClusterKey of a rule
+// selected, then the most specific of ClusterKey(namespace, name, grpc), then (gRPC)
+// ClusterKey("", name, true), then the Envoy default, name.
+func ResolveClusterSet(get func(key string) *collections.ResourceSet, namespace string, selected []string, name string, grpc bool) *collections.ResourceSet {
+	for _, rule := range selected {
+		if s := get(SelectorClusterKey(namespace, rule, name, grpc)); s != nil {
+			return s
+		}
+	}
 	if s := get(ClusterKey(namespace, name, grpc)); s != nil {
 		return s
 	}
@@ -62,10 +77,10 @@ func ResolveClusterSet(get func(key string) *collections.ResourceSet, namespace,
 	return get(name)
 }
 
-// ClusterVariantRank says how a cluster set serves a proxy of a namespace and kind: 0 not at all,
-// 1 as the default for its name, higher as a more specific variant (the highest wins), following
-// ResolveClusterSet's order.
-func ClusterVariantRank(key, name, namespace string, grpc bool) int {
+// ClusterVariantRank says how a cluster set serves a proxy of a namespace and kind that the
+// rules selected select: 0 not at all, 1 as the default for its name, higher as a more specific
+// variant (the highest wins), following ResolveClusterSet's order.
+func ClusterVariantRank(key, name, namespace string, selected []string, grpc bool) int {
 	if key == name {
 		return 1
 	}
@@ -77,6 +92,13 @@ func ClusterVariantRank(key, name, namespace string, grpc bool) int {
 		return 2 // grpc~<name>
 	}
 	ns, n, ok := strings.Cut(rest, "/")
+	if ns, rule, sel := strings.Cut(ns, "#"); sel {
+		i := slices.Index(selected, rule)
+		if !ok || ns != namespace || n != name || i < 0 || isGRPC != grpc {
+			return 0
+		}
+		return 4 + len(selected) - i // the first selected rule's variant wins
+	}
 	switch {
 	case !ok || ns != namespace || n != name:
 		return 0
@@ -124,16 +146,16 @@ func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.Re
 		sp := krt.FetchOne(ctx, in.Policies, krt.FilterKey(svc.ResourceName()))
 		subsets := append([]string{""}, sp.Subsets()...)
 		variants := clusterVariants(svc, sp, in.RootNamespace)
-		var dns func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment
+		var dns func(port collections.ServicePort, subset string, proxy RuleProxy) *endpoint.ClusterLoadAssignment
 		if svc.Resolution.IsDNS() {
 			var eps []*collections.Endpoint
 			if se := krt.FetchOne(ctx, in.Endpoints, krt.FilterKey(svc.ResourceName())); se != nil {
 				eps = se.Endpoints
 			}
 			peer := in.PeerAuthn.Fetch(ctx, eps)
-			dns = func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment {
+			dns = func(port collections.ServicePort, subset string, proxy RuleProxy) *endpoint.ClusterLoadAssignment {
 				name := ClusterName(port.Port, subset, svc.Hostname)
-				cp := ClusterPolicyFor(svc, sp, in.RootNamespace, namespace, port.Port, subset)
+				cp := ClusterPolicyFor(svc, sp, in.RootNamespace, proxy, port.Port, subset)
 				cp.Peer = peer
 				plan := PlanDNSLoadAssignment(name, svc, port, eps, cp)
 				if len(plan.Groups) == 0 {
@@ -157,22 +179,37 @@ func ClustersFor(in ClusterInputs) Many[*collections.ServiceInfo, collections.Re
 	}}
 }
 
-// clusterVariant is the rule proxies of a namespace get ("": every namespace the rules do not name).
+// clusterVariant is the rule proxies of a namespace get ("": every namespace the rules do not
+// name), or, with selector set, the proxies of that namespace the rule of that name selects.
 type clusterVariant struct {
 	namespace string
+	selector  string
 	rule      *collections.DestinationRule
 }
 
-// clusterVariants resolves the rule of every namespace whose proxies may get a different one:
-// only needed when some rule sets something a cluster carries.
+// proxy is the RuleProxy the variant stands for.
+func (v clusterVariant) proxy() RuleProxy {
+	p := RuleProxy{Namespace: v.namespace}
+	if v.selector != "" {
+		p.Selected = []string{v.selector}
+	}
+	return p
+}
+
+// clusterVariants resolves the rule of every namespace whose proxies may get a different one,
+// and of every rule with a workloadSelector that is an entry of its own for the service: only
+// needed when some rule sets something a cluster carries.
 func clusterVariants(svc *collections.ServiceInfo, sp *collections.ServicePolicy, rootNamespace string) []clusterVariant {
 	if sp == nil || !slices.ContainsFunc(sp.Rules, ruleHasClusterSettings) {
 		return []clusterVariant{{}}
 	}
 	// "" is no rule's namespace nor in any exportTo: it stands for every namespace that is not.
-	out := []clusterVariant{{rule: ResolveDestinationRule(sp.Rules, "", svc, rootNamespace)}}
+	out := []clusterVariant{{rule: ResolveDestinationRule(sp.Rules, RuleProxy{}, svc, rootNamespace)}}
 	for _, ns := range ruleNamespaces(sp.Rules, rootNamespace) {
-		out = append(out, clusterVariant{namespace: ns, rule: ResolveDestinationRule(sp.Rules, ns, svc, rootNamespace)})
+		out = append(out, clusterVariant{namespace: ns, rule: ResolveDestinationRule(sp.Rules, RuleProxy{Namespace: ns}, svc, rootNamespace)})
+		for _, r := range SelectorVariants(sp.Rules, ns, svc, rootNamespace) {
+			out = append(out, clusterVariant{namespace: ns, selector: r.Name, rule: r})
+		}
 	}
 	return out
 }
@@ -199,9 +236,6 @@ func ruleNamespaces(rules []collections.DestinationRule, rootNamespace string) [
 // ruleHasClusterSettings reports whether any policy of a rule (top level, port level, subsets)
 // sets something a cluster carries.
 func ruleHasClusterSettings(r collections.DestinationRule) bool {
-	if r.WorkloadSelector != nil {
-		return false
-	}
 	has := func(p *collections.TrafficPolicy, ports map[uint32]*collections.TrafficPolicy) bool {
 		if p.HasClusterSettings() {
 			return true
@@ -222,7 +256,7 @@ func ruleHasClusterSettings(r collections.DestinationRule) bool {
 // appendClusterVariants appends the sets of one cluster: the Envoy default, and every other
 // variant that differs (in bytes or problems) from what its proxies would otherwise resolve to.
 func appendClusterVariants(out []collections.ResourceSet, svc *collections.ServiceInfo, servicePort collections.ServicePort, subset string,
-	variants []clusterVariant, dns func(port collections.ServicePort, subset, namespace string) *endpoint.ClusterLoadAssignment, lrs bool,
+	variants []clusterVariant, dns func(port collections.ServicePort, subset string, proxy RuleProxy) *endpoint.ClusterLoadAssignment, lrs bool,
 ) []collections.ResourceSet {
 	port := servicePort.Port
 	name := ClusterName(port, subset, svc.Hostname)
@@ -251,7 +285,7 @@ func appendClusterVariants(out []collections.ResourceSet, svc *collections.Servi
 		cs := ClusterSettingsFor(svc, v.rule, port, subset)
 		cs.LRS = lrs
 		if dns != nil {
-			if cs.LoadAssignment = dns(servicePort, subset, v.namespace); cs.LoadAssignment == nil {
+			if cs.LoadAssignment = dns(servicePort, subset, v.proxy()); cs.LoadAssignment == nil {
 				if i == 0 {
 					// No endpoints: istiod sends no DNS cluster.
 					return out
@@ -264,6 +298,12 @@ func appendClusterVariants(out []collections.ResourceSet, svc *collections.Servi
 		if i == 0 {
 			envoyDefault = add(name, envoy, envoyProblems, nil)
 			grpcDefault = add(ClusterKey("", name, true), grpc, grpcProblems, envoyDefault)
+			continue
+		}
+		if v.selector != "" {
+			// Always sent: a proxy without it would fall back to its namespace's variant.
+			add(SelectorClusterKey(v.namespace, v.selector, name, false), envoy, envoyProblems, nil)
+			add(SelectorClusterKey(v.namespace, v.selector, name, true), grpc, grpcProblems, nil)
 			continue
 		}
 		add(ClusterKey(v.namespace, name, false), envoy, envoyProblems, envoyDefault)

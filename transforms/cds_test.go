@@ -739,7 +739,7 @@ func TestClusterVariantsPerNamespace(t *testing.T) {
 		{"ns1", true, cdsDefault, cluster.Cluster_ROUND_ROBIN},
 		{"ns2", true, cdsV2, cluster.Cluster_ROUND_ROBIN},
 	} {
-		set := ResolveClusterSet(get, c.ns, c.name, c.grpc)
+		set := ResolveClusterSet(get, c.ns, nil, c.name, c.grpc)
 		got := decodeSet(t, set)
 		if got.Name != c.name || got.LbPolicy != c.want {
 			t.Errorf("%s (grpc %v) %s: cluster %s %v, want %v", c.ns, c.grpc, c.name, got.Name, got.LbPolicy, c.want)
@@ -753,7 +753,7 @@ func TestClusterVariantsPerNamespace(t *testing.T) {
 			if sets[i].Name != c.name {
 				continue
 			}
-			if r := ClusterVariantRank(sets[i].Key, sets[i].Name, c.ns, c.grpc); r > 0 && (best == nil || r > ClusterVariantRank(best.Key, best.Name, c.ns, c.grpc)) {
+			if r := ClusterVariantRank(sets[i].Key, sets[i].Name, c.ns, nil, c.grpc); r > 0 && (best == nil || r > ClusterVariantRank(best.Key, best.Name, c.ns, nil, c.grpc)) {
 				best = &sets[i]
 			}
 		}
@@ -771,6 +771,68 @@ func TestClusterVariantsPerNamespace(t *testing.T) {
 	}
 	if want := []string{cdsDefault, "grpc~" + cdsDefault}; !slices.Equal(keys, want) {
 		t.Errorf("keys %q, want %q", keys, want)
+	}
+}
+
+// TestClusterVariantsPerSelector: a rule with a workloadSelector gives the proxies of its
+// namespace it selects a variant of their own, in both kinds, even where it equals another;
+// the namespace's other proxies resolve as without it.
+func TestClusterVariantsPerSelector(t *testing.T) {
+	svc := cdsService()
+	plain := *cdsRule(t, &networking.TrafficPolicy{LoadBalancer: simpleLBPolicy(networking.LoadBalancerSettings_RANDOM)})
+	plain.Name, plain.ExportTo = "plain", []string{"ns1"} // ns1 alone, not folded into the selector entry
+	selected := *cdsRule(t, &networking.TrafficPolicy{LoadBalancer: simpleLBPolicy(networking.LoadBalancerSettings_ROUND_ROBIN)},
+		&networking.Subset{Name: "v9", Labels: map[string]string{"version": "v9"}})
+	selected.Name, selected.WorkloadSelector = "canary", map[string]string{"app": "canary"}
+	sets := clustersOf(t, svc, plain, selected)
+	byKey := map[string]*collections.ResourceSet{}
+	var keys []string
+	for i := range sets {
+		byKey[sets[i].Key] = &sets[i]
+		keys = append(keys, sets[i].Key)
+	}
+	slices.Sort(keys)
+	v9 := "outbound|9080|v9|reviews.ns1.svc.cluster.local"
+	want := []string{cdsDefault, v9, "grpc~" + cdsDefault, "grpc~" + v9,
+		"ns1/" + cdsDefault, "ns1/" + v9,
+		"ns1#canary/" + cdsDefault, "ns1#canary/" + v9, "grpc~ns1#canary/" + cdsDefault, "grpc~ns1#canary/" + v9}
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Fatalf("keys %q, want %q", keys, want)
+	}
+	get := func(k string) *collections.ResourceSet { return byKey[k] }
+	for _, c := range []struct {
+		ns       string
+		selected []string
+		grpc     bool
+		name     string
+		want     cluster.Cluster_LbPolicy
+	}{
+		{"ns1", nil, false, cdsDefault, cluster.Cluster_RANDOM},
+		{"ns1", []string{"canary"}, false, cdsDefault, cluster.Cluster_ROUND_ROBIN},
+		{"ns1", []string{"other", "canary"}, false, v9, cluster.Cluster_ROUND_ROBIN},
+		{"ns1", []string{"canary"}, true, cdsDefault, cluster.Cluster_ROUND_ROBIN},
+		{"ns2", []string{"canary"}, false, cdsDefault, cluster.Cluster_LEAST_REQUEST}, // istiod's default
+		{"ns1", nil, false, v9, cluster.Cluster_RANDOM},
+	} {
+		set := ResolveClusterSet(get, c.ns, c.selected, c.name, c.grpc)
+		got := decodeSet(t, set)
+		if got.Name != c.name || got.LbPolicy != c.want {
+			t.Errorf("%s %v (grpc %v) %s: cluster %s %v, want %v", c.ns, c.selected, c.grpc, c.name, got.Name, got.LbPolicy, c.want)
+		}
+		var best *collections.ResourceSet
+		for i := range sets {
+			if sets[i].Name != c.name {
+				continue
+			}
+			if r := ClusterVariantRank(sets[i].Key, sets[i].Name, c.ns, c.selected, c.grpc); r > 0 &&
+				(best == nil || r > ClusterVariantRank(best.Key, best.Name, c.ns, c.selected, c.grpc)) {
+				best = &sets[i]
+			}
+		}
+		if best != set {
+			t.Errorf("%s %v (grpc %v) %s: ranking picks %s, resolving %s", c.ns, c.selected, c.grpc, c.name, best.Key, set.Key)
+		}
 	}
 }
 
@@ -793,8 +855,29 @@ func TestClusterVariantRank(t *testing.T) {
 		{"grpc~ns1/" + n, "ns1", false, 0},
 		{"ns1/outbound|81||a.b.svc.cluster.local", "ns1", false, 0},
 	} {
-		if got := ClusterVariantRank(c.key, n, c.ns, c.grpc); got != c.want {
+		if got := ClusterVariantRank(c.key, n, c.ns, nil, c.grpc); got != c.want {
 			t.Errorf("rank(%q, ns %s, grpc %v) = %d, want %d", c.key, c.ns, c.grpc, got, c.want)
+		}
+	}
+	// Selector variants: only for the rules selected, the first selected highest, of its kind.
+	for _, c := range []struct {
+		key, ns  string
+		selected []string
+		grpc     bool
+		want     int
+	}{
+		{"ns1#a/" + n, "ns1", []string{"a"}, false, 5},
+		{"ns1#a/" + n, "ns1", []string{"a", "b"}, false, 6},
+		{"ns1#b/" + n, "ns1", []string{"a", "b"}, false, 5},
+		{"ns1#a/" + n, "ns1", nil, false, 0},
+		{"ns1#a/" + n, "ns2", []string{"a"}, false, 0},
+		{"ns1#a/" + n, "ns1", []string{"a"}, true, 0},
+		{"grpc~ns1#a/" + n, "ns1", []string{"a"}, true, 5},
+		{"grpc~ns1#a/" + n, "ns1", []string{"a"}, false, 0},
+		{"ns1#a/outbound|81||a.b.svc.cluster.local", "ns1", []string{"a"}, false, 0},
+	} {
+		if got := ClusterVariantRank(c.key, n, c.ns, c.selected, c.grpc); got != c.want {
+			t.Errorf("rank(%q, ns %s, selected %v, grpc %v) = %d, want %d", c.key, c.ns, c.selected, c.grpc, got, c.want)
 		}
 	}
 }

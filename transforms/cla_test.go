@@ -469,7 +469,7 @@ func TestTLSModeMetadata(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			name := ClusterName(80, tc.subset, svc.Hostname)
-			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", "ns1", 80, tc.subset)
+			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", RuleProxy{Namespace: "ns1"}, 80, tc.subset)
 			plan := PlanCLA(name, svc, httpPort, collections.AppendRefs(nil, eps), cp, collections.ProxyClass{}, nil)
 			want := wantCLA(name, wantGroup{loc: r1z1, eps: tc.want})
 			if diff := cmp.Diff(want, plan.Proto(), protocmp.Transform()); diff != "" {

@@ -146,7 +146,7 @@ func ServiceCLAs(in CLAInputs) Many[collections.ServiceEndpoints, collections.Re
 func CLAPolicy(svc *collections.ServiceInfo, sp *collections.ServicePolicy, rootNamespace string, class collections.ProxyClass,
 	port int32, subset string, peer *PeerAuthn, horizon *SplitHorizon,
 ) ClusterPolicy {
-	cp := ClusterPolicyFor(svc, sp, rootNamespace, class.Namespace, port, subset)
+	cp := ClusterPolicyFor(svc, sp, rootNamespace, ClassRuleProxy(class), port, subset)
 	cp.Peer = peer
 	horizon.Apply(&cp)
 	return cp

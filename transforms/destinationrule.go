@@ -21,10 +21,9 @@ const KindDestinationRule = "DestinationRule"
 // ConvertDestinationRule copies the fields krteds honours out of a DestinationRule. A rule that
 // istiod's validation (pkg/config/validation ValidateDestinationRule, used as is) rejects at
 // admission is reported as ReasonInvalidDestinationRule and ignored as a whole (nil): such a
-// rule cannot exist in a cluster with istiod's webhook.
-//
-// A rule with a workloadSelector is converted, but reported as ReasonUnsupportedDestinationRule:
-// ResolveDestinationRule does not select rules per workload and skips it.
+// rule cannot exist in a cluster with istiod's webhook. A rule with a workloadSelector keeps it
+// (an empty selector as an empty, non-nil map): it applies to the proxies of its namespace it
+// selects (ResolveDestinationRule).
 func ConvertDestinationRule(dr *networkingclient.DestinationRule) (*collections.ObjectProblems, *collections.DestinationRule) {
 	if dr == nil {
 		return nil, nil
@@ -48,8 +47,6 @@ func ConvertDestinationRule(dr *networkingclient.DestinationRule) (*collections.
 		if out.WorkloadSelector == nil {
 			out.WorkloadSelector = map[string]string{}
 		}
-		pr.add(collections.ReasonUnsupportedDestinationRule,
-			"workloadSelector: istiod applies the rule only to the selected workloads of its namespace; krteds applies it to no proxy")
 	}
 	out.Policy, out.PortPolicies = convertTrafficPolicy(spec.TrafficPolicy)
 	for _, s := range spec.Subsets {

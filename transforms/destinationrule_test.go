@@ -136,15 +136,22 @@ func TestConvertDestinationRule(t *testing.T) {
 				Policy: &collections.TrafficPolicy{}},
 		},
 		{
-			name: "workload selector is kept and reported as unsupported",
+			name: "an empty workload selector is kept, not nil",
 			in: &networkingclient.DestinationRule{ObjectMeta: drTestMeta("ns1", "r"), Spec: networking.DestinationRule{
 				Host:             "reviews",
 				WorkloadSelector: &typev1beta1.WorkloadSelector{},
 			}},
 			want: &collections.DestinationRule{Name: "r", Namespace: "ns1", CreationTime: drTestCreated, Host: "reviews",
 				WorkloadSelector: map[string]string{}},
-			reasons: []string{collections.ReasonUnsupportedDestinationRule},
-			detail:  "workloadSelector",
+		},
+		{
+			name: "a workload selector is kept",
+			in: &networkingclient.DestinationRule{ObjectMeta: drTestMeta("ns1", "r"), Spec: networking.DestinationRule{
+				Host:             "reviews",
+				WorkloadSelector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "a"}},
+			}},
+			want: &collections.DestinationRule{Name: "r", Namespace: "ns1", CreationTime: drTestCreated, Host: "reviews",
+				WorkloadSelector: map[string]string{"app": "a"}},
 		},
 	}
 	invalid := []struct {
@@ -375,7 +382,7 @@ func TestResolveDestinationRuleIstioExportTo(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.proxyNs+"-"+c.serviceNs+"-"+c.host, func(t *testing.T) {
-			got := ResolveDestinationRule(drs, c.proxyNs, drTestService(c.serviceNs, c.host), "istio-system")
+			got := ResolveDestinationRule(drs, RuleProxy{Namespace: c.proxyNs}, drTestService(c.serviceNs, c.host), "istio-system")
 			if diff := cmp.Diff(c.want, drTestSubsets(got)); diff != "" {
 				t.Errorf("subsets (-want +got):\n%s", diff)
 			}
@@ -532,7 +539,7 @@ func TestResolveDestinationRule(t *testing.T) {
 			want: "ns1/a", wantSubsets: []string{"svcns"},
 		},
 		{
-			name: "rules with a workload selector are skipped",
+			name: "a rule with a workload selector is not applied to a proxy it does not select",
 			drs: []collections.DestinationRule{
 				func() collections.DestinationRule {
 					r := drTestRule("ns1", "selected", 0, "reviews", nil, "sel")
@@ -665,7 +672,7 @@ func TestResolveDestinationRule(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := append([]collections.DestinationRule(nil), c.drs...)
-			got := ResolveDestinationRule(c.drs, c.proxyNs, c.svc, root)
+			got := ResolveDestinationRule(c.drs, RuleProxy{Namespace: c.proxyNs}, c.svc, root)
 			if c.want == "" {
 				if got != nil {
 					t.Fatalf("got %s, want none", got.ResourceName())
@@ -688,6 +695,176 @@ func TestResolveDestinationRule(t *testing.T) {
 				t.Errorf("policy %+v, want %+v", got.Policy, c.wantPolicy)
 			}
 			// The input is never modified.
+			if diff := cmp.Diff(in, c.drs); diff != "" {
+				t.Errorf("input modified (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestResolveDestinationRuleWorkloadSelector: rules with a workloadSelector, as istiod's
+// setDestinationRules, mergeDestinationRule and SidecarScope.DestinationRule treat them (the
+// first cases replay istiod's TestSetDestinationRuleWithWorkloadSelector, with subsets to show
+// what each entry merged).
+func TestResolveDestinationRuleWorkloadSelector(t *testing.T) {
+	const root = "istio-system"
+	httpbin := drTestService("test", "httpbin.org")
+	reviews := drTestService("ns2", "reviews.ns2.svc.cluster.local")
+	sel := func(r collections.DestinationRule, labels map[string]string) collections.DestinationRule {
+		r.WorkloadSelector = labels
+		return r
+	}
+	p1 := &collections.TrafficPolicy{OutlierDetection: true}
+	p2 := &collections.TrafficPolicy{TLSMode: collections.ClientTLSDisable}
+	withPolicy := func(r collections.DestinationRule, p *collections.TrafficPolicy) collections.DestinationRule {
+		r.Policy = p
+		return r
+	}
+	istiod := []collections.DestinationRule{
+		withPolicy(sel(drTestRule("test", "nsRule1", 0, "httpbin.org", []string{"test2", "."}, "s1"), map[string]string{"app": "app1"}), p1),
+		withPolicy(sel(drTestRule("test", "nsRule2", 1, "httpbin.org", []string{"test2", "."}, "s2"), map[string]string{"app": "app2"}), p2),
+		withPolicy(sel(drTestRule("test", "nsRule3", 1, "httpbin.org", []string{"test2", "."}, "s3"), map[string]string{"app": "app2"}), p1),
+		withPolicy(drTestRule("test", "nsRule4", -1, "httpbin.org", []string{".", "test2"}, "s4"), p1),
+	}
+	cases := []struct {
+		name     string
+		drs      []collections.DestinationRule
+		proxy    RuleProxy
+		svc      *collections.ServiceInfo
+		want     string
+		subsets  []string
+		policy   *collections.TrafficPolicy
+		variants []string
+	}{
+		{
+			name: "istiod: a proxy app1 selects gets app1's entry, the catch-all's subsets merged in",
+			drs:  istiod, proxy: RuleProxy{Namespace: "test", Selected: []string{"nsRule1"}}, svc: httpbin,
+			want: "test/nsRule1", subsets: []string{"s1", "s4"}, policy: p1, variants: []string{"nsRule1", "nsRule2"},
+		},
+		{
+			name: "istiod: rules with the same selector merge, the oldest policy wins",
+			drs:  istiod, proxy: RuleProxy{Namespace: "test", Selected: []string{"nsRule2", "nsRule3"}}, svc: httpbin,
+			want: "test/nsRule2", subsets: []string{"s2", "s3", "s4"}, policy: p2, variants: []string{"nsRule1", "nsRule2"},
+		},
+		{
+			name: "istiod: a proxy no selector selects gets the catch-all",
+			drs:  istiod, proxy: RuleProxy{Namespace: "test"}, svc: httpbin,
+			want: "test/nsRule4", subsets: []string{"s4"}, variants: []string{"nsRule1", "nsRule2"},
+		},
+		{
+			name: "istiod: a rule with a selector is never exported",
+			drs:  istiod, proxy: RuleProxy{Namespace: "test2", Selected: []string{"nsRule1"}}, svc: httpbin,
+			want: "test/nsRule4", subsets: []string{"s4"},
+		},
+		{
+			name: "the first selecting rule in istiod's order wins",
+			drs: []collections.DestinationRule{
+				sel(drTestRule("ns1", "b", 0, "reviews.ns2.svc.cluster.local", nil, "b"), map[string]string{"app": "x"}),
+				sel(drTestRule("ns1", "a", 5, "reviews.ns2.svc.cluster.local", nil, "a"), map[string]string{"tier": "y"}),
+			},
+			proxy: RuleProxy{Namespace: "ns1", Selected: []string{"b", "a"}}, svc: reviews,
+			want: "ns1/b", subsets: []string{"b"}, variants: []string{"b", "a"},
+		},
+		{
+			name: "a namespace with only selector rules for the host gives its other proxies none",
+			drs: []collections.DestinationRule{
+				sel(drTestRule("ns1", "sel", 0, "reviews.ns2.svc.cluster.local", nil, "sel"), map[string]string{"app": "x"}),
+				drTestRule("ns2", "public", 0, "reviews", nil, "public"),
+			},
+			proxy: RuleProxy{Namespace: "ns1"}, svc: reviews, variants: []string{"sel"},
+		},
+		{
+			name: "the same rules: a proxy of another namespace gets the service's",
+			drs: []collections.DestinationRule{
+				sel(drTestRule("ns1", "sel", 0, "reviews.ns2.svc.cluster.local", nil, "sel"), map[string]string{"app": "x"}),
+				drTestRule("ns2", "public", 0, "reviews", nil, "public"),
+			},
+			proxy: RuleProxy{Namespace: "ns3"}, svc: reviews, want: "ns2/public", subsets: []string{"public"},
+		},
+		{
+			name: "a selector rule of another namespace selects no proxy",
+			drs: []collections.DestinationRule{
+				sel(drTestRule("ns2", "sel", 0, "reviews", nil, "sel"), map[string]string{}),
+				drTestRule("ns2", "public", 0, "reviews", nil, "public"),
+			},
+			proxy: RuleProxy{Namespace: "ns1", Selected: []string{"sel"}}, svc: reviews, want: "ns2/public", subsets: []string{"public"},
+		},
+		{
+			name: "a catch-all exported to its namespace alone folds into the selector entry and has none of its own",
+			drs: []collections.DestinationRule{
+				sel(drTestRule("ns1", "sel", 5, "reviews.ns2.svc.cluster.local", nil, "sel"), map[string]string{"app": "x"}),
+				drTestRule("ns1", "private", 0, "reviews.ns2.svc.cluster.local", []string{"."}, "private"),
+			},
+			proxy: RuleProxy{Namespace: "ns1"}, svc: reviews, variants: []string{"sel"},
+		},
+		{
+			name: "the same: the selected proxy gets both rules' subsets",
+			drs: []collections.DestinationRule{
+				sel(drTestRule("ns1", "sel", 5, "reviews.ns2.svc.cluster.local", nil, "sel"), map[string]string{"app": "x"}),
+				drTestRule("ns1", "private", 0, "reviews.ns2.svc.cluster.local", []string{"."}, "private"),
+			},
+			proxy: RuleProxy{Namespace: "ns1", Selected: []string{"sel"}}, svc: reviews, want: "ns1/sel", subsets: []string{"sel", "private"},
+			variants: []string{"sel"},
+		},
+		{
+			name: "a catch-all without exportTo stays apart from the selector entry",
+			drs: []collections.DestinationRule{
+				sel(drTestRule("ns1", "sel", 5, "reviews.ns2.svc.cluster.local", nil, "sel"), map[string]string{"app": "x"}),
+				drTestRule("ns1", "plain", 0, "reviews.ns2.svc.cluster.local", nil, "plain"),
+			},
+			proxy: RuleProxy{Namespace: "ns1", Selected: []string{"sel"}}, svc: reviews, want: "ns1/sel", subsets: []string{"sel"},
+			variants: []string{"sel"},
+		},
+		{
+			name: "an exact host without a selector is more specific than a wildcard with one",
+			drs: []collections.DestinationRule{
+				sel(drTestRule("ns1", "sel", 0, "*.ns2.svc.cluster.local", nil, "sel"), map[string]string{"app": "x"}),
+				drTestRule("ns1", "exact", 0, "reviews.ns2.svc.cluster.local", nil, "exact"),
+			},
+			proxy: RuleProxy{Namespace: "ns1", Selected: []string{"sel"}}, svc: reviews, want: "ns1/exact", subsets: []string{"exact"},
+		},
+		{
+			name: "a root namespace selector rule applies to the root namespace's proxies",
+			drs: []collections.DestinationRule{
+				sel(drTestRule(root, "sel", 0, "*.cluster.local", nil, "sel"), map[string]string{"app": "gw"}),
+				drTestRule(root, "mesh", 0, "*.cluster.local", nil, "mesh"),
+			},
+			proxy: RuleProxy{Namespace: root, Selected: []string{"sel"}}, svc: reviews, want: root + "/sel", subsets: []string{"sel"},
+			variants: []string{"sel"},
+		},
+		{
+			name: "the same rules: proxies elsewhere get the mesh rule",
+			drs: []collections.DestinationRule{
+				sel(drTestRule(root, "sel", 0, "*.cluster.local", nil, "sel"), map[string]string{"app": "gw"}),
+				drTestRule(root, "mesh", 0, "*.cluster.local", nil, "mesh"),
+			},
+			proxy: RuleProxy{Namespace: "ns1", Selected: []string{"sel"}}, svc: reviews, want: root + "/mesh", subsets: []string{"mesh"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := append([]collections.DestinationRule(nil), c.drs...)
+			got := ResolveDestinationRule(c.drs, c.proxy, c.svc, root)
+			name := ""
+			if got != nil {
+				name = got.ResourceName()
+			}
+			if name != c.want {
+				t.Fatalf("got rule %q, want %q", name, c.want)
+			}
+			if diff := cmp.Diff(c.subsets, drTestSubsets(got)); got != nil && diff != "" {
+				t.Errorf("subsets (-want +got):\n%s", diff)
+			}
+			if c.policy != nil && got.Policy != c.policy {
+				t.Errorf("policy %+v, want %+v", got.Policy, c.policy)
+			}
+			var variants []string
+			for _, r := range SelectorVariants(c.drs, c.proxy.Namespace, c.svc, root) {
+				variants = append(variants, r.Name)
+			}
+			if diff := cmp.Diff(c.variants, variants); diff != "" {
+				t.Errorf("selector variants of %s (-want +got):\n%s", c.proxy.Namespace, diff)
+			}
 			if diff := cmp.Diff(in, c.drs); diff != "" {
 				t.Errorf("input modified (-before +after):\n%s", diff)
 			}

@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"cmp"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -36,56 +37,135 @@ import (
 // entry of its own when the last entry did not take it (istiod's loop). Merging appends the
 // subsets whose names are new and adopts the incoming top-level traffic policy (with its
 // port-level settings) only when the entry has none, so the oldest policy wins. When several
-// entries remain visible, the last one is used, as SidecarScope.DestinationRule does.
+// entries remain visible, the last one is used, as SidecarScope.DestinationRule does (the last
+// without a selector, see below).
+//
+// Rules with a workloadSelector (istiod's setDestinationRules, mergeDestinationRule and
+// SidecarScope.DestinationRule) are exported to their own namespace only, whatever their
+// exportTo, and come before every rule without one (then oldest first). Merging keeps rules with
+// different selectors apart; a rule without a selector merges into an entry with one as its
+// exportTo allows (so a catch-all exported to "." alone is folded into the selector entries and
+// has no entry of its own, as in istiod). In the pool that decides, a proxy gets the first entry
+// with a selector of its own namespace that selects it (proxy.Selected), else the last entry
+// without a selector, else no rule: a namespace whose rules for the host all have selectors
+// gives its other proxies none, and the service's and root namespace's rules are not consulted.
 //
 // The result is a new value whose Host is the resolved host; its policies are shared with the
-// input and must not be modified. Rules with a workloadSelector are skipped (see
-// ConvertDestinationRule), and the mesh's defaultDestinationRuleExportTo is taken to be "*"
+// input and must not be modified. The mesh's defaultDestinationRuleExportTo is taken to be "*"
 // (istiod's default).
-func ResolveDestinationRule(drs []collections.DestinationRule, proxyNamespace string, svc *collections.ServiceInfo, rootNamespace string) *collections.DestinationRule {
+func ResolveDestinationRule(drs []collections.DestinationRule, proxy RuleProxy, svc *collections.ServiceInfo, rootNamespace string) *collections.DestinationRule {
+	if e := resolveEntry(drs, proxy, svc, rootNamespace); e != nil {
+		return &e.rule
+	}
+	return nil
+}
+
+// RuleProxy is what choosing a DestinationRule reads of a proxy: its namespace and the rules with
+// a workloadSelector that select it (collections.ProxyClass.Rules).
+type RuleProxy struct {
+	Namespace string
+	// Selected are the names of the rules of Namespace whose workloadSelector matches the
+	// proxy's labels; nil for a proxy no such rule selects.
+	Selected []string
+}
+
+// ClassRuleProxy is the RuleProxy of a class.
+func ClassRuleProxy(c collections.ProxyClass) RuleProxy {
+	return RuleProxy{Namespace: c.Namespace, Selected: c.SelectedRules()}
+}
+
+// resolveEntry is ResolveDestinationRule's entry: the consolidated rule the proxy gets.
+func resolveEntry(drs []collections.DestinationRule, proxy RuleProxy, svc *collections.ServiceInfo, rootNamespace string) *drEntry {
 	if svc == nil || len(drs) == 0 {
 		return nil
 	}
-	domain := serviceDomain(svc)
-	var cands []drCandidate
-	for i := range drs {
-		dr := &drs[i]
-		if dr.WorkloadSelector != nil {
-			continue
-		}
-		h := resolveRuleHost(dr.Host, dr.Namespace, domain)
-		if !ruleHostMatches(svc.Hostname, h) {
-			continue
-		}
-		cands = append(cands, drCandidate{dr: dr, host: h, exportTo: exportSet(dr.ExportTo)})
-	}
+	cands := ruleCandidates(drs, svc)
 	if len(cands) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(cands, func(a, b drCandidate) int {
-		return compareCreation(a.dr.CreationTime, b.dr.CreationTime, a.dr.Name, b.dr.Name, a.dr.Namespace, b.dr.Namespace)
-	})
-
-	var local []*drEntry
-	if proxyNamespace != rootNamespace {
-		local = lookupPool(cands, svc.Hostname, proxyNamespace, drCandidate.inLocalPool)
-	} else {
-		local = lookupPool(cands, svc.Hostname, rootNamespace, drCandidate.privateOnly)
-	}
-	if len(local) > 0 {
-		return &local[len(local)-1].rule
+	if local := localPool(cands, svc.Hostname, proxy.Namespace, rootNamespace); len(local) > 0 {
+		return pickEntry(local, proxy)
 	}
 	for _, ns := range []string{svc.Namespace, rootNamespace} {
 		if ns == "" {
 			continue
 		}
 		entries := lookupPool(cands, svc.Hostname, ns, func(c drCandidate) bool { return !c.privateOnly() })
-		entries = slices.DeleteFunc(entries, func(e *drEntry) bool { return !exportedTo(e.exportTo, proxyNamespace) })
+		entries = slices.DeleteFunc(entries, func(e *drEntry) bool { return !exportedTo(e.exportTo, proxy.Namespace) })
 		if len(entries) > 0 {
-			return &entries[len(entries)-1].rule
+			return pickEntry(entries, proxy)
 		}
 	}
 	return nil
+}
+
+// ruleCandidates are the rules whose host covers the service, in istiod's order: rules with a
+// workloadSelector first, then oldest first (sortConfigBySelectorAndCreationTime).
+func ruleCandidates(drs []collections.DestinationRule, svc *collections.ServiceInfo) []drCandidate {
+	domain := serviceDomain(svc)
+	var cands []drCandidate
+	for i := range drs {
+		dr := &drs[i]
+		h := resolveRuleHost(dr.Host, dr.Namespace, domain)
+		if !ruleHostMatches(svc.Hostname, h) {
+			continue
+		}
+		exportTo := exportSet(dr.ExportTo)
+		if dr.WorkloadSelector != nil {
+			exportTo = []string{"."} // never exported
+		}
+		cands = append(cands, drCandidate{dr: dr, host: h, exportTo: exportTo})
+	}
+	slices.SortStableFunc(cands, func(a, b drCandidate) int {
+		if sa, sb := a.dr.WorkloadSelector != nil, b.dr.WorkloadSelector != nil; sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		return compareCreation(a.dr.CreationTime, b.dr.CreationTime, a.dr.Name, b.dr.Name, a.dr.Namespace, b.dr.Namespace)
+	})
+	return cands
+}
+
+// localPool is the pool of the proxy's own namespace: for a proxy in the root namespace, only
+// the root namespace's rules exported to it alone.
+func localPool(cands []drCandidate, hostname, proxyNamespace, rootNamespace string) []*drEntry {
+	if proxyNamespace != rootNamespace {
+		return lookupPool(cands, hostname, proxyNamespace, drCandidate.inLocalPool)
+	}
+	return lookupPool(cands, hostname, rootNamespace, drCandidate.privateOnly)
+}
+
+// pickEntry is SidecarScope.DestinationRule over the entries of the deciding pool.
+func pickEntry(entries []*drEntry, proxy RuleProxy) *drEntry {
+	var catchAll *drEntry
+	for _, e := range entries {
+		if e.rule.WorkloadSelector == nil {
+			catchAll = e
+			continue
+		}
+		if e.rule.Namespace == proxy.Namespace && slices.Contains(proxy.Selected, e.rule.Name) {
+			return e
+		}
+	}
+	return catchAll
+}
+
+// SelectorVariants are the rules of namespace ns with a workloadSelector that are an entry of
+// their own in the pool deciding the rule of ns's proxies for svc: a proxy selected by one of them
+// (the first, in Selected's order, that is one) gets that entry.
+func SelectorVariants(drs []collections.DestinationRule, ns string, svc *collections.ServiceInfo, rootNamespace string) []*collections.DestinationRule {
+	if svc == nil || !slices.ContainsFunc(drs, func(r collections.DestinationRule) bool { return r.WorkloadSelector != nil && r.Namespace == ns }) {
+		return nil
+	}
+	var out []*collections.DestinationRule
+	for _, e := range localPool(ruleCandidates(drs, svc), svc.Hostname, ns, rootNamespace) {
+		if e.rule.WorkloadSelector != nil && e.rule.Namespace == ns {
+			out = append(out, &e.rule)
+		}
+	}
+	return out
 }
 
 type drCandidate struct {
@@ -148,12 +228,21 @@ func lookupPool(cands []drCandidate, hostname, ns string, inPool func(drCandidat
 		for _, e := range entries {
 			switch {
 			case slices.Equal(c.exportTo, e.exportTo):
+				appendSeparately = false
 			case len(e.exportTo) > 0 && isSuperset(c.exportTo, e.exportTo):
+				appendSeparately = true
 			default:
 				appendSeparately = true
 				continue
 			}
-			appendSeparately = false
+			with, existingWith := c.dr.WorkloadSelector != nil, e.rule.WorkloadSelector != nil
+			switch {
+			case with && existingWith && !maps.Equal(c.dr.WorkloadSelector, e.rule.WorkloadSelector):
+				appendSeparately = true
+				continue
+			case with == existingWith:
+				appendSeparately = false
+			}
 			mergeDestinationRule(&e.rule, c.dr)
 		}
 		if len(entries) == 0 || appendSeparately {

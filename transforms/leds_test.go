@@ -171,7 +171,7 @@ func TestLEDSOnlyAboveTheThreshold(t *testing.T) {
 	port := collections.ServicePort{Name: "http", Port: 80}
 	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local", Ports: []collections.ServicePort{port}}
 	se := collections.ServiceEndpoints{Name: "foo", Namespace: "ns1", Endpoints: collections.AppendRefs(nil, syntheticEndpoints(10))}
-	cp := ClusterPolicyFor(svc, nil, "istio-system", "ns1", 80, "")
+	cp := ClusterPolicyFor(svc, nil, "istio-system", RuleProxy{Namespace: "ns1"}, 80, "")
 	for _, c := range []struct {
 		threshold int
 		leds      bool

@@ -327,7 +327,7 @@ func TestPeerAuthnTLSMetadata(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			name := ClusterName(80, tc.subset, svc.Hostname)
-			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", "ns1", 80, tc.subset)
+			cp := ClusterPolicyFor(svc, tc.sp, "istio-system", RuleProxy{Namespace: "ns1"}, 80, tc.subset)
 			if tc.policies != nil {
 				cp.Peer = NewPeerAuthn("istio-system", tc.policies)
 			}
@@ -380,7 +380,7 @@ func TestPeerAuthnSplitHorizon(t *testing.T) {
 			policies: []collections.PeerAuthentication{peer("istio-system", "default", 1, nil, disable, nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cp := ClusterPolicyFor(svc, nil, "istio-system", "ns1", 80, "")
+			cp := ClusterPolicyFor(svc, nil, "istio-system", RuleProxy{Namespace: "ns1"}, 80, "")
 			cp.Peer = NewPeerAuthn("istio-system", tc.policies)
 			(&SplitHorizon{gateways: gws, Crosses: true}).Apply(&cp)
 			class := Project(svc, cp, collections.ProxyClass{Network: "net1", ClusterID: "c1"})

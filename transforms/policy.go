@@ -28,7 +28,7 @@ func Sidecars() Checked[*networkingclient.Sidecar, collections.Sidecar] {
 // DestinationRuleMatches reports whether a rule's host (relative to its namespace) matches the
 // service's hostname, exactly or as a wildcard.
 func DestinationRuleMatches(dr *collections.DestinationRule, svc *collections.ServiceInfo) bool {
-	return dr.WorkloadSelector == nil && ruleHostMatches(svc.Hostname, resolveRuleHost(dr.Host, dr.Namespace, serviceDomain(svc)))
+	return ruleHostMatches(svc.Hostname, resolveRuleHost(dr.Host, dr.Namespace, serviceDomain(svc)))
 }
 
 // RuleHostKeys is the extractor of the index of DestinationRules by host: the rule's host
@@ -109,11 +109,12 @@ func (cp ClusterPolicy) PostProcess() bool {
 		(cp.EnableFailover && len(s.FailoverPriority) == 0)
 }
 
-// ClusterPolicyFor resolves the policy of one cluster for proxies of a namespace.
-func ClusterPolicyFor(svc *collections.ServiceInfo, sp *collections.ServicePolicy, rootNamespace, proxyNamespace string, port int32, subset string) ClusterPolicy {
+// ClusterPolicyFor resolves the policy of one cluster for a proxy (its namespace and the rules
+// with a workloadSelector that select it).
+func ClusterPolicyFor(svc *collections.ServiceInfo, sp *collections.ServicePolicy, rootNamespace string, proxy RuleProxy, port int32, subset string) ClusterPolicy {
 	var dr *collections.DestinationRule
 	if sp != nil && len(sp.Rules) > 0 {
-		dr = ResolveDestinationRule(sp.Rules, proxyNamespace, svc, rootNamespace)
+		dr = ResolveDestinationRule(sp.Rules, proxy, svc, rootNamespace)
 	}
 	if dr == nil {
 		cp := ClusterPolicy{LB: PolicyFor(svc)}

@@ -41,7 +41,7 @@ func TestCLAOfAClassEqualsCLAOfItsProjection(t *testing.T) {
 		for _, nodeLocal := range []bool{false, true} {
 			svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local",
 				TrafficDistribution: td, NodeLocal: nodeLocal, Ports: []collections.ServicePort{port}}
-			policies := map[string]ClusterPolicy{"no rule": ClusterPolicyFor(svc, nil, "istio-system", "ns1", 80, "")}
+			policies := map[string]ClusterPolicy{"no rule": ClusterPolicyFor(svc, nil, "istio-system", RuleProxy{Namespace: "ns1"}, 80, "")}
 			settings := lbtSettings()
 			on := true
 			settings["label priority"] = struct {

@@ -2,6 +2,7 @@ package transforms
 
 import (
 	"slices"
+	"strings"
 
 	"istio.io/istio/pkg/kube/krt"
 
@@ -18,12 +19,20 @@ type ProxyInputs struct {
 	// class keeps every label of the proxy: correct, but proxies that differ in any label then
 	// have CLAs of their own wherever a CLA depends on the proxy.
 	FailoverLabels krt.Singleton[collections.FailoverLabels]
+	// SelectorRules are the DestinationRules with a workloadSelector by namespace
+	// (SelectorRuleNamespace), an index of Rules: those of its namespace selecting a proxy are
+	// part of its class.
+	Rules         krt.Collection[collections.DestinationRule]
+	SelectorRules krt.Index[string, collections.DestinationRule]
 }
 
 func (in ProxyInputs) reads() []any {
 	r := append(in.Workloads.reads(), in.Sidecars)
 	if in.FailoverLabels != nil {
 		r = append(r, in.FailoverLabels)
+	}
+	if in.Rules != nil {
+		r = append(r, in.Rules)
 	}
 	return r
 }
@@ -97,6 +106,9 @@ func Proxies(cfg collections.Config, in ProxyInputs) Single[collections.Connecte
 			NodeName:  nodeName,
 			Labels:    classLabels(ctx, in.FailoverLabels, own),
 		}
+		if in.SelectorRules != nil {
+			p.Class.Rules = selectedRules(in.SelectorRules.Fetch(ctx, cp.Namespace), p.EffectiveLabels)
+		}
 		p.View = ViewOf(p)
 		return p
 	}}
@@ -142,9 +154,35 @@ func classLabels(ctx krt.HandlerContext, failover krt.Singleton[collections.Fail
 	return collections.CanonicalLabels(kept)
 }
 
+// SelectorRuleNamespace is the extractor of the index of DestinationRules with a
+// workloadSelector by namespace (the others are not in it).
+func SelectorRuleNamespace(r collections.DestinationRule) []string {
+	if r.WorkloadSelector == nil {
+		return nil
+	}
+	return []string{r.Namespace}
+}
+
+// selectedRules names the rules whose workloadSelector matches labels (istiod matches the
+// proxy's labels, topology labels included), in istiod's order (ruleCandidates), joined by ",".
+func selectedRules(rules []collections.DestinationRule, labels map[string]string) string {
+	rules = slices.DeleteFunc(slices.Clone(rules), func(r collections.DestinationRule) bool {
+		return r.WorkloadSelector == nil || !labelsSubset(r.WorkloadSelector, labels)
+	})
+	slices.SortFunc(rules, func(a, b collections.DestinationRule) int {
+		return compareCreation(a.CreationTime, b.CreationTime, a.Name, b.Name, a.Namespace, b.Namespace)
+	})
+	names := make([]string, len(rules))
+	for i, r := range rules {
+		names[i] = r.Name
+	}
+	return strings.Join(names, ",")
+}
+
 // ViewOf is what resolving names for the proxy depends on (see collections.View).
 func ViewOf(p *collections.Proxy) collections.View {
-	v := collections.View{ClassKey: p.Class.Key(), Namespace: p.Namespace, Egress: p.SidecarEgress, GRPC: p.Generator == collections.GeneratorGRPC}
+	v := collections.View{ClassKey: p.Class.Key(), Namespace: p.Namespace, Egress: p.SidecarEgress, GRPC: p.Generator == collections.GeneratorGRPC,
+		Rules: p.Class.SelectedRules()}
 	v.Key = v.ClassKey + "|" + p.Sidecar
 	if v.GRPC {
 		v.Key += "|grpc"

@@ -1,7 +1,10 @@
 package transforms
 
 import (
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"istio.io/istio/pkg/kube/krt"
@@ -129,5 +132,37 @@ func TestProxyEnrichment(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProxyClassSelectedRules: the DestinationRules of the proxy's namespace whose
+// workloadSelector matches its labels (topology labels too, as istiod's proxy labels) are part
+// of its class, oldest first; rules of other namespaces and proxies they do not select are not.
+func TestProxyClassSelectedRules(t *testing.T) {
+	cfg := collections.DefaultConfig()
+	in := workloadInputs(t, fixtures.ZoneNode("n1", "r1", "z1"), fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"))
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rule := func(ns, name string, age int, sel map[string]string) collections.DestinationRule {
+		return collections.DestinationRule{Name: name, Namespace: ns, Host: "reviews", WorkloadSelector: sel, CreationTime: created.Add(time.Duration(age) * time.Second)}
+	}
+	rules := krt.NewStaticCollection(nil, []collections.DestinationRule{
+		rule("ns1", "newer", 5, map[string]string{"app": "client"}),
+		rule("ns1", "older", 1, map[string]string{"topology.kubernetes.io/region": "r1"}),
+		rule("ns1", "all", 3, map[string]string{}),
+		rule("ns1", "other-app", 0, map[string]string{"app": "server"}),
+		rule("ns1", "no-selector", 0, nil),
+		rule("ns2", "elsewhere", 0, map[string]string{"app": "client"}),
+	}, krt.WithStop(test.NewStop(t)))
+	f := Proxies(cfg, ProxyInputs{Workloads: in, Rules: rules, SelectorRules: krt.NewIndex(rules, "sel", SelectorRuleNamespace)}).Fn
+	p := f(krt.TestingDummyContext{}, collections.ConnectedProxy{ConnID: "a", IP: "10.1.0.1", PodName: "client-1", Namespace: "ns1"})
+	if p.Class.Rules != "older,all,newer" {
+		t.Errorf("class rules %q, want older,all,newer", p.Class.Rules)
+	}
+	if !slices.Equal(p.View.Rules, []string{"older", "all", "newer"}) || !strings.Contains(p.View.ClassKey, "older,all,newer") {
+		t.Errorf("view %+v does not carry the rules", p.View)
+	}
+	other := f(krt.TestingDummyContext{}, collections.ConnectedProxy{ConnID: "b", IP: "10.9.9.9", Namespace: "ns3", Labels: map[string]string{"app": "client"}})
+	if other.Class.Rules != "" || other.View.Rules != nil {
+		t.Errorf("a proxy of a namespace without selector rules: class %q, view %v", other.Class.Rules, other.View.Rules)
 	}
 }

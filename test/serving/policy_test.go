@@ -9,6 +9,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
@@ -356,5 +357,118 @@ spec:
 	}
 	if !slices.Equal(got, []string{admin}) {
 		t.Fatalf("clusters %v, want only %s", got, admin)
+	}
+}
+
+// Rules for foo in ns4: one for every proxy there, one for the proxies labelled app=client
+// (another subset canary, no mTLS, round robin).
+const drWorkloadSelector = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: foo-all, namespace: ns4}
+spec:
+  host: foo.ns1.svc.cluster.local
+  subsets:
+  - name: canary
+    labels: {version: v2}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: foo-client, namespace: ns4}
+spec:
+  host: foo.ns1.svc.cluster.local
+  workloadSelector:
+    matchLabels: {app: client}
+  trafficPolicy:
+    loadBalancer: {simple: ROUND_ROBIN}
+    tls: {mode: DISABLE}
+  subsets:
+  - name: canary
+    labels: {version: v1}
+`
+
+// TestDestinationRuleWorkloadSelector: a rule with a workloadSelector applies to the proxies of
+// its namespace it selects, ahead of the namespace's other rule: its subset picks their
+// endpoints, its TLS mode their tlsMode, its policy their cluster; the namespace's other proxies
+// get the other rule, other namespaces neither. A change of the selector moves the proxies.
+func TestDestinationRuleWorkloadSelector(t *testing.T) {
+	objs := versionedMesh()
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			p.Labels["security.istio.io/tlsMode"] = "istio"
+		}
+	}
+	r := newRig(t, append(objs, decode(t, drWorkloadSelector)...)...)
+	canary := "outbound|80|canary|foo.ns1.svc.cluster.local"
+	client := sidecar("10.9.0.6", "ns4")
+	client.Labels = map[string]string{"app": "client"}
+	other := sidecar("10.9.0.7", "ns4")
+	other.Labels = map[string]string{"app": "other"}
+	selected, unselected, elsewhere := r.Open(client), r.Open(other), r.Open(sidecar("10.9.0.8", "ns5"))
+	v1 := []string{"10.0.0.1:8080 HEALTHY p0 r1/z1"}
+	v2 := []string{"10.0.0.2:8080 HEALTHY p0 r1/z2", "10.0.0.3:8080 HEALTHY p0 r2/z3"}
+	for _, c := range []struct {
+		name string
+		s    *adsclient.Stream
+		want []string
+		tls  string
+	}{
+		{"selected: its rule's subset, no mTLS", selected, v1, ""},
+		{"not selected: the namespace's rule", unselected, v2, "istio"},
+		{"another namespace: no rule, every endpoint", elsewhere, append(slices.Clone(v1), v2...), "istio"},
+	} {
+		_ = c.s.Request(adsclient.TypeCLA, canary)
+		resp := recv(t, c.s)
+		cla := onlyCLA(t, resp)
+		if got := endpointsOf(cla); !slices.Equal(got, c.want) {
+			t.Fatalf("%s: endpoints %v, want %v", c.name, got, c.want)
+		}
+		for _, m := range tlsModes(cla) {
+			if m != c.tls {
+				t.Fatalf("%s: tlsMode %q, want %q", c.name, m, c.tls)
+			}
+		}
+		_ = c.s.Ack(resp, canary)
+	}
+	lbOf := func(s *adsclient.Stream) cluster.Cluster_LbPolicy {
+		_ = s.Request(adsclient.TypeCluster)
+		resp := recv(t, s)
+		cls, _ := adsclient.Decode(resp, func() *cluster.Cluster { return &cluster.Cluster{} })
+		_ = s.Ack(resp)
+		for _, cl := range cls {
+			if cl.Name == canary {
+				return cl.LbPolicy
+			}
+		}
+		t.Fatalf("no cluster %s", canary)
+		return 0
+	}
+	if lb := lbOf(selected); lb != cluster.Cluster_ROUND_ROBIN {
+		t.Errorf("selected proxy's cluster: %v, want ROUND_ROBIN", lb)
+	}
+	if lb := lbOf(unselected); lb != cluster.Cluster_LEAST_REQUEST {
+		t.Errorf("unselected proxy's cluster: %v, want LEAST_REQUEST", lb)
+	}
+
+	// The selector stops matching: the proxy gets the namespace's rule, cluster and endpoints.
+	r.In.Apply(decode(t, strings.Replace(drWorkloadSelector, "{app: client}", "{app: nobody}", 1))[1], false)
+	for got := 0; got != 3; {
+		resp := recv(t, selected)
+		switch resp.TypeUrl {
+		case adsclient.TypeCLA:
+			if eps := endpointsOf(onlyCLA(t, resp)); !slices.Equal(eps, v2) {
+				t.Fatalf("after the selector changed: endpoints %v, want %v", eps, v2)
+			}
+			got |= 1
+			_ = selected.Ack(resp, canary)
+		case adsclient.TypeCluster:
+			cls, _ := adsclient.Decode(resp, func() *cluster.Cluster { return &cluster.Cluster{} })
+			i := slices.IndexFunc(cls, func(cl *cluster.Cluster) bool { return cl.Name == canary })
+			if i < 0 || cls[i].LbPolicy != cluster.Cluster_LEAST_REQUEST {
+				t.Fatalf("after the selector changed: clusters %v, want %s with LEAST_REQUEST", cls, canary)
+			}
+			got |= 2
+			_ = selected.Ack(resp)
+		}
 	}
 }
