@@ -198,8 +198,10 @@ type LBAlgorithm struct {
 	// PASSTHROUGH); "" when unset or UNSPECIFIED.
 	Simple string `json:"simple,omitempty"`
 	// ConsistentHash is one of the Hash* constants when loadBalancer.consistentHash is set.
-	// The hash key (header, cookie, ...) goes into routes, which krteds does not build for Envoy.
+	// The hash key goes into routes, which krteds builds for gRPC clients only: HashHeader.
 	ConsistentHash string `json:"consistentHash,omitempty"`
+	// HashHeader is consistentHash.httpHeaderName: the route hashes the request by that header.
+	HashHeader string `json:"hashHeader,omitempty"`
 	// MinimumRingSize is ringHash.minimumRingSize, or the deprecated
 	// consistentHash.minimumRingSize for HashRingDefault.
 	MinimumRingSize uint64 `json:"minimumRingSize,omitempty"`
@@ -222,7 +224,7 @@ func (a *LBAlgorithm) Equals(o *LBAlgorithm) bool {
 	if a == nil || o == nil {
 		return false
 	}
-	return a.Simple == o.Simple && a.ConsistentHash == o.ConsistentHash && a.MinimumRingSize == o.MinimumRingSize &&
+	return a.Simple == o.Simple && a.ConsistentHash == o.ConsistentHash && a.HashHeader == o.HashHeader && a.MinimumRingSize == o.MinimumRingSize &&
 		a.MaglevTableSize == o.MaglevTableSize && a.Warmup == o.Warmup && a.WarmupDuration == o.WarmupDuration &&
 		a.WarmupMinimumPercent.Equals(o.WarmupMinimumPercent) && a.WarmupAggression.Equals(o.WarmupAggression) &&
 		a.WarmupDurationSecs == o.WarmupDurationSecs

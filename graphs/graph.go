@@ -237,7 +237,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints, LRS: cfg.LRS, PeerAuthn: peerAuthn,
 	}))
 	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, transforms.Listeners())
-	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes())
+	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes(cfg.SystemNamespace, g.ServicePolicies))
 	checked(DeriveFromNothing(d, NameResourceProblems, transforms.ResourceProblems(g.CLAs, g.Clusters, g.Listeners, g.Routes)))
 
 	g.Problems = krt.JoinCollection(problems, opts.WithName(NameProblems)...)

@@ -99,6 +99,9 @@ func (g *Graph) lookup(c krt.Collection[collections.ResourceSet], v *collections
 	switch typeURL {
 	case transforms.TypeCluster:
 		set = transforms.ResolveClusterSet(get, v.Namespace, v.Rules, name, v.GRPC)
+	case transforms.TypeRoute:
+		// Routes are served to gRPC clients, in their rule's variant (transforms.Routes).
+		set = transforms.ResolveClusterSet(get, v.Namespace, v.Rules, name, true)
 	case transforms.TypeListener:
 		if set = get(name); set == nil {
 			// A short name of a Kubernetes service: its listener, named as asked.

@@ -1,6 +1,7 @@
 package transforms
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	xdstype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
@@ -1014,6 +1016,50 @@ func TestLRSPointsEDSClustersAtSelf(t *testing.T) {
 			if got := c.GetLrsServer().GetSelf() != nil; got != lrs {
 				t.Errorf("%s cluster, LRS %t: lrs_server self %t", kind, lrs, got)
 			}
+		}
+	}
+}
+
+// TestRoutesHashByTheRulesHeader: a gRPC route hashes by the header of the consistentHash of the
+// proxy's rule: none by default, the ns1 rule's header for ns1's proxies (a variant of its own),
+// the selector rule's for the proxies it selects.
+func TestRoutesHashByTheRulesHeader(t *testing.T) {
+	svc := cdsService()
+	hashing := func(header string) *networking.TrafficPolicy {
+		return &networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_ConsistentHash{
+			ConsistentHash: &networking.LoadBalancerSettings_ConsistentHashLB{HashKey: &networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName{HttpHeaderName: header}}}}}
+	}
+	private := *cdsRule(t, hashing("x-user"))
+	private.Name, private.ExportTo = "private", []string{"ns1"}
+	selected := *cdsRule(t, hashing("x-tenant"))
+	selected.Name, selected.WorkloadSelector = "tenant", map[string]string{"app": "t"}
+	sp := collections.ServicePolicy{Service: svc.ResourceName(), Rules: []collections.DestinationRule{private, selected}}
+	policies := krt.NewStaticCollection(nil, []collections.ServicePolicy{sp}, krt.WithStop(test.NewStop(t)))
+	sets := Routes(collections.DefaultSystemNamespace, policies).Fn(krt.TestingDummyContext{}, svc)
+	byKey := map[string]*collections.ResourceSet{}
+	for i := range sets {
+		byKey[sets[i].Key] = &sets[i]
+	}
+	if len(sets) != 3 {
+		t.Fatalf("%d route sets, want the default, ns1's and the selector's: %v", len(sets), slices.Collect(maps.Keys(byKey)))
+	}
+	get := func(k string) *collections.ResourceSet { return byKey[k] }
+	for _, c := range []struct {
+		ns       string
+		selected []string
+		want     string
+	}{{"ns2", nil, ""}, {"ns1", nil, "x-user"}, {"ns1", []string{"tenant"}, "x-tenant"}} {
+		set := ResolveClusterSet(get, c.ns, c.selected, cdsDefault, true)
+		rc := &route.RouteConfiguration{}
+		if set == nil || set.Shared == nil || proto.Unmarshal(set.Shared.Body, rc) != nil {
+			t.Fatalf("%s %v: no route", c.ns, c.selected)
+		}
+		got := ""
+		if hp := rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetHashPolicy(); len(hp) > 0 {
+			got = hp[0].GetHeader().GetHeaderName()
+		}
+		if rc.Name != cdsDefault || got != c.want {
+			t.Errorf("%s %v: route %s hashing by %q, want %q", c.ns, c.selected, rc.Name, got, c.want)
 		}
 	}
 }

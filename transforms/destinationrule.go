@@ -133,6 +133,7 @@ func convertLBAlgorithm(lb *networking.LoadBalancerSettings) *collections.LBAlgo
 		out.Simple = s.String()
 	}
 	if ch := lb.GetConsistentHash(); ch != nil {
+		out.HashHeader = ch.GetHttpHeaderName()
 		switch {
 		case ch.GetMaglev() != nil:
 			out.ConsistentHash, out.MaglevTableSize = collections.HashMaglev, ch.GetMaglev().GetTableSize()

@@ -139,20 +139,53 @@ func APIListener(name, routeName string) (*listener.Listener, error) {
 }
 
 // Routes builds the RDS resources of a service: per cluster port, a route configuration named
-// like the cluster that sends everything to it.
-func Routes() Many[*collections.ServiceInfo, collections.ResourceSet] {
-	return Many[*collections.ServiceInfo, collections.ResourceSet]{Fn: func(_ krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
+// like the cluster that sends everything to it, hashing requests by the header the
+// DestinationRule's consistentHash names (httpHeaderName), as istiod's default route does. Which
+// rule applies depends on the proxy, as for clusters: the variants are keyed as the gRPC
+// clusters' (ClusterKey, SelectorClusterKey), a namespace's only where it differs.
+func Routes(rootNamespace string, policies krt.Collection[collections.ServicePolicy]) Many[*collections.ServiceInfo, collections.ResourceSet] {
+	return Many[*collections.ServiceInfo, collections.ResourceSet]{Reads: []any{policies}, Fn: func(ctx krt.HandlerContext, svc *collections.ServiceInfo) []collections.ResourceSet {
 		var out []collections.ResourceSet
+		sp := krt.FetchOne(ctx, policies, krt.FilterKey(svc.ResourceName()))
+		variants := clusterVariants(svc, sp, rootNamespace)
 		for _, p := range ClusterPorts(svc) {
 			name := ClusterName(p.Port, "", svc.Hostname)
-			out = appendResource(out, svc, p.Port, name, name, TypeRoute, RouteTo(name, svc.Hostname+":"+strconv.Itoa(int(p.Port))))
+			vhost := svc.Hostname + ":" + strconv.Itoa(int(p.Port))
+			header := hashHeader(variants[0].rule, p.Port)
+			out = appendResource(out, svc, p.Port, name, name, TypeRoute, RouteTo(name, vhost, header))
+			for _, v := range variants[1:] {
+				h := hashHeader(v.rule, p.Port)
+				switch {
+				case v.selector != "":
+					out = appendResource(out, svc, p.Port, SelectorClusterKey(v.namespace, v.selector, name, true), name, TypeRoute, RouteTo(name, vhost, h))
+				case h != header:
+					out = appendResource(out, svc, p.Port, ClusterKey(v.namespace, name, true), name, TypeRoute, RouteTo(name, vhost, h))
+				}
+			}
 		}
 		return out
 	}}
 }
 
-// RouteTo is a route configuration with one catch-all virtual host routing to cluster.
-func RouteTo(clusterName, vhost string) *route.RouteConfiguration {
+// hashHeader is the request header a rule's consistent hash reads for a port's cluster ("" for
+// none).
+func hashHeader(rule *collections.DestinationRule, port int32) string {
+	tp, _, _ := EffectiveTrafficPolicy(rule, port, "")
+	if tp == nil || tp.Algorithm == nil || tp.Algorithm.ConsistentHash == "" {
+		return ""
+	}
+	return tp.Algorithm.HashHeader
+}
+
+// RouteTo is a route configuration with one catch-all virtual host routing to cluster, hashing
+// requests by header when it is not "".
+func RouteTo(clusterName, vhost, header string) *route.RouteConfiguration {
+	action := &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterName}}
+	if header != "" {
+		action.HashPolicy = []*route.RouteAction_HashPolicy{{
+			PolicySpecifier: &route.RouteAction_HashPolicy_Header_{Header: &route.RouteAction_HashPolicy_Header{HeaderName: header}},
+		}}
+	}
 	return &route.RouteConfiguration{
 		Name: clusterName,
 		VirtualHosts: []*route.VirtualHost{{
@@ -160,7 +193,7 @@ func RouteTo(clusterName, vhost string) *route.RouteConfiguration {
 			Domains: []string{"*"},
 			Routes: []*route.Route{{
 				Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterName}}},
+				Action: &route.Route_Route{Route: action},
 			}},
 		}},
 	}
