@@ -147,6 +147,14 @@ const (
 
 	AnnotationExportTo            = "networking.istio.io/exportTo"
 	AnnotationTrafficDistribution = "networking.istio.io/traffic-distribution"
+	// AnnotationEndpointHashKey on a Service names what its endpoints' ring-hash key is
+	// (gRFC A76, envoy.lb hash_key): HashKeyPodName, or a Pod annotation's key.
+	AnnotationEndpointHashKey = "krteds.io/endpoint-hash-key"
+	// HashKeyPodName keys each endpoint by its Pod's name.
+	HashKeyPodName = "pod-name"
+	// MaxAnnotationValueBytes bounds the Pod annotation values krteds keeps (a hash key is a
+	// short name): longer values, such as serialized configuration, are not kept.
+	MaxAnnotationValueBytes = 256
 
 	TLSModeDisabled = "disabled"
 	TLSModeIstio    = "istio"

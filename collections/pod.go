@@ -1,6 +1,7 @@
 package collections
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"unique"
@@ -47,6 +48,9 @@ type Pod struct {
 	// Ports are the named TCP container ports, the first of each name (istiod's getPortMap):
 	// what a ServiceEntry selecting the Pod maps its port names to.
 	Ports []NamedPort `json:"ports,omitempty"`
+	// Annotations are the Pod's annotations whose values are at most MaxAnnotationValueBytes
+	// long (what a Service's endpoint hash key may name), shared by content like Labels.
+	Annotations Labels `json:"annotations,omitzero"`
 }
 
 // Namespace is the first part of the key ("" for a key without one).
@@ -109,7 +113,8 @@ func (p *Pod) Equals(o *Pod) bool {
 		p.Phase == o.Phase && p.Ready == o.Ready && p.Deleting == o.Deleting &&
 		p.HostNetwork == o.HostNetwork && p.Generated == o.Generated && sameValue(p.Controller, o.Controller) &&
 		sameValue(p.DNS, o.DNS) &&
-		slices.Equal(p.Ports, o.Ports) && slices.Equal(p.IPs, o.IPs) && p.Labels.Equal(o.Labels)
+		slices.Equal(p.Ports, o.Ports) && slices.Equal(p.IPs, o.IPs) && p.Labels.Equal(o.Labels) &&
+		p.Annotations.Equal(o.Annotations)
 }
 
 // podOwners holds each controlling owner once.
@@ -174,6 +179,7 @@ func NewPod(k *corev1.Pod) *Pod {
 		}
 	}
 	p.Ports = slices.Clip(p.Ports)
+	p.Annotations = InternLabels(shortAnnotations(k.Annotations))
 	for _, ref := range k.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller {
 			p.Controller = podOwners.Get(PodOwner{Kind: ref.Kind, Name: ref.Name})
@@ -181,6 +187,19 @@ func NewPod(k *corev1.Pod) *Pod {
 		}
 	}
 	return p
+}
+
+// shortAnnotations is a without the annotations whose values are longer than
+// MaxAnnotationValueBytes (a itself when none is).
+func shortAnnotations(a map[string]string) map[string]string {
+	for _, v := range a {
+		if len(v) > MaxAnnotationValueBytes {
+			a = maps.Clone(a)
+			maps.DeleteFunc(a, func(_, v string) bool { return len(v) > MaxAnnotationValueBytes })
+			break
+		}
+	}
+	return a
 }
 
 // Follows records that the Pod is the next version of prev (nil: none known): a Ready condition

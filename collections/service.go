@@ -148,6 +148,9 @@ type ServiceInfo struct {
 	PersistentSession bool `json:"persistentSession,omitempty"`
 	// PersistentSessionHeader is set by the label istio.io/persistent-session-header.
 	PersistentSessionHeader bool `json:"persistentSessionHeader,omitempty"`
+	// HashKey is the annotation krteds.io/endpoint-hash-key: what each endpoint's ring-hash key
+	// is (HashKeyPodName, or a Pod annotation's key; "" for its address, the clients' default).
+	HashKey string `json:"hashKey,omitempty"`
 }
 
 // ResourceName is the krt key: "<namespace>/<name>", the name of a ServiceEntry host being the
@@ -222,6 +225,7 @@ func (s *ServiceInfo) Equals(o *ServiceInfo) bool {
 		s.Type == o.Type &&
 		s.PersistentSession == o.PersistentSession &&
 		s.PersistentSessionHeader == o.PersistentSessionHeader &&
+		s.HashKey == o.HashKey &&
 		slices.Equal(s.Ports, o.Ports) &&
 		slices.Equal(s.ExportTo, o.ExportTo) &&
 		slices.Equal(s.ClusterIPs, o.ClusterIPs) &&

@@ -72,6 +72,8 @@ type EndpointMeta struct {
 	*TopologyMeta
 	HostName  string `json:"HostName"`
 	SubDomain string `json:"SubDomain"`
+	// Annotations are the Pod's (Pod.Annotations): what a Service's endpoint hash key may name.
+	Annotations Labels `json:"annotations,omitzero"`
 }
 
 // WorkloadMeta is the part of an endpoint's metadata its workload gives: the same for every pod
@@ -123,9 +125,12 @@ func (m *EndpointMeta) Edit(f func(*EndpointMeta)) *EndpointMeta {
 	c := &EndpointMeta{WorkloadMeta: &WorkloadMeta{}, TopologyMeta: &TopologyMeta{}}
 	if m != nil {
 		*c.WorkloadMeta, *c.TopologyMeta, c.HostName, c.SubDomain = *m.WorkloadMeta, *m.TopologyMeta, m.HostName, m.SubDomain
+		c.Annotations = m.Annotations
 	}
 	f(c)
-	return NewEndpointMeta(*c.WorkloadMeta, *c.TopologyMeta, c.HostName, c.SubDomain)
+	out := NewEndpointMeta(*c.WorkloadMeta, *c.TopologyMeta, c.HostName, c.SubDomain)
+	out.Annotations = c.Annotations
+	return out
 }
 
 // LBWeight is the endpoint's load-balancing weight: Weight, or 1 when unset.
@@ -192,7 +197,7 @@ func (m *EndpointMeta) Equals(o *EndpointMeta) bool {
 	if m == nil || o == nil {
 		return false
 	}
-	return m.HostName == o.HostName && m.SubDomain == o.SubDomain &&
+	return m.HostName == o.HostName && m.SubDomain == o.SubDomain && m.Annotations.Equal(o.Annotations) &&
 		sameValue(m.WorkloadMeta, o.WorkloadMeta) && sameValue(m.TopologyMeta, o.TopologyMeta)
 }
 

@@ -44,6 +44,8 @@ type encoder struct {
 	workloads   []workloadEntry
 	workloadMap map[workloadKey][]byte
 	tls         EndpointTLS
+	// hashKey is the service's hash key setting (CLAPlan.HashKey).
+	hashKey string
 	// tlsModes caches the encoded tlsMode entries of values other than "istio".
 	tlsModes map[string][]byte
 }
@@ -63,7 +65,7 @@ type workloadEntry struct {
 // the message: the bytes are those of proto.Marshal of the oracle's message (oracle_test.go) with Deterministic set. Sizes
 // are computed first, so that the message is written once into an allocation of its size.
 func (p CLAPlan) Encode() []byte {
-	enc := encoder{tls: p.TLS}
+	enc := encoder{tls: p.TLS, hashKey: p.HashKey}
 	n := protowire.SizeTag(fClaClusterName) + protowire.SizeBytes(len(p.ClusterName))
 	for _, g := range p.Groups {
 		n += protowire.SizeTag(fClaEndpoints) + protowire.SizeBytes(enc.localityGroupSize(g))
@@ -138,12 +140,13 @@ func (e *encoder) localityGroup(b []byte, g CLAGroup) []byte {
 	return b
 }
 
-// metadata is an endpoint's two filter_metadata entries (the first may be nil).
-func (e *encoder) metadata(ep *collections.Endpoint) (tls, workload []byte) {
+// metadata is an endpoint's two filter_metadata entries (the first may be nil) and its hash key
+// ("" for none), whose entry envoy.lb comes before them.
+func (e *encoder) metadata(ep *collections.Endpoint) (tls, workload []byte, hashKey string) {
 	if v := e.tls.Value(ep); v != "" {
 		tls = e.tlsModeEntry(v)
 	}
-	return tls, e.workloadEntry(ep.Meta)
+	return tls, e.workloadEntry(ep.Meta), HashKeyOf(e.hashKey, ep)
 }
 
 // socketSizes are the sizes of an endpoint's SocketAddress, Address and Endpoint messages.
@@ -162,8 +165,8 @@ func (e *encoder) lbEndpointSize(ep *collections.Endpoint) int {
 	if h := healthOf[SentHealth(ep)]; h != 0 {
 		n += protowire.SizeTag(fLbHealth) + protowire.SizeVarint(uint64(h))
 	}
-	tls, workload := e.metadata(ep)
-	n += protowire.SizeTag(fLbMetadata) + protowire.SizeBytes(len(tls)+len(workload))
+	tls, workload, hashKey := e.metadata(ep)
+	n += protowire.SizeTag(fLbMetadata) + protowire.SizeBytes(len(tls)+len(workload)+hashKeyEntrySize(hashKey))
 	n += uint32ValueSize(fLbWeight, uint64(ep.Meta.LBWeight()))
 	_, _, endpoint := socketSizes(ep)
 	return n + protowire.SizeTag(fLbEndpoint) + protowire.SizeBytes(endpoint)
@@ -176,10 +179,14 @@ func (e *encoder) lbEndpoint(b []byte, ep *collections.Endpoint) []byte {
 		b = protowire.AppendTag(b, fLbHealth, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(h))
 	}
-	// metadata { filter_metadata: {envoy.transport_socket_match: {tlsMode}, istio: {workload}} }
-	tls, workload := e.metadata(ep)
+	// metadata { filter_metadata: {envoy.lb: {hash_key}, envoy.transport_socket_match: {tlsMode},
+	// istio: {workload}} }, the entries in key order
+	tls, workload, hashKey := e.metadata(ep)
 	b = protowire.AppendTag(b, fLbMetadata, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(len(tls)+len(workload)))
+	b = protowire.AppendVarint(b, uint64(len(tls)+len(workload)+hashKeyEntrySize(hashKey)))
+	if hashKey != "" {
+		b = appendMetadataEntry(b, hashKeyFilter, hashKeyField, hashKey)
+	}
 	b = append(append(b, tls...), workload...)
 	b = appendUInt32Value(b, fLbWeight, uint64(ep.Meta.LBWeight()))
 	// endpoint { address { socket_address { address, port_value } } }
@@ -248,6 +255,32 @@ func (e *encoder) tlsModeEntry(v string) []byte {
 
 var istioTLSModeEntry = metadataEntry("envoy.transport_socket_match", "tlsMode", collections.TLSModeIstio)
 
+// The filter_metadata entry of an endpoint's ring-hash key (gRFC A76, Envoy's ring hash and
+// maglev): envoy.lb {hash_key: <key>}.
+const (
+	hashKeyFilter = "envoy.lb"
+	hashKeyField  = "hash_key"
+)
+
+// hashKeyEntrySize is the size of the hash key's entry, 0 for no key.
+func hashKeyEntrySize(key string) int {
+	if key == "" {
+		return 0
+	}
+	_, _, _, n := metadataEntrySizes(hashKeyFilter, hashKeyField, len(key))
+	return n
+}
+
+// metadataEntrySizes are the sizes of a filter_metadata entry's Value, Struct.fields entry,
+// Struct and the whole, for a string value of valueLen bytes.
+func metadataEntrySizes(filter, key string, valueLen int) (val, field, st, whole int) {
+	val = protowire.SizeTag(fValueString) + protowire.SizeBytes(valueLen)                                                        // google.protobuf.Value
+	field = protowire.SizeTag(fMapKey) + protowire.SizeBytes(len(key)) + protowire.SizeTag(fMapValue) + protowire.SizeBytes(val) // Struct.fields entry
+	st = protowire.SizeTag(fStructFields) + protowire.SizeBytes(field)                                                           // google.protobuf.Struct
+	entry := protowire.SizeTag(fMapKey) + protowire.SizeBytes(len(filter)) + protowire.SizeTag(fMapValue) + protowire.SizeBytes(st)
+	return val, field, st, protowire.SizeTag(fMetaFilter) + protowire.SizeBytes(entry)
+}
+
 // metadataEntry encodes one filter_metadata map entry {filter: Struct{fields: {key: string
 // value}}}, the value being the parts joined by ";", in one allocation of its exact size.
 func metadataEntry(filter, key string, parts ...string) []byte {
@@ -255,11 +288,18 @@ func metadataEntry(filter, key string, parts ...string) []byte {
 	for _, p := range parts {
 		valueLen += len(p)
 	}
-	val := protowire.SizeTag(fValueString) + protowire.SizeBytes(valueLen)                                                        // google.protobuf.Value
-	field := protowire.SizeTag(fMapKey) + protowire.SizeBytes(len(key)) + protowire.SizeTag(fMapValue) + protowire.SizeBytes(val) // Struct.fields entry
-	st := protowire.SizeTag(fStructFields) + protowire.SizeBytes(field)                                                           // google.protobuf.Struct
+	_, _, _, n := metadataEntrySizes(filter, key, valueLen)
+	return appendMetadataEntry(make([]byte, 0, n), filter, key, parts...)
+}
+
+// appendMetadataEntry appends metadataEntry's bytes to out.
+func appendMetadataEntry(out []byte, filter, key string, parts ...string) []byte {
+	valueLen := len(parts) - 1
+	for _, p := range parts {
+		valueLen += len(p)
+	}
+	val, field, st, _ := metadataEntrySizes(filter, key, valueLen)
 	entry := protowire.SizeTag(fMapKey) + protowire.SizeBytes(len(filter)) + protowire.SizeTag(fMapValue) + protowire.SizeBytes(st)
-	out := make([]byte, 0, protowire.SizeTag(fMetaFilter)+protowire.SizeBytes(entry))
 	out = protowire.AppendTag(out, fMetaFilter, protowire.BytesType)
 	out = protowire.AppendVarint(out, uint64(entry))
 	out = appendStringField(out, fMapKey, filter)

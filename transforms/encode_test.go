@@ -3,6 +3,8 @@ package transforms
 import (
 	"bytes"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -33,6 +35,15 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	for i := 13; i < 40; i++ { // more workloads than the encoder scans before it keeps a map
 		eps[i].Meta = eps[i].Meta.Edit(func(m *collections.EndpointMeta) { m.WorkloadName = fmt.Sprintf("w%d", i) })
 	}
+	// Pods, some with the annotation a hash key names: a key of 200 bytes (a two-byte length).
+	for i := 0; i < len(eps); i += 2 {
+		eps[i].Pod = fmt.Sprintf("ns1/foo-%d", i)
+	}
+	for i := 0; i < len(eps); i += 3 {
+		eps[i].Meta = eps[i].Meta.Edit(func(m *collections.EndpointMeta) {
+			m.Annotations = collections.InternLabels(map[string]string{"ring": strings.Repeat("k", i%5*50) + strconv.Itoa(i)})
+		})
+	}
 	class := collections.ProxyClass{Locality: r1z1, NodeName: "node-0"}
 	// A PeerAuthentication disabling mTLS for the workloads on node-1: a third of the endpoints.
 	node1 := NewPeerAuthn("istio-system", []collections.PeerAuthentication{
@@ -42,16 +53,19 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 			for _, n := range []int{0, 1, len(eps)} {
 				plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps[:n]), PolicyFor(svc), project(svc, PolicyFor(svc), class), nil)
 				plan.TLS = tls
-				want, err := proto.MarshalOptions{Deterministic: true}.Marshal(plan.Proto())
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := plan.Encode()
-				if !bytes.Equal(got, want) {
-					var g endpoint.ClusterLoadAssignment
-					err := proto.Unmarshal(got, &g)
-					t.Fatalf("%s/tls=%+v/%d: encoded bytes differ from proto.Marshal (%d vs %d bytes; decodes: %v, equal: %v)",
-						name, tls, n, len(got), len(want), err, proto.Equal(&g, plan.Proto()))
+				for _, hashKey := range []string{"", collections.HashKeyPodName, "ring"} {
+					plan.HashKey = hashKey
+					want, err := proto.MarshalOptions{Deterministic: true}.Marshal(plan.Proto())
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := plan.Encode()
+					if !bytes.Equal(got, want) {
+						var g endpoint.ClusterLoadAssignment
+						err := proto.Unmarshal(got, &g)
+						t.Fatalf("%s/tls=%+v/hash key %q/%d: encoded bytes differ from proto.Marshal (%d vs %d bytes; decodes: %v, equal: %v)",
+							name, tls, hashKey, n, len(got), len(want), err, proto.Equal(&g, plan.Proto()))
+					}
 				}
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -32,7 +33,7 @@ func (p CLAPlan) Proto() *endpoint.ClusterLoadAssignment {
 	for _, g := range p.Groups {
 		lbs := make([]*endpoint.LbEndpoint, 0, len(g.Endpoints))
 		for _, e := range g.Endpoints {
-			lbs = append(lbs, lbEndpoint(*e, p.TLS.Value(e)))
+			lbs = append(lbs, lbEndpoint(*e, p.TLS.Value(e), oracleHashKey(p.HashKey, *e)))
 		}
 		loc := &core.Locality{Region: g.Locality.Region, Zone: g.Locality.Zone, SubZone: g.Locality.Subzone}
 		l := localityGroup(loc, g.Priority, lbs)
@@ -65,13 +66,30 @@ func localityGroup(loc *core.Locality, priority uint32, lbs []*endpoint.LbEndpoi
 	}
 }
 
-// lbEndpoint renders one endpoint; tlsMode is its tlsMode metadata value ("" for none).
-func lbEndpoint(e collections.Endpoint, tlsMode string) *endpoint.LbEndpoint {
+// oracleHashKey is the endpoint's hash key under a service's krteds.io/endpoint-hash-key value:
+// the Pod's name, or the named Pod annotation's value, else none.
+func oracleHashKey(setting string, e collections.Endpoint) string {
+	if setting == "pod-name" {
+		_, name, _ := strings.Cut(e.Pod, "/")
+		return name
+	}
+	if setting == "" || e.Meta == nil {
+		return ""
+	}
+	return e.Meta.Annotations.Map()[setting]
+}
+
+// lbEndpoint renders one endpoint; tlsMode is its tlsMode metadata value ("" for none), hashKey
+// its envoy.lb hash_key ("" for none).
+func lbEndpoint(e collections.Endpoint, tlsMode, hashKey string) *endpoint.LbEndpoint {
 	m := e.Meta
 	fm := map[string]*structpb.Struct{
 		"istio": {Fields: map[string]*structpb.Value{
 			"workload": structpb.NewStringValue(m.WorkloadName + ";" + m.Namespace + ";" + m.CanonicalName + ";" + m.CanonicalRevision + ";" + m.ClusterID),
 		}},
+	}
+	if hashKey != "" {
+		fm["envoy.lb"] = &structpb.Struct{Fields: map[string]*structpb.Value{"hash_key": structpb.NewStringValue(hashKey)}}
 	}
 	if tlsMode != "" {
 		fm["envoy.transport_socket_match"] = &structpb.Struct{Fields: map[string]*structpb.Value{

@@ -15,6 +15,28 @@ type CLAPlan struct {
 	Groups      []CLAGroup
 	// TLS decides which endpoints carry the tlsMode metadata.
 	TLS EndpointTLS
+	// HashKey is the service's endpoint hash key setting (ServiceInfo.HashKey): which endpoints
+	// carry an envoy.lb hash_key, and what it is (HashKeyOf).
+	HashKey string
+}
+
+// HashKeyOf is an endpoint's ring-hash key (gRFC A76, envoy.lb hash_key) under a service's
+// setting: its Pod's name for HashKeyPodName, else the value of the Pod annotation the setting
+// names; "" (no key: clients place the endpoint by its address) without a setting, a Pod or
+// the annotation.
+func HashKeyOf(setting string, ep *collections.Endpoint) string {
+	switch {
+	case setting == "":
+		return ""
+	case setting == collections.HashKeyPodName:
+		if ep.Pod == "" {
+			return ""
+		}
+		return ep.Pod[strings.IndexByte(ep.Pod, '/')+1:]
+	case ep.Meta == nil:
+		return ""
+	}
+	return ep.Meta.Annotations.Value(setting)
 }
 
 // CLAGroup is one LocalityLbEndpoints.
@@ -228,6 +250,7 @@ func planSubset(clusterName string, svc *collections.ServiceInfo, port collectio
 	}
 	plan := planCLA(clusterName, svc, port, eps, cp.LB, class, tr)
 	plan.TLS = cp.EndpointTLS()
+	plan.HashKey = svc.HashKey
 	return plan
 }
 

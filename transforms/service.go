@@ -60,6 +60,7 @@ func convertService(cfg collections.Config, svc *corev1.Service, nsAnnotations m
 		ExternalName:             svc.Spec.ExternalName,
 		ExportTo:                 ParseExportTo(svc.Annotations[collections.AnnotationExportTo]),
 		TrafficDistribution:      TrafficDistributionOf(svc.Spec.TrafficDistribution, svc.Annotations, nsAnnotations),
+		HashKey:                  svc.Annotations[collections.AnnotationEndpointHashKey],
 	}
 	if si.Type == "" {
 		si.Type = string(corev1.ServiceTypeClusterIP)

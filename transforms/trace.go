@@ -28,6 +28,8 @@ type Placement struct {
 	LocalityWeight, Weight uint32
 	// TLSMode is its tlsMode metadata ("" for none).
 	TLSMode string
+	// HashKey is its envoy.lb hash_key ("" for none).
+	HashKey string
 }
 
 // NewTrace is an empty trace.
@@ -63,7 +65,7 @@ func (t *Trace) place(p CLAPlan) {
 		lw := uint32(g.weight())
 		for _, e := range g.Endpoints {
 			t.Placed[e.Address] = Placement{Port: e.Port, Health: SentHealth(e), Locality: g.Locality, Priority: g.Priority,
-				LocalityWeight: lw, Weight: e.Meta.LBWeight(), TLSMode: p.TLS.Value(e)}
+				LocalityWeight: lw, Weight: e.Meta.LBWeight(), TLSMode: p.TLS.Value(e), HashKey: HashKeyOf(p.HashKey, e)}
 		}
 	}
 }

@@ -250,6 +250,7 @@ func workloadMeta(cfg collections.Config, ids *Identities, pod *collections.Pod,
 			NodeName:      pod.NodeName,
 		},
 		"", "")
+	m.Annotations = pod.Annotations
 	if sub := pod.Subdomain(); sub != "" {
 		m.SubDomain = sub
 		m.HostName = pod.Hostname()

@@ -42,6 +42,9 @@ type EndpointVerdict struct {
 	Weight   uint32 `json:"weight,omitempty"`
 	// TLSMode is the endpoint's tlsMode metadata ("" for none: clients send it plaintext).
 	TLSMode string `json:"tlsMode,omitempty"`
+	// HashKey is the endpoint's ring-hash key (envoy.lb hash_key; "" for none: clients hash its
+	// address).
+	HashKey string `json:"hashKey,omitempty"`
 	// Reason is, for an endpoint not sent, the first step that excluded it.
 	Reason string   `json:"reason,omitempty"`
 	Facts  []string `json:"facts"`
@@ -289,6 +292,9 @@ func (c *cluster) judge(v *EndpointVerdict, e *collections.Endpoint) {
 				e.Meta.LabelValue(transforms.DrainingLabel))
 		}
 		v.fact("%s", c.tlsFact(e, pl.TLSMode))
+		if setting := c.svc.HashKey; setting != "" {
+			v.fact("%s", hashKeyFact(setting, pl.HashKey))
+		}
 	}
 }
 
@@ -299,7 +305,7 @@ func (c *cluster) place(v *EndpointVerdict, pl transforms.Placement) {
 		v.fact("another copy of it: %s", v.Reason)
 		v.Reason = ""
 	}
-	v.Sent, v.Port, v.Health, v.Priority, v.Weight, v.TLSMode = true, pl.Port, healthName(pl.Health), pl.Priority, pl.Weight, pl.TLSMode
+	v.Sent, v.Port, v.Health, v.Priority, v.Weight, v.TLSMode, v.HashKey = true, pl.Port, healthName(pl.Health), pl.Priority, pl.Weight, pl.TLSMode, pl.HashKey
 	v.Locality = pl.Locality.String()
 	switch pl.Health {
 	case collections.UnHealthy:

@@ -1,6 +1,7 @@
 package explain_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -131,4 +132,64 @@ func TestExplainSaysWhyAnEndpointHasTLSMode(t *testing.T) {
 		"10.0.0.2": {"istio", "the DestinationRule ns1/foo sets tls mode ISTIO_MUTUAL"},
 		"10.0.0.3": {"", "the DestinationRule ns1/foo sets tls mode ISTIO_MUTUAL for the cluster, and its tlsMode is \"disabled\""},
 	})
+}
+
+// TestExplainShowsTheHashKey: with krteds.io/endpoint-hash-key on the Service, explain gives
+// each sent endpoint's hash_key as the CLA holds it, and why; changing the annotation changes it.
+func TestExplainShowsTheHashKey(t *testing.T) {
+	stop := test.NewStop(t)
+	slice := fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
+		fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready},
+		fixtures.Endpoint{IP: "10.0.0.2", Pod: "foo-2", Cond: fixtures.Ready})
+	svc := fixtures.Service("ns1", "foo", fixtures.HTTP...)
+	svc.Annotations = map[string]string{collections.AnnotationEndpointHashKey: collections.HashKeyPodName}
+	keyed := fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1")
+	keyed.Annotations = map[string]string{"example.com/shard": "shard-7"}
+	gr := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop}, svc, slice, keyed,
+		fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", "n1"), fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
+	g, in := gr.Graph, gr.In
+	w := fixtures.NewWaker()
+	fixtures.WakeOn(t, w, g.Proxies)
+	fixtures.WakeOn(t, w, g.CLAs)
+	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
+		IP: "10.9.0.1", PodName: "client", Namespace: "ns1"})
+	const cluster = "outbound|80||foo.ns1.svc.cluster.local"
+	var p *collections.Proxy
+	keysOf := func() map[string]string {
+		ex, err := explain.Explain(g, p, cluster, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, v := range ex.Endpoints {
+			for _, f := range v.Facts {
+				if strings.Contains(f, "hash_key") {
+					out[v.Address] = v.HashKey + " | " + f
+				}
+			}
+		}
+		return out
+	}
+	w.Await(t, 5*time.Second, "the proxy and the CLA", func() (bool, string) {
+		p = g.Proxies.GetKey("c1")
+		return p != nil && g.CLAs.GetKey(cluster) != nil, ""
+	})
+	keys := keysOf()
+	if k := keys["10.0.0.1"]; !strings.HasPrefix(k, "foo-1 | ") || !strings.Contains(k, "its Pod's name") {
+		t.Errorf("10.0.0.1: %q, want foo-1 and its Pod's name", k)
+	}
+	if k := keys["10.0.0.2"]; !strings.HasPrefix(k, "foo-2 | ") {
+		t.Errorf("10.0.0.2: %q, want foo-2", k)
+	}
+
+	svc = svc.DeepCopy()
+	svc.Annotations[collections.AnnotationEndpointHashKey] = "example.com/shard"
+	in.Apply(svc, false)
+	w.Await(t, 5*time.Second, "the annotation's keys", func() (bool, string) {
+		keys = keysOf()
+		return strings.HasPrefix(keys["10.0.0.1"], "shard-7 | "), fmt.Sprint(keys)
+	})
+	if k := keys["10.0.0.2"]; !strings.HasPrefix(k, " | no hash_key") || !strings.Contains(k, "does not have") {
+		t.Errorf("10.0.0.2: %q, want no key: its Pod lacks the annotation", k)
+	}
 }

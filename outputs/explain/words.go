@@ -41,6 +41,19 @@ func (c *cluster) exclusion(x transforms.Exclusion, e *collections.Endpoint) str
 	return fmt.Sprintf("left out by rule %d", x)
 }
 
+// hashKeyFact words a sent endpoint's ring-hash key under its service's setting.
+func hashKeyFact(setting, key string) string {
+	switch {
+	case key == "" && setting == collections.HashKeyPodName:
+		return fmt.Sprintf("no hash_key (clients hash its address): the service's %s is %q and no Pod backs it", collections.AnnotationEndpointHashKey, setting)
+	case key == "":
+		return fmt.Sprintf("no hash_key (clients hash its address): the service's %s names the Pod annotation %q, which its Pod does not have", collections.AnnotationEndpointHashKey, setting)
+	case setting == collections.HashKeyPodName:
+		return fmt.Sprintf("hash_key %q, its Pod's name (the service's %s is %q): ring hash and maglev place it by that, whatever its address", key, collections.AnnotationEndpointHashKey, setting)
+	}
+	return fmt.Sprintf("hash_key %q, its Pod's annotation %s (the service's %s): ring hash and maglev place it by that, whatever its address", key, setting, collections.AnnotationEndpointHashKey)
+}
+
 // tlsFact words the tlsMode decision of a sent endpoint.
 func (c *cluster) tlsFact(e *collections.Endpoint, sent string) string {
 	d := c.cp.EndpointTLS().Decide(e)
