@@ -219,9 +219,12 @@ func (s *subSet) reset() {
 
 // compact gives back the room a burst of additions left (a slice grows by a quarter past a few
 // hundred entries): called once a request or a response has been applied, it keeps the spare
-// capacity within a sixteenth of the names (and the allocator's rounding).
+// capacity within an eighth of the names and twice subRoom. The allocator rounds an array up to
+// its size class, which can leave up to an eighth spare by itself: a tighter bound would merge
+// again, allocating, at every call on a set the rounding put just past it (every response of a
+// proxy holding 200 names did).
 func (s *subSet) compact() {
-	if s.big == nil && cap(s.e)-s.live > s.live/16+subRoom {
+	if s.big == nil && cap(s.e)-s.live > s.live/8+2*subRoom {
 		s.mergeWith(subRoom)
 	}
 }
