@@ -100,6 +100,19 @@ func (o *outbound) written() <-chan struct{} {
 	return o.pool.written
 }
 
+// isWritten reports whether a response was handed over and has been written since.
+func (o *outbound) isWritten() bool {
+	if o.pool == nil {
+		return false
+	}
+	select {
+	case <-o.pool.written:
+		return true
+	default:
+		return false
+	}
+}
+
 // wrote records that the response was written: the stream may decide its next one.
 func (o *outbound) wrote() {
 	o.timer.Stop()

@@ -203,10 +203,12 @@ func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs 
 		case <-st.out.granted():
 		case <-st.out.paid():
 			st.out.payTimer = nil
-		case <-st.out.written():
+		case <-st.writtenWanted():
 			st.out.wrote()
 		case <-st.out.tick():
-			if err := st.out.check(st.srv.limits.SendTimeout); err != nil {
+			if st.out.isWritten() {
+				st.out.wrote()
+			} else if err := st.out.check(st.srv.limits.SendTimeout); err != nil {
 				return st.fail(err)
 			}
 		case <-st.auditDue():
@@ -232,12 +234,36 @@ func (st *stream) fail(err error) error {
 	return status.Errorf(codes.DeadlineExceeded, "the client read nothing of a response for %v", st.srv.limits.SendTimeout)
 }
 
+// writtenWanted fires when the response with gRPC is written, if the stream has another to send
+// then; nil otherwise. A stream with nothing else due does not wake for the write: its next turn
+// (the client's ACK, usually, which follows the write) notes it, and so does the progress check
+// should no turn come first.
+func (st *stream) writtenWanted() <-chan struct{} {
+	if !st.out.handedOver() || !st.anythingDue() {
+		return nil
+	}
+	return st.out.written()
+}
+
+// anythingDue reports whether a response would be decided were none in hand.
+func (st *stream) anythingDue() bool {
+	for _, sb := range st.subs {
+		if sb != nil && sb.due() {
+			return true
+		}
+	}
+	return len(st.unknown) > 0
+}
+
 // turn takes what the inbox holds, then sends what is due: the response in hand once its place
 // is granted, else the next one decided. One response is in hand at a time, until written.
 func (st *stream) turn(v variant) error {
 	st.takeInbox()
 	if st.evicted.Load() {
 		return errStalled
+	}
+	if st.out.isWritten() {
+		st.out.wrote()
 	}
 	for !st.out.handedOver() && !st.out.waitsToPay() {
 		if st.out.holds() {
