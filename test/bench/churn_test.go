@@ -46,6 +46,9 @@ func (r churnResult) trend() float64 {
 func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.Duration) churnResult {
 	tb.Helper()
 	res := churnResult{rate: rate}
+	// KRTEDS_HERD_CPUPROFILE: the server's CPU profile over the stream (the last rate's).
+	_, _ = srv.stats("profile")
+	defer func() { _, _ = srv.stats("profile?stop=1") }()
 	cpu0 := procCPU(srv.cmd.Process.Pid)
 	bytes0, resources0 := h.Bytes.Load(), h.Resources.Load()
 	var (
