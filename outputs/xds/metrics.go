@@ -40,6 +40,17 @@ type Metrics struct {
 	// The same facts under istiod's names, labels and buckets (pilot/pkg/xds/monitoring.go,
 	// pkg/xds/monitoring.go), for the dashboards and alerts written for istiod.
 	Istio IstioMetrics
+
+	// byType are the series every response counts in, by type: looked up once, not at each
+	// response (a label lookup hashes its values under a lock).
+	byType [numTypes]typeSeries
+}
+
+// typeSeries are the series of one type that each response, or each ACK, updates.
+type typeSeries struct {
+	pushes, istioPushes       prometheus.Counter
+	configSize, istioPushTime prometheus.Observer
+	convergence               prometheus.Observer
 }
 
 // IstioMetrics are istiod's xDS metrics. Their type label is istiod's: cds, eds, lds, rds.
@@ -139,6 +150,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 	}
 	m.Istio.init()
+	for t := range numTypes {
+		m.byType[t] = typeSeries{
+			pushes: m.Pushes.WithLabelValues(t.short()), istioPushes: m.Istio.Pushes.WithLabelValues(istioTypes[t]),
+			configSize: m.ConfigSize.WithLabelValues(t.short()), istioPushTime: m.Istio.PushTime.WithLabelValues(istioTypes[t]),
+			convergence: m.Convergence.WithLabelValues(t.short()),
+		}
+	}
 	for _, t := range shortNames {
 		m.Pushes.WithLabelValues(t)
 		m.PushErrors.WithLabelValues(t)
@@ -198,10 +216,11 @@ func (m *Metrics) clients(proxyType, istioVersion string, delta float64) {
 }
 
 func (m *Metrics) pushed(t typ, bytes int, took float64) {
-	m.Pushes.WithLabelValues(t.short()).Inc()
-	m.ConfigSize.WithLabelValues(t.short()).Observe(float64(bytes))
-	m.Istio.Pushes.WithLabelValues(istioTypes[t]).Inc()
-	m.Istio.PushTime.WithLabelValues(istioTypes[t]).Observe(took)
+	s := &m.byType[t]
+	s.pushes.Inc()
+	s.configSize.Observe(float64(bytes))
+	s.istioPushes.Inc()
+	s.istioPushTime.Observe(took)
 }
 
 func (m *Metrics) pushFailed(t typ) {
@@ -210,7 +229,7 @@ func (m *Metrics) pushFailed(t typ) {
 }
 
 func (m *Metrics) converged(t typ, seconds float64) {
-	m.Convergence.WithLabelValues(t.short()).Observe(seconds)
+	m.byType[t].convergence.Observe(seconds)
 	m.Istio.ConvergenceTime.Observe(seconds)
 }
 

@@ -29,6 +29,16 @@ type churnResult struct {
 	took             time.Duration
 }
 
+// course is the p50 of each sixth of the changes, in order: how the latency went over the run.
+func (r churnResult) course() []time.Duration {
+	var out []time.Duration
+	n := len(r.latencies) / 6
+	for i := 0; n > 0 && i < 6; i++ {
+		out = append(out, percentile(r.latencies[i*n:(i+1)*n], 0.5).Round(time.Millisecond))
+	}
+	return out
+}
+
 // trend is the p50 of the last third of the changes over the p50 of the first third: above 1 a
 // backlog grows.
 func (r churnResult) trend() float64 {
@@ -205,9 +215,9 @@ func BenchmarkChurn(b *testing.B) {
 				// The server's CPU per CLA delivered (a change to every proxy: one each).
 				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.responses), "cpu-µs/delivery"+at)
 			}
-			b.Logf("%d changes a second for %v, %d proxies: %d changes, p50 %v, p99 %v, max %v, trend %.2f, %d missed; server %.2f cores, RSS %d MB, heap %d MB",
+			b.Logf("%d changes a second for %v, %d proxies: %d changes, p50 %v, p99 %v, max %v, trend %.2f (p50 by sixths %v), %d missed; server %.2f cores, RSS %d MB, heap %d MB",
 				rate, r.took.Round(time.Second), proxies, r.changes, percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1),
-				r.trend(), r.missed, r.cores, r.rss>>20, r.heap>>20)
+				r.trend(), r.course(), r.missed, r.cores, r.rss>>20, r.heap>>20)
 		}
 	}
 }
