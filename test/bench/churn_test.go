@@ -22,11 +22,13 @@ type churnResult struct {
 	missed    int
 	// cores is the server's CPU over the stream, in cores; rss and heap its peak and live heap
 	// after it.
-	cores     float64
-	rss, heap int64
-	// bytes and responses received by every proxy together over the stream.
-	bytes, responses int64
-	took             time.Duration
+	cores float64
+	// clientCores is the benchmark's own process over the stream: the proxies and the changes.
+	clientCores float64
+	rss, heap   int64
+	// bytes, resources and responses received by every proxy together over the stream.
+	bytes, resources, responses int64
+	took                        time.Duration
 }
 
 // course is the p50 of each sixth of the changes, in order: how the latency went over the run.
@@ -59,8 +61,8 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 	// KRTEDS_HERD_CPUPROFILE: the server's CPU profile over the stream (the last rate's).
 	_, _ = srv.stats("profile")
 	defer func() { _, _ = srv.stats("profile?stop=1") }()
-	cpu0 := procCPU(srv.cmd.Process.Pid)
-	bytes0, resources0 := h.Bytes.Load(), h.Resources.Load()
+	cpu0, client0 := procCPU(srv.cmd.Process.Pid), procCPU(os.Getpid())
+	bytes0, resources0, responses0 := h.Bytes.Load(), h.Resources.Load(), h.Responses.Load()
 	var (
 		mu      sync.Mutex
 		busy    = map[int]bool{}
@@ -122,7 +124,8 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 		res.latencies = append(res.latencies, lat[s])
 	}
 	res.cores = (procCPU(srv.cmd.Process.Pid) - cpu0).Seconds() / res.took.Seconds()
-	res.bytes, res.responses = h.Bytes.Load()-bytes0, h.Resources.Load()-resources0
+	res.clientCores = (procCPU(os.Getpid()) - client0).Seconds() / res.took.Seconds()
+	res.bytes, res.resources, res.responses = h.Bytes.Load()-bytes0, h.Resources.Load()-resources0, h.Responses.Load()-responses0
 	if st, err := srv.stats("stats"); err == nil {
 		res.rss, res.heap = max(st.RSS, st.PeakRSS), st.HeapLive
 	}
@@ -207,13 +210,17 @@ func BenchmarkChurn(b *testing.B) {
 			b.ReportMetric(r.trend(), "trend"+at)
 			b.ReportMetric(float64(r.missed), "missed"+at)
 			b.ReportMetric(r.cores, "cores"+at)
+			b.ReportMetric(r.clientCores, "client-cores"+at)
 			b.ReportMetric(float64(r.rss>>20), "MB-rss"+at)
 			b.ReportMetric(float64(r.heap>>20), "MB-heap"+at)
-			b.ReportMetric(float64(r.responses)/float64(proxies)/r.took.Seconds(), "resources/proxy/s"+at)
+			b.ReportMetric(float64(r.resources)/float64(proxies)/r.took.Seconds(), "resources/proxy/s"+at)
+			b.ReportMetric(float64(r.responses)/float64(proxies)/r.took.Seconds(), "responses/proxy/s"+at)
 			b.ReportMetric(float64(r.bytes)/float64(proxies)/r.took.Seconds(), "B/proxy/s"+at)
-			if r.responses > 0 {
-				// The server's CPU per CLA delivered (a change to every proxy: one each).
-				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.responses), "cpu-µs/delivery"+at)
+			if r.resources > 0 {
+				// The server's CPU per CLA delivered (a change to every proxy: one each), and per
+				// response (changes folded into one response count once).
+				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.resources), "cpu-µs/delivery"+at)
+				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.responses), "cpu-µs/response"+at)
 			}
 			b.Logf("%d changes a second for %v, %d proxies: %d changes, p50 %v, p99 %v, max %v, trend %.2f (p50 by sixths %v), %d missed; server %.2f cores, RSS %d MB, heap %d MB",
 				rate, r.took.Round(time.Second), proxies, r.changes, percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1),

@@ -31,8 +31,9 @@ type Herd struct {
 	addr     atomic.Pointer[string]
 	Bytes    atomic.Int64
 	Retries  atomic.Int64
-	// Resources counts the resources received, all proxies together.
-	Resources atomic.Int64
+	// Resources and Responses count the resources and the responses received, all proxies
+	// together.
+	Resources, Responses atomic.Int64
 	// Refused counts the streams the server refused (RESOURCE_EXHAUSTED) or broke, by code.
 	refused sync.Map // codes.Code → *atomic.Int64
 

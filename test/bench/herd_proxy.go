@@ -162,6 +162,7 @@ func (p *herdProxy) stream() (got bool, err error) {
 				return got, err
 			}
 			got = true
+			p.h.Responses.Add(1)
 			p.h.Resources.Add(int64(len(resp.Resources)))
 			for _, r := range resp.Resources {
 				v, _ := strconv.ParseUint(r.Version, 16, 64)
@@ -197,6 +198,8 @@ func (p *herdProxy) stream() (got bool, err error) {
 			return got, err
 		}
 		got = true
+		p.h.Responses.Add(1)
+		p.h.Resources.Add(int64(len(resp.Resources)))
 		for _, a := range resp.Resources {
 			p.hold(claName(a.Value), hashVersion(a.Value))
 		}
