@@ -706,28 +706,9 @@ func TestClusterVariantsPerNamespace(t *testing.T) {
 		t.Fatal(problemsOf(probs))
 	}
 	sets := clustersOf(t, svc, private, *mesh)
-	byKey := map[string]*collections.ResourceSet{}
-	var keys []string
-	for i := range sets {
-		byKey[sets[i].Key] = &sets[i]
-		keys = append(keys, sets[i].Key)
-		if len(sets[i].Problems) > 0 {
-			t.Errorf("%s: problems %v", sets[i].Key, sets[i].Problems)
-		}
-	}
-	slices.Sort(keys)
 	// Envoy: the mesh rule everywhere (ROUND_ROBIN) except ns1, whose own rule says RANDOM;
 	// gRPC: round robin everywhere, one variant for all (RANDOM is not a gRPC policy).
-	want := []string{
-		"grpc~" + cdsDefault, "grpc~" + cdsV2,
-		cdsDefault, cdsV2,
-		"ns1/" + cdsDefault, "ns1/" + cdsV2,
-	}
-	slices.Sort(want)
-	if !slices.Equal(keys, want) {
-		t.Fatalf("keys %q, want %q", keys, want)
-	}
-	get := func(k string) *collections.ResourceSet { return byKey[k] }
+	get := setsByKey(t, sets, "grpc~"+cdsDefault, "grpc~"+cdsV2, cdsDefault, cdsV2, "ns1/"+cdsDefault, "ns1/"+cdsV2)
 	for _, c := range []struct {
 		ns   string
 		grpc bool
@@ -750,24 +731,15 @@ func TestClusterVariantsPerNamespace(t *testing.T) {
 			t.Errorf("%s (grpc %v) %s: got the other kind's cluster: %v", c.ns, c.grpc, c.name, got)
 		}
 		// List picks the same variant.
-		var best *collections.ResourceSet
-		for i := range sets {
-			if sets[i].Name != c.name {
-				continue
-			}
-			if r := ClusterVariantRank(sets[i].Key, sets[i].Name, c.ns, nil, c.grpc); r > 0 && (best == nil || r > ClusterVariantRank(best.Key, best.Name, c.ns, nil, c.grpc)) {
-				best = &sets[i]
-			}
-		}
-		if best != set {
-			t.Errorf("%s (grpc %v) %s: ranking picks %s, resolving %s", c.ns, c.grpc, c.name, best.Key, set.Key)
+		if best := rankedPick(sets, c.name, c.ns, nil, c.grpc); best != set {
+			t.Errorf("%s (grpc %v) %s: ranking picks %v, resolving %s", c.ns, c.grpc, c.name, best, set.Key)
 		}
 	}
 
 	// Without any rule setting a cluster field, one Envoy and one gRPC set per cluster.
 	tlsOnly := *cdsRule(t, &networking.TrafficPolicy{Tls: &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_DISABLE}})
 	tlsOnly.ExportTo = []string{"."}
-	keys = nil
+	var keys []string
 	for _, s := range clustersOf(t, svc, tlsOnly) {
 		keys = append(keys, s.Key)
 	}
@@ -787,22 +759,9 @@ func TestClusterVariantsPerSelector(t *testing.T) {
 		&networking.Subset{Name: "v9", Labels: map[string]string{"version": "v9"}})
 	selected.Name, selected.WorkloadSelector = "canary", map[string]string{"app": "canary"}
 	sets := clustersOf(t, svc, plain, selected)
-	byKey := map[string]*collections.ResourceSet{}
-	var keys []string
-	for i := range sets {
-		byKey[sets[i].Key] = &sets[i]
-		keys = append(keys, sets[i].Key)
-	}
-	slices.Sort(keys)
 	v9 := "outbound|9080|v9|reviews.ns1.svc.cluster.local"
-	want := []string{cdsDefault, v9, "grpc~" + cdsDefault, "grpc~" + v9,
-		"ns1/" + cdsDefault, "ns1/" + v9,
-		"ns1#canary/" + cdsDefault, "ns1#canary/" + v9, "grpc~ns1#canary/" + cdsDefault, "grpc~ns1#canary/" + v9}
-	slices.Sort(want)
-	if !slices.Equal(keys, want) {
-		t.Fatalf("keys %q, want %q", keys, want)
-	}
-	get := func(k string) *collections.ResourceSet { return byKey[k] }
+	get := setsByKey(t, sets, cdsDefault, v9, "grpc~"+cdsDefault, "grpc~"+v9, "ns1/"+cdsDefault, "ns1/"+v9,
+		"ns1#canary/"+cdsDefault, "ns1#canary/"+v9, "grpc~ns1#canary/"+cdsDefault, "grpc~ns1#canary/"+v9)
 	for _, c := range []struct {
 		ns       string
 		selected []string
@@ -822,20 +781,45 @@ func TestClusterVariantsPerSelector(t *testing.T) {
 		if got.Name != c.name || got.LbPolicy != c.want {
 			t.Errorf("%s %v (grpc %v) %s: cluster %s %v, want %v", c.ns, c.selected, c.grpc, c.name, got.Name, got.LbPolicy, c.want)
 		}
-		var best *collections.ResourceSet
-		for i := range sets {
-			if sets[i].Name != c.name {
-				continue
-			}
-			if r := ClusterVariantRank(sets[i].Key, sets[i].Name, c.ns, c.selected, c.grpc); r > 0 &&
-				(best == nil || r > ClusterVariantRank(best.Key, best.Name, c.ns, c.selected, c.grpc)) {
-				best = &sets[i]
-			}
-		}
-		if best != set {
-			t.Errorf("%s %v (grpc %v) %s: ranking picks %s, resolving %s", c.ns, c.selected, c.grpc, c.name, best.Key, set.Key)
+		if best := rankedPick(sets, c.name, c.ns, c.selected, c.grpc); best != set {
+			t.Errorf("%s %v (grpc %v) %s: ranking picks %v, resolving %s", c.ns, c.selected, c.grpc, c.name, best, set.Key)
 		}
 	}
+}
+
+// setsByKey checks that the sets are exactly those of keys, without problems, and finds them by key.
+func setsByKey(t *testing.T, sets []collections.ResourceSet, keys ...string) func(string) *collections.ResourceSet {
+	t.Helper()
+	byKey := map[string]*collections.ResourceSet{}
+	var got []string
+	for i := range sets {
+		byKey[sets[i].Key] = &sets[i]
+		got = append(got, sets[i].Key)
+		if len(sets[i].Problems) > 0 {
+			t.Errorf("%s: problems %v", sets[i].Key, sets[i].Problems)
+		}
+	}
+	slices.Sort(got)
+	keys = slices.Sorted(slices.Values(keys))
+	if !slices.Equal(got, keys) {
+		t.Fatalf("keys %q, want %q", got, keys)
+	}
+	return func(k string) *collections.ResourceSet { return byKey[k] }
+}
+
+// rankedPick is the set of name that ClusterVariantRank ranks highest for a proxy (nil: none).
+func rankedPick(sets []collections.ResourceSet, name, ns string, selected []string, grpc bool) *collections.ResourceSet {
+	var best *collections.ResourceSet
+	for i := range sets {
+		if sets[i].Name != name {
+			continue
+		}
+		if r := ClusterVariantRank(sets[i].Key, sets[i].Name, ns, selected, grpc); r > 0 &&
+			(best == nil || r > ClusterVariantRank(best.Key, best.Name, ns, selected, grpc)) {
+			best = &sets[i]
+		}
+	}
+	return best
 }
 
 func TestClusterVariantRank(t *testing.T) {

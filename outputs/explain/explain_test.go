@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
+	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/explain"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
@@ -83,17 +84,8 @@ func TestExplainSaysWhyAnEndpointHasTLSMode(t *testing.T) {
 		peerAuthn("ns1", "v1", map[string]string{"version": "v1"}, paStrict, map[uint32]securityapi.PeerAuthentication_MutualTLS_Mode{8080: paDisable}),
 		fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
 	g, in := gr.Graph, gr.In
-	w := fixtures.NewWaker()
-	fixtures.WakeOn(t, w, g.Proxies)
-	fixtures.WakeOn(t, w, g.CLAs)
-	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
-		IP: "10.9.0.1", PodName: "client", Namespace: "ns1"})
 	const cluster = "outbound|80||foo.ns1.svc.cluster.local"
-	var p *collections.Proxy
-	w.Await(t, 5*time.Second, "the proxy and the CLA", func() (bool, string) {
-		p = g.Proxies.GetKey("c1")
-		return p != nil && g.CLAs.GetKey(cluster) != nil, ""
-	})
+	w, p := connectClient(t, g, cluster)
 	check := func(want map[string][2]string) {
 		t.Helper()
 		ex, err := explain.Explain(g, p, cluster, "")
@@ -134,6 +126,23 @@ func TestExplainSaysWhyAnEndpointHasTLSMode(t *testing.T) {
 	})
 }
 
+// connectClient connects the proxy of the Pod ns1/client (10.9.0.1) and waits for it and the
+// CLA of cluster; the waker wakes on the proxies and the CLAs.
+func connectClient(t *testing.T, g *graphs.Graph, cluster string) (*fixtures.Waker, *collections.Proxy) {
+	t.Helper()
+	w := fixtures.NewWaker()
+	fixtures.WakeOn(t, w, g.Proxies)
+	fixtures.WakeOn(t, w, g.CLAs)
+	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
+		IP: "10.9.0.1", PodName: "client", Namespace: "ns1"})
+	var p *collections.Proxy
+	w.Await(t, 5*time.Second, "the proxy and the CLA", func() (bool, string) {
+		p = g.Proxies.GetKey("c1")
+		return p != nil && g.CLAs.GetKey(cluster) != nil, ""
+	})
+	return w, p
+}
+
 // TestExplainShowsTheHashKey: with krteds.io/endpoint-hash-key on the Service, explain gives
 // each sent endpoint's hash_key as the CLA holds it, and why; changing the annotation changes it.
 func TestExplainShowsTheHashKey(t *testing.T) {
@@ -148,13 +157,8 @@ func TestExplainShowsTheHashKey(t *testing.T) {
 	gr := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop}, svc, slice, keyed,
 		fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", "n1"), fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
 	g, in := gr.Graph, gr.In
-	w := fixtures.NewWaker()
-	fixtures.WakeOn(t, w, g.Proxies)
-	fixtures.WakeOn(t, w, g.CLAs)
-	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
-		IP: "10.9.0.1", PodName: "client", Namespace: "ns1"})
 	const cluster = "outbound|80||foo.ns1.svc.cluster.local"
-	var p *collections.Proxy
+	w, p := connectClient(t, g, cluster)
 	keysOf := func() map[string]string {
 		ex, err := explain.Explain(g, p, cluster, "")
 		if err != nil {
@@ -170,10 +174,6 @@ func TestExplainShowsTheHashKey(t *testing.T) {
 		}
 		return out
 	}
-	w.Await(t, 5*time.Second, "the proxy and the CLA", func() (bool, string) {
-		p = g.Proxies.GetKey("c1")
-		return p != nil && g.CLAs.GetKey(cluster) != nil, ""
-	})
 	keys := keysOf()
 	if k := keys["10.0.0.1"]; !strings.HasPrefix(k, "foo-1 | ") || !strings.Contains(k, "its Pod's name") {
 		t.Errorf("10.0.0.1: %q, want foo-1 and its Pod's name", k)
