@@ -370,6 +370,29 @@ func (t *versionTable) release(id versionID) {
 	}
 }
 
+// acquireLocked is acquire with t.mu held.
+func (t *versionTable) acquireLocked(v uint64) versionID {
+	if v == 0 {
+		return 0
+	}
+	return t.refTable.acquireLocked(v)
+}
+
+// releaseLocked is release with t.mu held.
+func (t *versionTable) releaseLocked(id versionID) {
+	if id != 0 {
+		t.refTable.releaseLocked(id)
+	}
+}
+
+// versionLocked is version with t.mu held.
+func (t *versionTable) versionLocked(id versionID) uint64 {
+	if id == 0 {
+		return 0
+	}
+	return t.entries[id].key
+}
+
 // version is the version an id stands for.
 func (t *versionTable) version(id versionID) uint64 {
 	if id == 0 {

@@ -253,12 +253,8 @@ func byID(a, b item) int { return int(a.id) - int(b.id) }
 // version), and an answer now awaiting its ACK.
 func (sb *subscription) record(d *draft, nonce, version string, now time.Time) {
 	sb.force = false
-	for i, it := range d.items {
-		held, _ := sb.subs.get(it.id)
-		d.items[i].update = held.version != 0 && held.version != it.res.Version
-		held.version, held.forced = it.res.Version, false
-		sb.subs.set(it.id, held)
-	}
+	sb.subs.holdVersions(len(d.items), func(i int) (nameID, uint64) { return d.items[i].id, d.items[i].res.Version },
+		func(i int, old uint64) { d.items[i].update = old != 0 && old != d.items[i].res.Version })
 	for _, id := range d.removed {
 		if held, _ := sb.subs.get(id); held.explicit {
 			held.version, held.forced = 0, false

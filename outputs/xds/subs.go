@@ -127,6 +127,43 @@ func (s *subSet) set(id nameID, v sub) {
 	}
 }
 
+// holdVersions records, for n names, that the client holds version v of name id (at(i) gives
+// both; its forced mark cleared, its other flags kept; a name the set does not hold is added, not
+// explicit), telling was each name's previous version (0: none). It holds the version table's
+// lock once for the names it holds: a response of many CLAs took it three times a name (reading
+// the held version, taking the new one, dropping the old), each time contended by every stream.
+func (s *subSet) holdVersions(n int, at func(i int) (nameID, uint64), was func(i int, old uint64)) {
+	var missing []int
+	if s.big == nil {
+		s.vt.mu.Lock()
+		for i := 0; i < n; i++ {
+			id, v := at(i)
+			j := s.find(id)
+			if j < 0 {
+				missing = append(missing, i)
+				continue
+			}
+			old := s.e[j]
+			was(i, s.vt.versionLocked(old.ver))
+			s.e[j] = subEntry{idf: old.idf &^ subForced, ver: s.vt.acquireLocked(v)}
+			s.vt.releaseLocked(old.ver)
+		}
+		s.vt.mu.Unlock()
+	} else {
+		missing = make([]int, n)
+		for i := range missing {
+			missing[i] = i
+		}
+	}
+	for _, i := range missing {
+		id, v := at(i)
+		held, _ := s.get(id)
+		was(i, held.version)
+		held.version, held.forced = v, false
+		s.set(id, held)
+	}
+}
+
 // addAll adds ids the set does not hold, all with v: appended to the tail and merged once, so
 // that a request of thousands of names costs a sort, not a merge every subTail names.
 func (s *subSet) addAll(ids []nameID, v sub) {

@@ -163,3 +163,43 @@ func TestSubSetGivesBackRoom(t *testing.T) {
 		}
 	}
 }
+
+// holdVersions is a loop of get and set, in one hold of the version table's lock: each name
+// holds its new version (forced cleared, explicit kept, a name not held added), was sees the
+// version before, and the table keeps one reference per holder — in both forms of the set.
+func TestSubSetHoldVersions(t *testing.T) {
+	for _, big := range []bool{false, true} {
+		vt := newVersionTable()
+		s := newSubSet(vt)
+		for i := 1; i <= 50; i++ {
+			s.set(nameID(i), sub{version: uint64(i % 3), explicit: i%2 == 0, forced: i%5 == 0})
+		}
+		if big {
+			s.toMap()
+		}
+		ids := []nameID{3, 10, 25, 50, 77} // 77 is not held
+		olds := make([]uint64, len(ids))
+		s.holdVersions(len(ids), func(i int) (nameID, uint64) { return ids[i], 100 + uint64(i) },
+			func(i int, old uint64) { olds[i] = old })
+		if want := []uint64{0, 1, 1, 2, 0}; !slices.Equal(olds, want) {
+			t.Errorf("big %v: previous versions %v, want %v", big, olds, want)
+		}
+		for i, id := range ids {
+			got, ok := s.get(id)
+			want := sub{version: 100 + uint64(i), explicit: id != 77 && id%2 == 0}
+			if !ok || got != want {
+				t.Errorf("big %v: name %d holds %+v (%v), want %+v", big, id, got, ok, want)
+			}
+		}
+		if got, _ := s.get(5); got != (sub{version: 2, forced: true}) {
+			t.Errorf("big %v: a name not in the response changed: %+v", big, got)
+		}
+		if !big {
+			// Versions 1 and 2, still held by names not in the response, and the five new
+			// ones (0 is never interned).
+			if n := vt.size(); n != 7 {
+				t.Errorf("the version table holds %d versions, want 7 (1, 2 and the five new)", n)
+			}
+		}
+	}
+}
