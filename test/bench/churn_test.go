@@ -112,6 +112,7 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 	}
 	wg.Wait()
 	res.took = time.Since(start)
+	srv.failIfKilled(tb, h)
 	if failed != nil {
 		tb.Fatalf("%d changes a second: %v", rate, failed)
 	}
@@ -129,6 +130,9 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 	if st, err := srv.stats("stats"); err == nil {
 		res.rss, res.heap = max(st.RSS, st.PeakRSS), st.HeapLive
 	}
+	// KRTEDS_HERD_HEAPPROFILE: the server's heap at the end of each rate's stream, to that file
+	// with the suffix .churn-<rate>.
+	_, _ = srv.stats(fmt.Sprintf("heapprofile?suffix=.churn-%d", rate))
 	return res
 }
 
@@ -182,7 +186,9 @@ func serveHerd(tb testing.TB, size Size, proxies, per int, delta bool, env ...st
 	if err := h.Start(srv.xds); err != nil {
 		tb.Fatal(err)
 	}
-	if err := h.WaitComplete(proxies, 10*time.Minute); err != nil {
+	err := h.WaitComplete(proxies, 10*time.Minute)
+	srv.failIfKilled(tb, h)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	return srv, h

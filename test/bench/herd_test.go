@@ -217,6 +217,16 @@ type herdServer struct {
 	samplingEnded sync.WaitGroup
 }
 
+// failIfKilled fails the benchmark, saying so, when the watchdog killed the server: what fails
+// next (a refused connection, proxies never complete) would hide why.
+func (s *herdServer) failIfKilled(tb testing.TB, h *Herd) {
+	tb.Helper()
+	if s.killed.Load() {
+		tb.Fatalf("the watchdog killed the server: over %d bytes of RSS (server; peak seen %d) or the benchmark over %d (its own); %d proxies were complete",
+			herdMaxRSS("KRTEDS_HERD_MAX_RSS", 14<<30), s.peakRSS.Load(), herdMaxRSS("KRTEDS_HERD_MAX_CLIENT_RSS", 6<<30), h.Complete())
+	}
+}
+
 // herdMaxRSS bounds the server process (KRTEDS_HERD_MAX_RSS, bytes; default 14 GiB) and
 // herdMaxClientRSS the benchmark's own (KRTEDS_HERD_MAX_CLIENT_RSS; default 6 GiB).
 func herdMaxRSS(env string, def int64) int64 {
@@ -497,10 +507,7 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 	}
 	err = h.WaitComplete(proxies, timeout)
 	<-flipsDone
-	if srv.killed.Load() {
-		tb.Fatalf("the watchdog killed the server: over %d bytes of RSS (server) or the benchmark over its own bound; %d proxies were complete",
-			herdMaxRSS("KRTEDS_HERD_MAX_RSS", 14<<30), h.Complete())
-	}
+	srv.failIfKilled(tb, h)
 	if err != nil {
 		tb.Fatal(err)
 	}
