@@ -231,3 +231,47 @@ func TestPodEndsAreBounded(t *testing.T) {
 		t.Error("a Pod back under its name is still said gone")
 	}
 }
+
+// TestTimelineTellsAPodGoneBeforeWhatItCaused: the handler of the Pods may see a deletion after the
+// handler of the endpoints recorded the recomputation it caused; the timeline still tells the
+// Pod gone first. A removal more than a second before the Pod went was not its doing.
+func TestTimelineTellsAPodGoneBeforeWhatItCaused(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		goneAfter time.Duration // the Pod handler's stamp, after the recomputation
+		first     string
+	}{
+		{"stamped 3 ms after the recomputation", 3 * time.Millisecond, "Pod shop/10.0.0.2 seen gone"},
+		{"stamped 5 s after", 5 * time.Second, "change 2 computed again"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t0 := time.Now().Add(-time.Minute)
+			at := func(d time.Duration) time.Time { return t0.Add(d) }
+			c1 := sliceCause("7", at(0).UnixNano(), at(10*time.Millisecond).UnixNano())
+			s := New(0)
+			pod := &collections.Pod{Key: "shop/10.0.0.2"}
+			s.endpointsChanged(nil, shard(c1, ep("10.0.0.1", collections.Healthy), ep("10.0.0.2", collections.Healthy)), at(20*time.Millisecond))
+			s.clasComputed(claSet(c1, map[string]uint64{"": 100}))
+			recomputed := at(2 * time.Second)
+			s.endpointsChanged(shard(c1, ep("10.0.0.1", collections.Healthy), ep("10.0.0.2", collections.Healthy)),
+				shard(c1, ep("10.0.0.1", collections.Healthy)), recomputed)
+			s.podChanged(pod, nil, recomputed.Add(c.goneAfter))
+			tl := s.Timeline("shop/reviews", "outbound|9080||reviews.shop.svc.cluster.local", "10.0.0.2", "", nil)
+			gone, again := -1, -1
+			for i, e := range tl.Events {
+				switch {
+				case strings.Contains(e.Text, "seen gone"):
+					gone = i
+				case strings.Contains(e.Text, "computed again"):
+					again = i
+				}
+			}
+			if gone < 0 || again < 0 {
+				t.Fatalf("events %v", tl.Events)
+			}
+			if first := tl.Events[min(gone, again)].Text; !strings.Contains(first, c.first) {
+				t.Errorf("first of the two: %q, want %q", first, c.first)
+			}
+		})
+	}
+}

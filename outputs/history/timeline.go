@@ -2,6 +2,7 @@ package history
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -76,19 +77,39 @@ func (s *Store) Timeline(service, cluster, endpoint, asked string, holders []xds
 			}
 		}
 	}
-	for pod := range pods {
+	// A Pod's events go first, so that at an equal time they come before what they caused.
+	var podEvents []Event
+	for _, pod := range slices.Sorted(maps.Keys(pods)) {
 		if end, ok := s.PodEnd(pod); ok {
 			if !end.Deleting.IsZero() {
-				tl.Events = append(tl.Events, Event{end.Deleting, fmt.Sprintf("Pod %s seen being deleted (its deletion timestamp set)", pod)})
+				podEvents = append(podEvents, Event{end.Deleting, fmt.Sprintf("Pod %s seen being deleted (its deletion timestamp set)", pod)})
 			}
 			if !end.Gone.IsZero() {
-				tl.Events = append(tl.Events, Event{end.Gone, fmt.Sprintf("Pod %s seen gone (deleted)", pod)})
+				podEvents = append(podEvents, Event{goneBy(end.Gone, pod, changes), fmt.Sprintf("Pod %s seen gone (deleted)", pod)})
 			}
 		}
 	}
+	tl.Events = append(podEvents, tl.Events...)
 	slices.SortStableFunc(tl.Events, func(a, b Event) int { return a.At.Compare(b.At) })
 	tl.Proxies = proxiesOf(changes, cluster, asked, holders)
 	return tl
+}
+
+// goneBy is when a Pod went, as the timeline tells it: the store stamps it when its handler of
+// the Pods sees the deletion, which may run after the handler of the endpoints has recorded the
+// recomputation the deletion caused (they are separate goroutines). So it is no later than a
+// recomputation without a new EndpointSlice version, computed within a second before it, that
+// removed an endpoint of the Pod.
+func goneBy(gone time.Time, pod string, changes []Change) time.Time {
+	for _, c := range changes {
+		if !c.Again || !c.Computed.Before(gone) || gone.Sub(c.Computed) > time.Second {
+			continue
+		}
+		if slices.ContainsFunc(c.Removed, func(e Endpoint) bool { return e.Pod == pod }) {
+			gone = c.Computed
+		}
+	}
+	return gone
 }
 
 // touching is the endpoints of the change at address (all: every endpoint listed).
