@@ -155,6 +155,9 @@ const (
 	// MaxAnnotationValueBytes bounds the Pod annotation values krteds keeps (a hash key is a
 	// short name): longer values, such as serialized configuration, are not kept.
 	MaxAnnotationValueBytes = 256
+	// MaxAnnotationBytes bounds all the annotations krteds keeps of one Pod (keys and values, the
+	// API server's own limit): a Pod past it, which only a manifests file can hold, keeps none.
+	MaxAnnotationBytes = 256 << 10
 
 	TLSModeDisabled = "disabled"
 	TLSModeIstio    = "istio"

@@ -190,13 +190,20 @@ func NewPod(k *corev1.Pod) *Pod {
 }
 
 // shortAnnotations is a without the annotations whose values are longer than
-// MaxAnnotationValueBytes (a itself when none is).
+// MaxAnnotationValueBytes (a itself when none is); nil when those left hold more than
+// MaxAnnotationBytes.
 func shortAnnotations(a map[string]string) map[string]string {
 	for _, v := range a {
 		if len(v) > MaxAnnotationValueBytes {
 			a = maps.Clone(a)
 			maps.DeleteFunc(a, func(_, v string) bool { return len(v) > MaxAnnotationValueBytes })
 			break
+		}
+	}
+	n := 0
+	for k, v := range a {
+		if n += len(k) + len(v); n > MaxAnnotationBytes {
+			return nil
 		}
 	}
 	return a

@@ -1,6 +1,13 @@
 package collections
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // A Pod's name and namespace are the parts of its key; a key without a namespace (a Pod made by
 // hand) does not panic.
@@ -36,5 +43,21 @@ func TestPodFollows(t *testing.T) {
 	v3.Follows(relisted)
 	if c := v3.Cause(); c.Trigger != 250 || c.TriggerFrom != TriggerReady {
 		t.Fatalf("a readiness transition: %+v", c)
+	}
+}
+
+// TestPodAnnotationsAreBounded: a Pod keeps its annotations of at most 256 bytes, and none when
+// those hold more than the API server allows one object (a manifests file can hold more).
+func TestPodAnnotationsAreBounded(t *testing.T) {
+	k := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{
+		"short": "v", "long": strings.Repeat("x", MaxAnnotationValueBytes+1)}}}
+	if got := NewPod(k).Annotations.Map(); len(got) != 1 || got["short"] != "v" {
+		t.Errorf("annotations kept: %v, want only the short one", got)
+	}
+	for i := 0; i < MaxAnnotationBytes/200+1; i++ {
+		k.Annotations[fmt.Sprintf("key-%06d", i)] = strings.Repeat("v", 190)
+	}
+	if got := NewPod(k).Annotations.Len(); got != 0 {
+		t.Errorf("%d annotations kept of a Pod past %d bytes of them, want none", got, MaxAnnotationBytes)
 	}
 }
