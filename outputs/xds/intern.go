@@ -355,18 +355,22 @@ func newVersionTable() *versionTable {
 	return &versionTable{newRefTable[uint64, versionID, struct{}](1)}
 }
 
-// acquire interns v and takes a reference to it.
+// acquire interns v and takes a reference to it (version 0 is never interned: no lock).
 func (t *versionTable) acquire(v uint64) versionID {
 	if v == 0 {
 		return 0
 	}
-	return t.refTable.acquire(v)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.acquireLocked(v)
 }
 
 // release drops a reference.
 func (t *versionTable) release(id versionID) {
 	if id != 0 {
-		t.refTable.release(id)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.releaseLocked(id)
 	}
 }
 
