@@ -151,13 +151,7 @@ func TestCLAsJoinTheirChange(t *testing.T) {
 // the slice's change was made, seen, and when the Pod was seen being deleted and gone, in order;
 // a proxy holding the version before is listed behind with its reason.
 func TestTimelineOfAPodGone(t *testing.T) {
-	t0 := time.Now().Add(-time.Minute)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	c1 := sliceCause("7", at(0).UnixNano(), at(10*time.Millisecond).UnixNano())
-	s := New(0)
-	pod := &collections.Pod{Key: "shop/10.0.0.2"}
-	s.endpointsChanged(nil, shard(c1, ep("10.0.0.1", collections.Healthy), ep("10.0.0.2", collections.Healthy)), at(20*time.Millisecond))
-	s.clasComputed(claSet(c1, map[string]uint64{"": 100}))
+	s, c1, pod, at := twoEndpoints()
 	deleting := *pod
 	deleting.Deleting = true
 	s.podChanged(pod, &deleting, at(time.Second))
@@ -232,6 +226,18 @@ func TestPodEndsAreBounded(t *testing.T) {
 	}
 }
 
+// twoEndpoints is a store whose service shop/reviews has 10.0.0.1 and 10.0.0.2 (its Pod is
+// returned) from slice version 7, made a minute ago (at gives times from then), CLA version 100.
+func twoEndpoints() (*Store, collections.Cause, *collections.Pod, func(time.Duration) time.Time) {
+	t0 := time.Now().Add(-time.Minute)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	c1 := sliceCause("7", at(0).UnixNano(), at(10*time.Millisecond).UnixNano())
+	s := New(0)
+	s.endpointsChanged(nil, shard(c1, ep("10.0.0.1", collections.Healthy), ep("10.0.0.2", collections.Healthy)), at(20*time.Millisecond))
+	s.clasComputed(claSet(c1, map[string]uint64{"": 100}))
+	return s, c1, &collections.Pod{Key: "shop/10.0.0.2"}, at
+}
+
 // TestTimelineTellsAPodGoneBeforeWhatItCaused: the handler of the Pods may see a deletion after the
 // handler of the endpoints recorded the recomputation it caused; the timeline still tells the
 // Pod gone first. A removal more than a second before the Pod went was not its doing.
@@ -245,13 +251,7 @@ func TestTimelineTellsAPodGoneBeforeWhatItCaused(t *testing.T) {
 		{"stamped 5 s after", 5 * time.Second, "change 2 computed again"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			t0 := time.Now().Add(-time.Minute)
-			at := func(d time.Duration) time.Time { return t0.Add(d) }
-			c1 := sliceCause("7", at(0).UnixNano(), at(10*time.Millisecond).UnixNano())
-			s := New(0)
-			pod := &collections.Pod{Key: "shop/10.0.0.2"}
-			s.endpointsChanged(nil, shard(c1, ep("10.0.0.1", collections.Healthy), ep("10.0.0.2", collections.Healthy)), at(20*time.Millisecond))
-			s.clasComputed(claSet(c1, map[string]uint64{"": 100}))
+			s, c1, pod, at := twoEndpoints()
 			recomputed := at(2 * time.Second)
 			s.endpointsChanged(shard(c1, ep("10.0.0.1", collections.Healthy), ep("10.0.0.2", collections.Healthy)),
 				shard(c1, ep("10.0.0.1", collections.Healthy)), recomputed)
