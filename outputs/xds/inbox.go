@@ -23,6 +23,10 @@ type inbox struct {
 	asks    []ask
 	// closed: the stream has ended; questions are answered at once, unasked.
 	closed bool
+	// quiet are the types whose marks do not wake the stream (a bit each): it could not act on
+	// them before an event of its own (the ACK of the response of the type it awaits), and
+	// takes them at its turn after that event.
+	quiet uint8
 }
 
 // ask is a question for the stream's goroutine: f runs there (with the stream's state), then
@@ -57,8 +61,19 @@ func (in *inbox) mark(t typ, ids []nameID, at int64) {
 			in.ids[t][id] = at
 		}
 	}
+	quiet := in.quiet&(1<<t) != 0
 	in.mu.Unlock()
-	in.kick()
+	if !quiet {
+		in.kick()
+	}
+}
+
+// setQuiet sets the types whose marks do not wake the stream (a bit each), on the stream's
+// goroutine, which takes every mark left at its next turn.
+func (in *inbox) setQuiet(types uint8) {
+	in.mu.Lock()
+	in.quiet = types
+	in.mu.Unlock()
 }
 
 // setView leaves the stream's new view.

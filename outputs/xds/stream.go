@@ -187,6 +187,7 @@ func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs 
 			return st.fail(err)
 		}
 		st.armAudit(st.audit(time.Now()))
+		st.inbox.setQuiet(st.quietTypes())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -253,6 +254,20 @@ func (st *stream) anythingDue() bool {
 		}
 	}
 	return len(st.unknown) > 0
+}
+
+// quietTypes are the types whose marks need not wake the stream (a bit each): a response of the
+// type awaits its ACK, so nothing of the type may be sent before that ACK, and the subscription
+// is behind already (the marks would change nothing the stale audit reports but the count of
+// names). The turn after the ACK takes them.
+func (st *stream) quietTypes() uint8 {
+	var q uint8
+	for t, sb := range st.subs {
+		if sb != nil && sb.inflight && sb.lag.behindSince() != 0 {
+			q |= 1 << t
+		}
+	}
+	return q
 }
 
 // turn takes what the inbox holds, then sends what is due: the response in hand once its place
