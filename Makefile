@@ -11,7 +11,7 @@ build:
 
 # The image without a container daemon: an OCI layout archive, krteds-image.tar, built from a
 # static binary by test/image (go-containerregistry) and checked (config, filesystem, and
-# `krteds serve --demo` run from it); see "Deploying" in the README.
+# `krteds serve --demo` run from it); see "Deploying" in docs/OPERATING.md.
 image:
 	VERSION=$(VERSION) COMMIT=$(COMMIT) bash test/image/build.sh
 

@@ -48,17 +48,17 @@ func TestMistypedFlagSuggestsTheRightOne(t *testing.T) {
 	}
 }
 
-// TestREADMEListsEveryServeFlag: the README's table of krteds serve's flags names every flag the
-// command has, and no other.
-func TestREADMEListsEveryServeFlag(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// TestDocsListEveryServeFlag: the table of krteds serve's flags in docs/OPERATING.md names every
+// flag the command has, and no other.
+func TestDocsListEveryServeFlag(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "OPERATING.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
 	start := strings.Index(text, "| flag | default | meaning |")
 	if start < 0 {
-		t.Fatal("the README has no flag table")
+		t.Fatal("docs/OPERATING.md has no flag table")
 	}
 	table := text[start:]
 	table = table[:strings.Index(table, "\n\n")]
@@ -72,12 +72,12 @@ func TestREADMEListsEveryServeFlag(t *testing.T) {
 	cmd := newServeCommand()
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
 		if !documented["--"+f.Name] {
-			t.Errorf("--%s is not in the README's table", f.Name)
+			t.Errorf("--%s is not in docs/OPERATING.md's table", f.Name)
 		}
 		delete(documented, "--"+f.Name)
 	})
 	for f := range documented {
-		t.Errorf("the README lists %s, which krteds serve does not have", f)
+		t.Errorf("docs/OPERATING.md lists %s, which krteds serve does not have", f)
 	}
 }
 

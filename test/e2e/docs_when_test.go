@@ -14,16 +14,17 @@ import (
 	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
 
-// readmeSection is the fenced code blocks of the README's section of that heading.
-func readmeSection(t *testing.T, heading string) []string {
+// docSection is the fenced code blocks of the section of that heading in file (a path from the
+// repository's root, such as docs/OPERATING.md).
+func docSection(t *testing.T, file, heading string) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), filepath.FromSlash(file)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
 	if !ok {
-		t.Fatalf("README.md has no %q section", heading)
+		t.Fatalf("%s has no %q section", file, heading)
 	}
 	section, _, _ = strings.Cut(section, "\n#")
 	var blocks []string
@@ -43,6 +44,9 @@ func readmeSection(t *testing.T, heading string) []string {
 	return blocks
 }
 
+// whenPage is the page of the "why does a proxy still send to an endpoint" example.
+const whenPage = "docs/OPERATING.md"
+
 // masked replaces what differs from run to run in explain's text: clock times, CLA versions,
 // durations.
 func masked(s string) []string {
@@ -52,15 +56,15 @@ func masked(s string) []string {
 	return strings.Split(strings.TrimRight(s, "\n"), "\n")
 }
 
-// TestReadmeWhenExample runs the README's "why does a proxy still send to an endpoint" example
-// on the example mesh, as the README says (a proxy watching, the late Pod coming and going, then
-// krteds explain --history), and holds explain's output to the README's block, times and
-// versions aside.
-func TestReadmeWhenExample(t *testing.T) {
+// TestDocsWhenExample runs the "why does a proxy still send to an endpoint" example of
+// docs/OPERATING.md on the example mesh, as the page says (a proxy watching, the late Pod coming
+// and going, then krteds explain --history), with the README's serve command, and holds
+// explain's output to the page's block, times and versions aside.
+func TestDocsWhenExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	blocks := readmeSection(t, "### Why does a proxy still send to an endpoint?")
+	blocks := docSection(t, whenPage, "### Why does a proxy still send to an endpoint?")
 	if len(blocks) != 2 {
 		t.Fatalf("the section has %d code blocks; want the commands and explain's output", len(blocks))
 	}
@@ -72,7 +76,7 @@ func TestReadmeWhenExample(t *testing.T) {
 	}
 	if len(lines) != 4 || !strings.Contains(lines[0], " endpoints --watch ") || !strings.HasPrefix(lines[1], "cp ") ||
 		!strings.HasPrefix(lines[2], "rm ") || !strings.Contains(lines[3], " explain ") {
-		t.Fatalf("the README's commands: %q; want the watcher, cp, rm, explain", lines)
+		t.Fatalf("the commands of %s: %q; want the watcher, cp, rm, explain", whenPage, lines)
 	}
 	serveLine := readTryIt(t).blocks[0]
 	bin := buildBinary(t)
@@ -113,6 +117,6 @@ func TestReadmeWhenExample(t *testing.T) {
 		t.Fatalf("%s: %v\n%s", lines[3], err, out)
 	}
 	if diff := cmp.Diff(masked(blocks[1]), masked(string(out))); diff != "" {
-		t.Errorf("the README's block is not what krteds explain --history prints, times and versions aside (-README +krteds):\n%s\nkrteds printed:\n%s", diff, out)
+		t.Errorf("the block of %s is not what krteds explain --history prints, times and versions aside (-%s +krteds):\n%s\nkrteds printed:\n%s", whenPage, whenPage, diff, out)
 	}
 }

@@ -279,7 +279,8 @@ func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 		}
 	}
 	// A version carrying its previous version's stamp (the controller keeps the annotation when
-	// no Pod change stamped a new one) has no trigger of its own, as krteds counts it (README).
+	// no Pod change stamped a new one) has no trigger of its own, as krteds counts it
+	// (docs/OPERATING.md).
 	stamp := s.Annotations["endpoints.kubernetes.io/last-change-trigger-time"]
 	carried := st.stamps[s.Name] == stamp
 	if deleted {
