@@ -23,6 +23,9 @@ type inbox struct {
 	asks    []ask
 	// closed: the stream has ended; questions are answered at once, unasked.
 	closed bool
+	// spare are maps of marks the stream gave back emptied (recycle), one a type: the next marks
+	// of the type fill one rather than growing a new map.
+	spare [numTypes]map[nameID]int64
 	// quiet are the types whose marks do not wake the stream (a bit each): it could not act on
 	// them before an event of its own (the ACK of the response of the type it awaits), and
 	// takes them at its turn after that event.
@@ -53,7 +56,11 @@ func (in *inbox) mark(t typ, ids []nameID, at int64) {
 		in.all[t] = true
 	}
 	if len(ids) > 0 && in.ids[t] == nil {
-		in.ids[t] = make(map[nameID]int64, len(ids))
+		if m := in.spare[t]; m != nil {
+			in.ids[t], in.spare[t] = m, nil
+		} else {
+			in.ids[t] = make(map[nameID]int64, len(ids))
+		}
 	}
 	for _, id := range ids {
 		// The earliest change not yet taken: the first the client has not been sent.
@@ -66,6 +73,24 @@ func (in *inbox) mark(t typ, ids []nameID, at int64) {
 	if !quiet {
 		in.kick()
 	}
+}
+
+// maxRecycled bounds the marks a map the stream gives back held: a map does not shrink, and one
+// that held a first answer's names would be walked whole at every change after.
+const maxRecycled = 256
+
+// recycle gives back a map of marks of type t that held at most maxRecycled marks, emptied here,
+// for the inbox's next marks of the type.
+func (in *inbox) recycle(t typ, m map[nameID]int64, peak int) {
+	if m == nil || peak > maxRecycled {
+		return
+	}
+	clear(m)
+	in.mu.Lock()
+	if in.spare[t] == nil {
+		in.spare[t] = m
+	}
+	in.mu.Unlock()
 }
 
 // setQuiet sets the types whose marks do not wake the stream (a bit each), on the stream's

@@ -67,8 +67,9 @@ func (sb *subscription) plan(limit int, look lookup) (draft, bool) {
 	if !splittable {
 		limit = math.MaxInt
 	}
+	n := len(sb.dirty) // the names a plan usually looks at: its maps are not grown name by name
 	p := &planning{sb: sb, look: look, limit: limit, listsAll: !sb.delta && sb.t.fullState(),
-		current: map[nameID]*collections.Resource{}, when: map[nameID]int64{}}
+		current: make(map[nameID]*collections.Resource, n), when: make(map[nameID]int64, n)}
 	if full {
 		if !p.lookAll() {
 			return draft{}, false
@@ -159,7 +160,7 @@ func (p *planning) lookAll() bool {
 		sb.dirtyAll = true
 		return false
 	}
-	sb.dirty = p.pending
+	sb.dirty, sb.dirtyPeak = p.pending, len(p.pending)
 	return true
 }
 
@@ -167,6 +168,7 @@ func (p *planning) lookAll() bool {
 // still being computed stay marked.
 func (p *planning) lookDue() {
 	sb := p.sb
+	sb.dirtyPeak = max(sb.dirtyPeak, len(sb.dirty))
 	for id, at := range sb.dirty {
 		if p.size > p.limit {
 			break
@@ -200,8 +202,9 @@ func (p *planning) lookDue() {
 	}
 	if len(sb.dirty) == 0 {
 		// A map does not shrink: one that held a first answer's names would be walked whole
-		// at every change after.
-		sb.dirty = nil
+		// at every change after. A small one serves the inbox again.
+		sb.owner.inbox.recycle(sb.t, sb.dirty, sb.dirtyPeak)
+		sb.dirty, sb.dirtyPeak = nil, 0
 	}
 }
 

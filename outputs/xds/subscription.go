@@ -44,6 +44,9 @@ type subscription struct {
 	// 0 if none: a new subscription); dirtyAll: every name (dirty then only carries times).
 	dirty    map[nameID]int64
 	dirtyAll bool
+	// dirtyPeak is the most names dirty held at the start of a plan since it was made: the
+	// size of the map, which does not shrink (an emptied one small enough goes back to the inbox).
+	dirtyPeak int
 	// sweep are the names a look at every name has still to look at (plan takes them a part at
 	// a time, the last first).
 	sweep []nameID
@@ -405,6 +408,7 @@ func (sb *subscription) mark(ids map[nameID]int64, all bool) {
 			sb.dirty[id] = at
 		}
 	}
+	sb.owner.inbox.recycle(sb.t, ids, len(ids))
 }
 
 // forceResend marks names the client holds to be sent again, whatever version it holds, and to

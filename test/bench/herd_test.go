@@ -369,9 +369,23 @@ func flipAndWait(srv *herdServer, h *Herd, idx int) (took, graph time.Duration, 
 		return w.Latency(at), graph, w.Tracked(), nil
 	case <-time.After(time.Minute):
 		missing := w.Missing()
-		return 0, 0, 0, fmt.Errorf("a flip of service %d did not reach %d of the %d complete proxies in a minute: %v; the server's own view: %s", idx, len(missing), w.Tracked(),
-			missing[:min(len(missing), 10)], srv.staleness())
+		return 0, 0, 0, &missedError{service: idx, missing: missing, tracked: w.Tracked(), srv: srv}
 	}
+}
+
+// missedError is a flip that did not reach every complete proxy in a minute. Its message asks
+// the server for its own view (/debug/staleness, a question to every stream): a caller that
+// counts many misses, as the churn does, asks for one message, not one per miss.
+type missedError struct {
+	service int
+	missing []int
+	tracked int
+	srv     *herdServer
+}
+
+func (e *missedError) Error() string {
+	return fmt.Sprintf("a flip of service %d did not reach %d of the %d complete proxies in a minute: %v; the server's own view: %s", e.service, len(e.missing), e.tracked,
+		e.missing[:min(len(e.missing), 10)], e.srv.staleness())
 }
 
 // staleness is the server's /debug/staleness, summed up: how many proxies it has behind, and
