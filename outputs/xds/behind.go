@@ -152,15 +152,22 @@ func (st *stream) behind(t typ, sb *subscription) *xdsdebug.Behind {
 	if since == 0 {
 		return nil
 	}
-	b := &xdsdebug.Behind{Since: time.Unix(0, since), Names: len(sb.dirty) + len(sb.sweep) + len(sb.deferred)}
-	if sb.dirtyAll {
-		b.Names = sb.subs.len()
-	}
-	if sb.inflight {
-		b.Names += len(sb.lag.sending.items) + sb.lag.sending.removed
-	}
+	b := &xdsdebug.Behind{Since: time.Unix(0, since), Names: sb.behindNames()}
 	b.Reason, b.Lane = st.waitsOn(t, sb)
 	return b
+}
+
+// behindNames is how many names a behind subscription has yet to deliver: those to look at
+// (every name, when all are), and those of the response awaiting its ACK.
+func (sb *subscription) behindNames() int {
+	n := len(sb.dirty) + len(sb.sweep) + len(sb.deferred)
+	if sb.dirtyAll {
+		n = sb.subs.len()
+	}
+	if sb.inflight {
+		n += len(sb.lag.sending.items) + sb.lag.sending.removed
+	}
+	return n
 }
 
 // waitsOn is what a behind subscription waits on, and the lane of the budget it waits for.
@@ -227,15 +234,15 @@ func (st *stream) audit(now time.Time) time.Time {
 			}
 			continue
 		}
-		b := st.behind(typ(t), sb)
+		reason, _ := st.waitsOn(typ(t), sb)
 		if rep.since == 0 {
-			crossed = append(crossed, typ(t).short()+" "+b.Reason)
+			crossed = append(crossed, typ(t).short()+" "+reason)
 		}
 		crossedWith := rep.crossed
 		if rep.since == 0 {
-			crossedWith = b.Reason
+			crossedWith = reason
 		}
-		st.srv.metrics.staleNow(rep, staleReport{since: since, reason: b.Reason, names: b.Names, crossed: crossedWith})
+		st.srv.metrics.staleNow(rep, staleReport{since: since, reason: reason, names: sb.behindNames(), crossed: crossedWith})
 		if tick := now.Add(staleTick); next.IsZero() || tick.Before(next) {
 			next = tick
 		}
