@@ -412,6 +412,6 @@ func (s *Server) Drain(ctx context.Context, d time.Duration) {
 			case <-time.After(step):
 			}
 		}
-		st.drainOnce.Do(func() { close(st.draining) })
+		st.drain()
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,11 +80,10 @@ type stream struct {
 	// slot is the stream's bit in the index's subscriber sets (set by subscriberIndex.addStream).
 	slot  uint32
 	inbox inbox
-	// draining is closed when the server is shutting down and the stream must go (Drain);
-	// evicted is set when the send budget needs the bytes its unread response holds.
-	draining  chan struct{}
-	drainOnce sync.Once
-	evicted   atomic.Bool
+	// draining is set when the server is shutting down and the stream must go (Drain);
+	// evicted when the send budget needs the bytes its unread response holds. Either wakes it.
+	draining atomic.Bool
+	evicted  atomic.Bool
 	// proxy is the proxy the stream identified as (nil before its first request); it does not
 	// change once set.
 	proxy atomic.Pointer[collections.ConnectedProxy]
@@ -124,8 +122,14 @@ func newStream(s *Server, delta bool, peer string, loopback bool) *stream {
 	if delta {
 		id = "delta-" + n
 	}
-	return &stream{srv: s, id: id, delta: delta, peer: peer, loopback: loopback, connectedAt: time.Now(), inbox: newInbox(),
-		draining: make(chan struct{})}
+	return &stream{srv: s, id: id, delta: delta, peer: peer, loopback: loopback, connectedAt: time.Now(), inbox: newInbox()}
+}
+
+// received is what the stream's reader hands its goroutine: a request, or the error that ended
+// the reading.
+type received struct {
+	req request
+	err error
 }
 
 // serve runs one stream: requests are read on a goroutine of their own and handed to the
@@ -155,31 +159,37 @@ func (s *Server) serve(ctx context.Context, v variant) error {
 		s.refused(st, "", err)
 		return err
 	}
-	reqs := make(chan request)
-	errs := make(chan error, 1)
+	// The reader's requests, and the error that ends it (the client's, or the stream's context
+	// ending), go to the stream's goroutine; once that has returned, the reader stops.
+	reqs := make(chan received)
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
 		for {
 			req, err := v.recv()
-			if err != nil {
-				errs <- err
+			select {
+			case reqs <- received{req: req, err: err}:
+			case <-done:
 				return
 			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
+			if err != nil {
 				return
 			}
 		}
 	}()
-	return st.run(ctx, v, reqs, errs)
+	return st.run(v, reqs)
 }
 
 // run is the stream's goroutine: at each turn it takes its inbox and sends what is due, then
-// waits for the next event: a request, a wake, its response's place granted, written or slow,
-// the server draining, the stream's end.
-func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs <-chan error) error {
+// waits for the next event: a request or the reader's end, a wake (a mark, the server draining,
+// an eviction), its response's place granted, written or slow. It selects on as few channels
+// as it may: each one is locked at every wait.
+func (st *stream) run(v variant, reqs <-chan received) error {
 	defer st.end()
 	for {
+		if st.draining.Load() {
+			return status.Error(codes.Unavailable, "krteds is shutting down: reconnect")
+		}
 		// The lag is audited as the last event left it (before the turn answers questions),
 		// and as the turn leaves it.
 		st.audit(time.Now())
@@ -189,17 +199,13 @@ func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs 
 		st.armAudit(st.audit(time.Now()))
 		st.inbox.setQuiet(st.quietTypes())
 		select {
-		case <-ctx.Done():
-			return nil
-		case req := <-reqs:
-			if err := st.handle(req); err != nil {
+		case r := <-reqs:
+			if r.err != nil {
+				return endOfReading(r.err)
+			}
+			if err := st.handle(r.req); err != nil {
 				return err
 			}
-		case err := <-errs:
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return nil
-			}
-			return err
 		case <-st.inbox.wake:
 		case <-st.out.granted():
 		case <-st.out.paid():
@@ -214,10 +220,23 @@ func (st *stream) run(ctx context.Context, v variant, reqs <-chan request, errs 
 			}
 		case <-st.auditDue():
 			st.auditAt = time.Time{}
-		case <-st.draining:
-			return status.Error(codes.Unavailable, "krteds is shutting down: reconnect")
 		}
 	}
+}
+
+// endOfReading is what the stream returns as its reader ends with err: nothing for the client's
+// end or the stream's (its context), else err.
+func endOfReading(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+		return nil
+	}
+	return err
+}
+
+// drain ends the stream at its next turn: the server is shutting down.
+func (st *stream) drain() {
+	st.draining.Store(true)
+	st.kick()
 }
 
 // errStalled: the stream's client read nothing of a response for the send timeout, or for long
