@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,7 +68,7 @@ func serveExample(t *testing.T, bin string, extra ...string) (dir, xdsAddr, debu
 	t.Helper()
 	dir = t.TempDir()
 	copyDir(t, filepath.Join(repoRoot(t), "examples", "mesh"), dir)
-	xdsAddr, debugAddr = freePort(t), freePort(t)
+	xdsAddr, debugAddr = fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t))
 	serve = exec.Command(bin, append([]string{"serve", "--manifests", dir, "--xds-addr", xdsAddr, "--debug-addr", debugAddr}, extra...)...)
 	_, done = startLogged(t, serve)
 	return dir, xdsAddr, debugAddr, serve, done
@@ -107,16 +106,6 @@ func readyStatus(debugAddr string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func copyDir(t *testing.T, from, to string) {
@@ -280,7 +269,7 @@ func TestBinaryWithoutClusterSaysHowToRunTheExample(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	home := t.TempDir()
-	cmd := exec.Command(bin, "serve", "--xds-addr", freePort(t), "--debug-addr", freePort(t))
+	cmd := exec.Command(bin, "serve", "--xds-addr", fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t)), "--debug-addr", fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t)))
 	cmd.Env = append(os.Environ(), "HOME="+home, "KUBECONFIG="+filepath.Join(home, "missing"), "KUBERNETES_SERVICE_HOST=")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -331,7 +320,7 @@ func TestBinaryServesTwoClustersOnTwoNetworks(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := buildBinary(t)
-	xdsAddr, debugAddr := freePort(t), freePort(t)
+	xdsAddr, debugAddr := fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t))
 	serve := exec.Command(bin, "serve", "--demo", "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
 	serve.Dir = t.TempDir()
 	startLogged(t, serve)

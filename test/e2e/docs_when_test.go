@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/krteds/krteds/outputs/xds/xdsdebug"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // docSection is the fenced code blocks of the section of that heading in file (a path from the
@@ -82,7 +84,7 @@ func TestDocsWhenExample(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	copyDir(t, filepath.Join(repoRoot(t), "examples"), filepath.Join(dir, "examples"))
-	xdsAddr, debugAddr := freePort(t), freePort(t)
+	xdsAddr, debugAddr := fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t))
 	startLogged(t, readmeShell(t, bin, dir, serveLine, "--xds-addr", xdsAddr, "--debug-addr", debugAddr))
 	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))
 

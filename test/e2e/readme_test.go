@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // readmeTryIt is the README's "Try it" section: its fenced code blocks in order, and its prose.
@@ -96,7 +98,7 @@ func TestReadmeFirstExample(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	copyDir(t, filepath.Join(repoRoot(t), "examples"), filepath.Join(dir, "examples"))
-	xdsAddr, debugAddr := freePort(t), freePort(t)
+	xdsAddr, debugAddr := fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(t))
 	serve := readmeShell(t, bin, dir, serveLine, "--xds-addr", xdsAddr, "--debug-addr", debugAddr)
 	startLogged(t, serve)
 	waitFor(t, "/ready", answers(debugAddr, http.StatusOK))

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 var (
@@ -35,15 +36,6 @@ func binDir() string {
 func scriptDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "envtest")
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startAPIServer starts etcd, kube-apiserver and the EndpointSlice controller with the
@@ -94,10 +86,10 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			skipReason = err.Error()
 		}
-		ep, apiPort, kcmPort := freePort(), freePort(), freePort()
+		ep, apiPort, kcmPort := fixtures.FreePort(nil), fixtures.FreePort(nil), fixtures.FreePort(nil)
 		etcdPort = strconv.Itoa(ep)
 		startEnv = append(os.Environ(), "BIN_DIR="+bin, "WORKDIR="+workdir, "START_KCM=1",
-			"ETCD_PORT="+etcdPort, "ETCD_PEER_PORT="+strconv.Itoa(freePort()),
+			"ETCD_PORT="+etcdPort, "ETCD_PEER_PORT="+strconv.Itoa(fixtures.FreePort(nil)),
 			"APISERVER_PORT="+strconv.Itoa(apiPort), "KCM_PORT="+strconv.Itoa(kcmPort),
 			"ETCD_EXTRA_ARGS=--unsafe-no-fsync",
 			// Watches go to etcd itself, so a compaction makes an old resource version "too old"

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections/sources"
+	"github.com/krteds/krteds/test/fixtures"
 )
 
 // startSecondAPIServer starts another etcd, kube-apiserver and EndpointSlice controller, a
@@ -22,8 +23,8 @@ func startSecondAPIServer(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	env := append(os.Environ(), "BIN_DIR="+binDir(), "WORKDIR="+dir, "START_KCM=1",
-		"ETCD_PORT="+strconv.Itoa(freePort()), "ETCD_PEER_PORT="+strconv.Itoa(freePort()),
-		"APISERVER_PORT="+strconv.Itoa(freePort()), "KCM_PORT="+strconv.Itoa(freePort()),
+		"ETCD_PORT="+strconv.Itoa(fixtures.FreePort(nil)), "ETCD_PEER_PORT="+strconv.Itoa(fixtures.FreePort(nil)),
+		"APISERVER_PORT="+strconv.Itoa(fixtures.FreePort(nil)), "KCM_PORT="+strconv.Itoa(fixtures.FreePort(nil)),
 		"ETCD_EXTRA_ARGS=--unsafe-no-fsync", "ADMIN_TOKEN=krteds-remote-"+strconv.Itoa(os.Getpid()))
 	saved := startEnv
 	startEnv = env

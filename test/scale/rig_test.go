@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -89,16 +88,6 @@ func here() string {
 	return filepath.Dir(file)
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // rig is the control loop and the replicas.
 type rig struct {
 	t        *testing.T
@@ -156,8 +145,8 @@ func startRig(t *testing.T, sz size) *rig {
 	}
 	qps := "--kube-api-qps=2000 --kube-api-burst=4000"
 	env := append(os.Environ(), "BIN_DIR="+envtest, "WORKDIR="+filepath.Join(dir, "kube"), "START_KCM=1",
-		"ETCD_PORT="+strconv.Itoa(freePort(t)), "ETCD_PEER_PORT="+strconv.Itoa(freePort(t)),
-		"APISERVER_PORT="+strconv.Itoa(freePort(t)), "KCM_PORT="+strconv.Itoa(freePort(t)),
+		"ETCD_PORT="+strconv.Itoa(fixtures.FreePort(t)), "ETCD_PEER_PORT="+strconv.Itoa(fixtures.FreePort(t)),
+		"APISERVER_PORT="+strconv.Itoa(fixtures.FreePort(t)), "KCM_PORT="+strconv.Itoa(fixtures.FreePort(t)),
 		"SERVICE_CIDR=10.96.0.0/16", // clear of kwok's pod ranges, room for the large size
 		"ETCD_EXTRA_ARGS=--unsafe-no-fsync --quota-backend-bytes=8589934592",
 		"APISERVER_EXTRA_ARGS=--audit-log-path="+r.audit+" --audit-policy-file="+filepath.Join(dir, "audit-policy.yaml")+
@@ -193,14 +182,14 @@ func startRig(t *testing.T, sz size) *rig {
 	}
 	r.start("kube-scheduler", filepath.Join(scaleBin, "kube-scheduler"), "--kubeconfig="+r.kubeconfig, "--authentication-kubeconfig="+r.kubeconfig,
 		"--authorization-kubeconfig="+r.kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(freePort(t)), "--kube-api-qps=2000", "--kube-api-burst=4000", "--v=1")
+		"--secure-port="+strconv.Itoa(fixtures.FreePort(t)), "--kube-api-qps=2000", "--kube-api-burst=4000", "--v=1")
 	// Two kwoks play the kubelets: one every node but one, the other that one node alone, so
 	// that killing it is a node whose kubelet is gone (its own pod addresses, so none collide).
 	stages := r.kwokStages(filepath.Join(scaleBin, "kwok-stages.yaml"))
 	kwok := func(name, nodes, cidr string) {
 		r.start(name, filepath.Join(scaleBin, "kwok"), "--kubeconfig="+r.kubeconfig, "--config="+stages,
 			"--manage-nodes-with-annotation-selector="+kwokNode+"="+nodes, "--cidr="+cidr, "--node-ip=10.127.0.1",
-			"--node-lease-duration-seconds=40", "--server-address=127.0.0.1:"+strconv.Itoa(freePort(t)))
+			"--node-lease-duration-seconds=40", "--server-address=127.0.0.1:"+strconv.Itoa(fixtures.FreePort(t)))
 	}
 	kwok("kwok", "fake", "10.128.0.0/12")
 	kwok("kwok-doomed", "doomed", "10.160.0.0/16")
@@ -340,7 +329,7 @@ func (r *rig) buildKrteds() string {
 func (r *rig) startReplica(i int) *replica {
 	r.t.Helper()
 	for len(r.replicas) <= i {
-		r.replicas = append(r.replicas, &replica{r: r, i: len(r.replicas), xds: fmt.Sprintf("127.0.0.1:%d", freePort(r.t)), debug: fmt.Sprintf("127.0.0.1:%d", freePort(r.t))})
+		r.replicas = append(r.replicas, &replica{r: r, i: len(r.replicas), xds: fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(r.t)), debug: fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(r.t))})
 	}
 	rep := r.replicas[i]
 	bin, args := r.buildKrteds(), []string{"serve", "--kubeconfig=" + r.kubeconfigFor(i), "--xds-addr=" + rep.xds,
