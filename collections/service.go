@@ -184,16 +184,6 @@ func (s *ServiceInfo) SupportsDrainingEndpoints() bool {
 	return s != nil && (s.PersistentSession || s.PersistentSessionHeader)
 }
 
-// PortByNumber returns the service port with that number, if any.
-func (s *ServiceInfo) PortByNumber(port int32) (ServicePort, bool) {
-	for _, p := range s.Ports {
-		if p.Port == port {
-			return p, true
-		}
-	}
-	return ServicePort{}, false
-}
-
 // PortByName returns the service port with that name, if any.
 func (s *ServiceInfo) PortByName(name string) (ServicePort, bool) {
 	for _, p := range s.Ports {
