@@ -16,16 +16,13 @@ import (
 // KindSidecar is the Problem kind of Sidecars.
 const KindSidecar = "Sidecar"
 
-// ServiceVisible reports whether a proxy in proxyNamespace, scoped by the egress listeners of
-// its Sidecar (SidecarFor; nil for none), has svc in its sidecar scope, so that istiod would
-// serve the service's endpoints to it. Both ServiceExportedTo and SidecarImports must hold.
-func ServiceVisible(svc *collections.ServiceInfo, proxyNamespace string, egress []collections.EgressListener) bool {
-	return svc != nil && Visible(svc.Visibility(), proxyNamespace, egress)
-}
-
-// Visible is ServiceVisible for a resource's visibility: a resource of one of the service's
-// ports (a cluster, its CLA) is visible when a listener that imports the service admits that
-// port, as istiod's sidecar scope keeps only the ports its listeners match.
+// Visible reports whether a proxy in proxyNamespace, scoped by the egress listeners of its
+// Sidecar (SidecarFor; nil for none), has a service (vis: ServiceInfo.Visibility) in its sidecar
+// scope, so that istiod would serve the service's endpoints to it: the service must be exported
+// to the proxy's namespace (serviceExportedTo) and imported by a listener (sidecarImports). A
+// resource of one of the service's ports (a cluster, its CLA; vis: ServiceInfo.PortVisibility)
+// is visible when a listener that imports the service admits that port, as istiod's sidecar
+// scope keeps only the ports its listeners match.
 func Visible(vis collections.Visibility, proxyNamespace string, egress []collections.EgressListener) bool {
 	if !serviceExportedTo(vis, proxyNamespace) {
 		return false
@@ -41,14 +38,10 @@ func Visible(vis collections.Visibility, proxyNamespace string, egress []collect
 	return false
 }
 
-// ServiceExportedTo applies the Service's networking.istio.io/exportTo annotation as istiod's
+// serviceExportedTo applies the Service's networking.istio.io/exportTo annotation as istiod's
 // service index does: no annotation → everywhere (the mesh default, "*"); "*" anywhere in the
 // list → everywhere; otherwise "~" anywhere → nowhere, not even its own namespace; otherwise "."
 // is the Service's namespace and the other entries are namespaces.
-func ServiceExportedTo(svc *collections.ServiceInfo, namespace string) bool {
-	return svc != nil && serviceExportedTo(svc.Visibility(), namespace)
-}
-
 func serviceExportedTo(vis collections.Visibility, namespace string) bool {
 	if len(vis.ExportTo) == 0 || slices.Contains(vis.ExportTo, "*") {
 		return true
@@ -67,7 +60,7 @@ func serviceExportedTo(vis collections.Visibility, namespace string) bool {
 	return false
 }
 
-// SidecarImports applies Sidecar egress hosts "<namespace>/<host>" to a service, as istiod's
+// sidecarImports applies Sidecar egress hosts "<namespace>/<host>" to a service, as istiod's
 // egress listeners select services:
 //   - namespace: a name, "." (the proxy's namespace) or "*" (any); "~<namespace>", "~." or
 //     "~*" exclude the host from that namespace, and a bare "~" excludes it from every namespace;
@@ -81,10 +74,6 @@ func serviceExportedTo(vis collections.Visibility, namespace string) bool {
 // These are the hosts of one egress listener: a Sidecar imports a service when one of its
 // listeners does (Visible), each with its own exclusions, as istiod selects services per
 // listener.
-func SidecarImports(egressHosts []string, proxyNamespace string, svc *collections.ServiceInfo) bool {
-	return svc != nil && sidecarImports(egressHosts, proxyNamespace, svc.Visibility())
-}
-
 func sidecarImports(egressHosts []string, proxyNamespace string, svc collections.Visibility) bool {
 	if len(egressHosts) == 0 {
 		return true

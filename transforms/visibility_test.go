@@ -39,17 +39,14 @@ func TestVisibilityServiceExportTo(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			svc := visTestService("ns1", "foo", c.exportTo...)
 			for ns, want := range c.visible {
-				if got := ServiceExportedTo(svc, ns); got != want {
+				if got := serviceExportedTo(svc.Visibility(), ns); got != want {
 					t.Errorf("exportTo %v, proxy in %s: got %v, want %v", c.exportTo, ns, got, want)
 				}
-				if got := ServiceVisible(svc, ns, nil); got != want {
-					t.Errorf("ServiceVisible without Sidecar, exportTo %v, proxy in %s: got %v, want %v", c.exportTo, ns, got, want)
+				if got := Visible(svc.Visibility(), ns, nil); got != want {
+					t.Errorf("Visible without Sidecar, exportTo %v, proxy in %s: got %v, want %v", c.exportTo, ns, got, want)
 				}
 			}
 		})
-	}
-	if ServiceVisible(nil, "ns1", nil) {
-		t.Error("a nil service is not visible")
 	}
 }
 
@@ -86,11 +83,12 @@ func TestVisibilitySidecarEgress(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var got []string
 			for _, s := range all {
-				if SidecarImports(c.hosts, "ns1", s) {
+				imported := sidecarImports(c.hosts, "ns1", s.Visibility())
+				if imported {
 					got = append(got, s.Name)
 				}
-				if ServiceVisible(s, "ns1", egressOn(0, c.hosts...)) != SidecarImports(c.hosts, "ns1", s) {
-					t.Errorf("%s: ServiceVisible disagrees with SidecarImports for an exported service", s.Name)
+				if Visible(s.Visibility(), "ns1", egressOn(0, c.hosts...)) != imported {
+					t.Errorf("%s: Visible disagrees with sidecarImports for an exported service", s.Name)
 				}
 			}
 			if diff := cmp.Diff(c.want, got); diff != "" {
@@ -100,15 +98,15 @@ func TestVisibilitySidecarEgress(t *testing.T) {
 	}
 }
 
-func TestVisibilityServiceVisibleCombines(t *testing.T) {
-	private := visTestService("ns2", "priv", ".")
-	if ServiceVisible(private, "ns1", egressOn(0, "*/*")) {
+func TestVisibilityVisibleCombines(t *testing.T) {
+	private := visTestService("ns2", "priv", ".").Visibility()
+	if Visible(private, "ns1", egressOn(0, "*/*")) {
 		t.Error("a Sidecar cannot import a service not exported to the proxy's namespace")
 	}
-	if !ServiceVisible(private, "ns2", egressOn(0, "./*")) {
+	if !Visible(private, "ns2", egressOn(0, "./*")) {
 		t.Error("a private service is visible in its namespace through ./*")
 	}
-	if ServiceVisible(visTestService("ns2", "pub"), "ns1", egressOn(0, "./*")) {
+	if Visible(visTestService("ns2", "pub").Visibility(), "ns1", egressOn(0, "./*")) {
 		t.Error("an exported service is hidden by the Sidecar")
 	}
 }
