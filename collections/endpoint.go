@@ -274,13 +274,6 @@ func parseIPv4(s string) (v uint32, ok bool) {
 	return v<<8 | field, true
 }
 
-// MergeEndpoints de-duplicates endpoints by (address, port name), keeping the better copy, and
-// returns pointers to them in CompareEndpoints order. The input is not modified; the result
-// points into it.
-func MergeEndpoints(in []Endpoint) []*Endpoint {
-	return MergeEndpointsInPlace(AppendRefs(make([]*Endpoint, 0, len(in)), in))
-}
-
 // AppendRefs appends pointers to the endpoints of eps to refs (eps must not change after).
 func AppendRefs(refs []*Endpoint, eps []Endpoint) []*Endpoint {
 	for i := range eps {
@@ -289,14 +282,10 @@ func AppendRefs(refs []*Endpoint, eps []Endpoint) []*Endpoint {
 	return refs
 }
 
-// MergeEndpointsInPlace is MergeEndpoints over a list of pointers the caller owns: it is sorted
-// in place and the result is a prefix of it.
-func MergeEndpointsInPlace(out []*Endpoint) []*Endpoint {
-	merged, _ := MergeRecorded(out)
-	return merged
-}
-
-// MergeRecorded is MergeEndpointsInPlace, and the copies it left out, each with the one kept.
+// MergeRecorded de-duplicates endpoints by (address, port name), keeping the better copy, and
+// returns pointers to them in CompareEndpoints order, and the copies it left out, each with the
+// one kept. out is a list of pointers the caller owns (AppendRefs): it is sorted in place and the
+// result is a prefix of it; the endpoints it points to are not modified.
 func MergeRecorded(out []*Endpoint) ([]*Endpoint, []DroppedCopy) {
 	// Each IPv4 address is read once, not at each of the sort's n·log n comparisons.
 	keyed := make([]keyedEndpoint, len(out))

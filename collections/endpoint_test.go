@@ -55,7 +55,7 @@ func TestMergeEndpointsOrder(t *testing.T) {
 				Slice:    []string{"s1", "s2"}[rng.IntN(2)],
 			})
 		}
-		got := MergeEndpoints(in)
+		got, _ := MergeRecorded(AppendRefs(nil, in))
 		// The reference: sort copies by the full comparison, keep the first of each key.
 		want := slices.Clone(in)
 		slices.SortStableFunc(want, func(a, b Endpoint) int {
@@ -99,7 +99,7 @@ func TestBetterRanksHealth(t *testing.T) {
 				t.Errorf("Better(%s, %s) = %v, want %v", a, b, got, want)
 			}
 		}
-		got := MergeEndpoints([]Endpoint{{Address: "10.0.0.1", PortName: "http", Health: Terminating, Slice: "a"}, {Address: "10.0.0.1", PortName: "http", Health: a, Slice: "b"}})
+		got, _ := MergeRecorded(AppendRefs(nil, []Endpoint{{Address: "10.0.0.1", PortName: "http", Health: Terminating, Slice: "a"}, {Address: "10.0.0.1", PortName: "http", Health: a, Slice: "b"}}))
 		if len(got) != 1 || got[0].Health != a {
 			t.Errorf("merging %s with a terminating copy kept %+v", a, got)
 		}

@@ -91,7 +91,7 @@ func FuzzSliceEndpoints(f *testing.F) {
 				t.Fatalf("address %q kept in an %s slice", e.Address, s.AddressType)
 			}
 		}
-		merged := collections.MergeEndpoints(out.Endpoints)
+		merged, _ := collections.MergeRecorded(collections.AppendRefs(nil, out.Endpoints))
 		plan := planCLA("c", svc, svc.Ports[0], merged, PolicyFor(svc), collections.ProxyClass{}, nil)
 		_ = plan.Encode()
 	})
