@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
@@ -212,7 +211,7 @@ func TestClusterLocalHostsAcrossClusters(t *testing.T) {
 		}
 		return out
 	}
-	entry, err := sources.ObjectsOf([]byte(`
+	entry, err := rigs.ObjectsOf([]byte(`
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: api, namespace: ns1}

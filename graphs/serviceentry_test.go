@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/test/rigs"
 )
 
@@ -350,7 +349,7 @@ spec:
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := sources.ObjectsOf([]byte(seNamespaces + "---\n" + tc.yaml))
+			objs, err := rigs.ObjectsOf([]byte(seNamespaces + "---\n" + tc.yaml))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -411,7 +410,7 @@ func missingProblems(all, want []string) []string {
 // A DNS_ROUND_ROBIN host keeps the first endpoint of each port, of all its namespace's entries
 // (mergeServicesInstancesByNamespaceHost).
 func TestDNSServiceEntryClusters(t *testing.T) {
-	objs, err := sources.ObjectsOf([]byte(seNamespaces + "---\n" + dnsEntry + `---
+	objs, err := rigs.ObjectsOf([]byte(seNamespaces + "---\n" + dnsEntry + `---
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: rr, namespace: ns1}

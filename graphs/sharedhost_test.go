@@ -11,7 +11,6 @@ import (
 	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/outputs/explain"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
@@ -67,7 +66,7 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 		host  = "api.example.com"
 		sixty = 10 * time.Second
 	)
-	objs, err := sources.ObjectsOf([]byte(sharedHostMesh))
+	objs, err := rigs.ObjectsOf([]byte(sharedHostMesh))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -282,17 +282,3 @@ func kindOf(obj any) (kind Kind, kept any, ok bool) {
 	}
 	return 0, nil, false
 }
-
-// ObjectsOf decodes manifests (as Decode) and returns the typed objects krteds reads, in
-// document order.
-func ObjectsOf(data []byte) ([]any, error) {
-	d, err := Decode(data, nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]any, 0, len(d.Objects))
-	for _, o := range d.Objects {
-		out = append(out, o.Obj)
-	}
-	return out, nil
-}

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // TestGRPCClientTakesDestinationRuleClusters: a real gRPC xDS client accepts (ACKs) the cluster of
@@ -33,7 +33,7 @@ func TestGRPCClientTakesDestinationRuleClusters(t *testing.T) {
 		{"{simple: ROUND_ROBIN, localityLbSetting: {failover: [{from: r1, to: r2}]}}", true},
 	} {
 		lb := c.lb
-		objs, err := sources.ObjectsOf([]byte(fmt.Sprintf(`
+		objs, err := rigs.ObjectsOf([]byte(fmt.Sprintf(`
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: echo, namespace: default}

@@ -72,6 +72,20 @@ type GraphOptions struct {
 	NoWait bool
 }
 
+// ObjectsOf decodes manifests (as sources.Decode) and returns the typed objects krteds reads, in
+// document order: what a rig, or the app, is given to serve.
+func ObjectsOf(data []byte) ([]any, error) {
+	d, err := sources.Decode(data, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, 0, len(d.Objects))
+	for _, o := range d.Objects {
+		out = append(out, o.Obj)
+	}
+	return out, nil
+}
+
 // NewGraph builds the graph over objs, with istiod's default configuration, and waits until it
 // has synced.
 func NewGraph(tb testing.TB, objs ...any) *Graph {

@@ -12,15 +12,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 func decode(t *testing.T, yaml string) []any {
 	t.Helper()
-	out, err := sources.ObjectsOf([]byte(yaml))
+	out, err := rigs.ObjectsOf([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

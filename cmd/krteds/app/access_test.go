@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/krteds/krteds/cmd/krteds/app"
-	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/rigs"
 )
 
 // secretManifests add a service of ns2 exported only to ns2.
@@ -64,7 +64,7 @@ func startTLSRig(t *testing.T) *tlsRig {
 // startTLSRigWith is startTLSRig serving the objects of manifests.
 func startTLSRigWith(t *testing.T, manifests string) *tlsRig {
 	t.Helper()
-	objs, err := sources.ObjectsOf([]byte(manifests))
+	objs, err := rigs.ObjectsOf([]byte(manifests))
 	if err != nil {
 		t.Fatal(err)
 	}

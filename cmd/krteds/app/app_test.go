@@ -20,7 +20,6 @@ import (
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
@@ -67,7 +66,7 @@ type appRig struct {
 
 func startAppRig(t *testing.T) *appRig {
 	t.Helper()
-	objs, err := sources.ObjectsOf([]byte(appManifests))
+	objs, err := rigs.ObjectsOf([]byte(appManifests))
 	if err != nil {
 		t.Fatal(err)
 	}
