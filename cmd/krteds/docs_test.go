@@ -1,9 +1,11 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,6 +52,49 @@ func TestREADMETestCommandIsCIs(t *testing.T) {
 	}
 	if !found {
 		t.Errorf(".ci/run does not run %q, the README's test command", command)
+	}
+}
+
+// TestFuzzTargetsDocumented: every target .ci/run fuzzes (`fuzz <package> <target>`, alone or in
+// a `for t in ...; do fuzz <package> "$t"; done` loop) is named, with its package, in the
+// Fuzzing section of docs/DEVELOPING.md, and that section names no target CI does not fuzz.
+func TestFuzzTargetsDocumented(t *testing.T) {
+	call := regexp.MustCompile(`^fuzz (\S+) (Fuzz\w+)$`)
+	loop := regexp.MustCompile(`^for (\w+) in ([\w ]+); do fuzz (\S+) "\$(\w+)"; done$`)
+	fuzzed := map[string]string{} // target → package
+	for line := range strings.Lines(repoFile(t, ".ci/run")) {
+		line = strings.TrimSpace(line)
+		if m := call.FindStringSubmatch(line); m != nil {
+			fuzzed[m[2]] = m[1]
+		} else if m := loop.FindStringSubmatch(line); m != nil && m[1] == m[4] {
+			for _, target := range strings.Fields(m[2]) {
+				fuzzed[target] = m[3]
+			}
+		} else if strings.Contains(line, "fuzz ./") {
+			t.Errorf(".ci/run: %q calls fuzz in a form this test does not read", line)
+		}
+	}
+	if len(fuzzed) == 0 {
+		t.Fatal(".ci/run fuzzes no target this test can read: the test reads nothing")
+	}
+	_, section, ok := strings.Cut(repoFile(t, "docs/DEVELOPING.md"), "\n## Fuzzing\n")
+	if !ok {
+		t.Fatal(`docs/DEVELOPING.md has no "## Fuzzing" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, target := range slices.Sorted(maps.Keys(fuzzed)) {
+		pkg := fuzzed[target]
+		if !strings.Contains(section, "`"+target+"`") {
+			t.Errorf("CI fuzzes %s (in %s); the Fuzzing section of docs/DEVELOPING.md does not name it", target, pkg)
+		}
+		if dir := strings.TrimPrefix(pkg, "./") + "/"; !strings.Contains(section, "`"+dir+"`") {
+			t.Errorf("CI fuzzes %s in %s; the Fuzzing section of docs/DEVELOPING.md does not name `%s`", target, pkg, dir)
+		}
+	}
+	for _, target := range regexp.MustCompile(`\bFuzz\w+`).FindAllString(section, -1) {
+		if _, ok := fuzzed[target]; !ok {
+			t.Errorf("the Fuzzing section of docs/DEVELOPING.md names %s, which .ci/run does not fuzz", target)
+		}
 	}
 }
 
