@@ -23,8 +23,8 @@ func startSecondAPIServer(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	env := append(os.Environ(), "BIN_DIR="+binDir(), "WORKDIR="+dir, "START_KCM=1",
-		"ETCD_PORT="+strconv.Itoa(fixtures.FreePort(nil)), "ETCD_PEER_PORT="+strconv.Itoa(fixtures.FreePort(nil)),
-		"APISERVER_PORT="+strconv.Itoa(fixtures.FreePort(nil)), "KCM_PORT="+strconv.Itoa(fixtures.FreePort(nil)),
+		"ETCD_PORT="+strconv.Itoa(fixtures.FreePort(t)), "ETCD_PEER_PORT="+strconv.Itoa(fixtures.FreePort(t)),
+		"APISERVER_PORT="+strconv.Itoa(fixtures.FreePort(t)), "KCM_PORT="+strconv.Itoa(fixtures.FreePort(t)),
 		"ETCD_EXTRA_ARGS=--unsafe-no-fsync", "ADMIN_TOKEN=krteds-remote-"+strconv.Itoa(os.Getpid()))
 	saved := startEnv
 	startEnv = env
