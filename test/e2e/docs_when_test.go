@@ -29,7 +29,13 @@ func docSection(t *testing.T, file, heading string) []string {
 		t.Fatalf("%s has no %q section", file, heading)
 	}
 	section, _, _ = strings.Cut(section, "\n#")
-	var blocks []string
+	blocks, _ := fenced(section)
+	return blocks
+}
+
+// fenced splits a section of Markdown into its fenced code blocks, in order, and the prose
+// around them.
+func fenced(section string) (blocks []string, prose string) {
 	var block []string
 	in := false
 	for line := range strings.Lines(section) {
@@ -41,9 +47,11 @@ func docSection(t *testing.T, file, heading string) []string {
 			blocks = append(blocks, strings.Join(block, ""))
 		case in:
 			block = append(block, line)
+		default:
+			prose += line
 		}
 	}
-	return blocks
+	return blocks, prose
 }
 
 // whenPage is the page of the "why does a proxy still send to an endpoint" example.

@@ -38,21 +38,7 @@ func readTryIt(t *testing.T) readmeTryIt {
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var out readmeTryIt
-	var block []string
-	in := false
-	for line := range strings.Lines(section) {
-		switch {
-		case strings.HasPrefix(line, "```") && !in:
-			in, block = true, nil
-		case strings.HasPrefix(line, "```"):
-			in = false
-			out.blocks = append(out.blocks, strings.Join(block, ""))
-		case in:
-			block = append(block, line)
-		default:
-			out.prose += line
-		}
-	}
+	out.blocks, out.prose = fenced(section)
 	return out
 }
 
