@@ -64,6 +64,9 @@ type ticket struct {
 	n        int64
 	caller   string
 	resuming bool
+	// delivers: the response carries changes to names its client holds, not an answer to a
+	// request or a look at every name (delivery).
+	delivers bool
 	// ready is closed once the place is granted.
 	ready chan struct{}
 	// evict ends the ticket's stream (set by the stream; called without the lane's lock).
@@ -113,10 +116,10 @@ func (b *sendBudget) inFlight() int64 { return b.taken.Load() }
 
 // request asks for n bytes and a place for a response of caller's: the ticket is granted at once
 // when it fits and nobody waits before it, else it waits its turn (ready is closed then).
-func (l *budgetLane) request(n int64, caller string, resuming bool, evict func()) *ticket {
-	t := &ticket{lane: l, n: n, caller: caller, resuming: resuming, ready: make(chan struct{}), evict: evict, asked: time.Now()}
+func (l *budgetLane) request(n int64, caller string, resuming, delivers bool, evict func()) *ticket {
+	t := &ticket{lane: l, n: n, caller: caller, resuming: resuming, delivers: delivers, ready: make(chan struct{}), evict: evict, asked: time.Now()}
 	l.mu.Lock()
-	if l.resuming.empty() && (resuming || l.waiting.empty()) && l.fits(n) {
+	if l.resuming.empty() && (resuming || l.waiting.empty()) && l.fits(t) {
 		l.grantLocked(t)
 		l.mu.Unlock()
 		return t
@@ -133,17 +136,20 @@ func (l *budgetLane) request(n int64, caller string, resuming bool, evict func()
 	return t
 }
 
-// fits reports whether n more bytes and a place fit (l.mu held); anything fits a lane that holds
-// nothing. The large lane takes no new response while small ones are at work (a flip going out
-// to every proxy): those before it finish, and the cores go to the small ones.
-func (l *budgetLane) fits(n int64) bool {
+// fits reports whether t's bytes and a place fit (l.mu held); anything fits a lane that holds
+// nothing. The large lane takes no new answer while small responses are at work (a flip going
+// out to every proxy): those before it finish, and the cores go to the small ones. A large
+// delivery (the changes of a client far behind, folded) is let in as its places allow: it is a
+// flip too, many of them, and under a steady stream of changes small responses are always at
+// work — holding deliveries to one at a time then starved every client behind.
+func (l *budgetLane) fits(t *ticket) bool {
 	if l.taken == 0 {
 		return true
 	}
-	if l == l.budget.large && l.budget.smallAtWork.Load() > 0 && l.atWork > 0 {
+	if l == l.budget.large && !t.delivers && l.budget.smallAtWork.Load() > 0 && l.atWork > 0 {
 		return false
 	}
-	return l.taken+n <= l.capacity && (l.slots == 0 || l.atWork < l.slots)
+	return l.taken+t.n <= l.capacity && (l.slots == 0 || l.atWork < l.slots)
 }
 
 // grantLocked gives t its bytes and place (l.mu held).
@@ -167,7 +173,7 @@ func (l *budgetLane) grantLocked(t *ticket) {
 func (l *budgetLane) grantWaitersLocked() *ticket {
 	for _, q := range []*fairQueue{&l.resuming, &l.waiting} {
 		for t := q.peek(); t != nil; t = q.peek() {
-			if !l.fits(t.n) {
+			if !l.fits(t) {
 				return l.victimLocked()
 			}
 			q.pop()

@@ -29,7 +29,7 @@ func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
 	} {
 		for _, delta := range []bool{false, true} {
 			n := encodedSize(r, delta)
-			tk := b.lane(n).request(int64(n), "c", false, nil)
+			tk := b.lane(n).request(int64(n), "c", false, false, nil)
 			pool := newReleasingPool(tk)
 			var w *wireMessage
 			if delta {
@@ -65,12 +65,12 @@ func TestEveryResponseGivesItsBudgetBack(t *testing.T) {
 func TestBudgetLanes(t *testing.T) {
 	b := newSendBudget(8<<20, 0, NewMetrics(prometheus.NewRegistry()))
 	large := b.large
-	first := large.request(large.capacity-10, "c", false, nil)
+	first := large.request(large.capacity-10, "c", false, false, nil)
 	granted(t, first, true)
 	// Each fills the lane: they can only go one after another.
 	var waiting []*ticket
 	for i := 0; i < 3; i++ {
-		waiting = append(waiting, large.request(large.capacity-5, "c", false, nil))
+		waiting = append(waiting, large.request(large.capacity-5, "c", false, false, nil))
 		granted(t, waiting[i], false)
 	}
 	// The small lane is free while the large one has a queue.
@@ -78,11 +78,11 @@ func TestBudgetLanes(t *testing.T) {
 	if small != b.small {
 		t.Fatal("a 1 000-byte response is not in the small lane")
 	}
-	s := small.request(1000, "c", false, nil)
+	s := small.request(1000, "c", false, false, nil)
 	granted(t, s, true)
 	s.release()
 	// A waiter whose stream ends leaves the queue.
-	gone := large.request(100, "c", false, nil)
+	gone := large.request(100, "c", false, false, nil)
 	gone.release()
 	first.release()
 	for i, w := range waiting {
@@ -94,7 +94,7 @@ func TestBudgetLanes(t *testing.T) {
 	}
 	granted(t, gone, false)
 	// Larger than the lane: alone, once it is empty.
-	huge := large.request(2*large.capacity, "c", false, nil)
+	huge := large.request(2*large.capacity, "c", false, false, nil)
 	granted(t, huge, true)
 	huge.release()
 	if got := b.inFlight(); got != 0 {
@@ -108,13 +108,13 @@ func TestBudgetLanes(t *testing.T) {
 func TestBudgetServesCallersInTurn(t *testing.T) {
 	b := newSendBudget(64<<20, 1, NewMetrics(prometheus.NewRegistry())) // one large response at work
 	large := b.large
-	busy := large.request(100<<10, "a", false, nil)
+	busy := large.request(100<<10, "a", false, false, nil)
 	var order []string
 	var tickets []*ticket
 	for _, c := range []string{"a", "a", "a", "b", "a", "c"} {
-		tickets = append(tickets, large.request(100<<10, c, false, nil))
+		tickets = append(tickets, large.request(100<<10, c, false, false, nil))
 	}
-	resuming := large.request(100<<10, "a", true, nil)
+	resuming := large.request(100<<10, "a", true, false, nil)
 	busy.release()
 	for range len(tickets) + 1 {
 		var next *ticket
@@ -146,8 +146,8 @@ func TestParkedResponsesGiveBackTheirPlace(t *testing.T) {
 	b := newSendBudget(8<<20, 1, NewMetrics(prometheus.NewRegistry()))
 	large := b.large
 	evicted := make(chan struct{}, 1)
-	unread := large.request(200<<10, "a", false, func() { evicted <- struct{}{} })
-	next := large.request(200<<10, "b", false, nil)
+	unread := large.request(200<<10, "a", false, false, func() { evicted <- struct{}{} })
+	next := large.request(200<<10, "b", false, false, nil)
 	granted(t, next, false)
 	unread.park()
 	granted(t, next, true)
@@ -158,9 +158,9 @@ func TestParkedResponsesGiveBackTheirPlace(t *testing.T) {
 	// A small response at work keeps the large lane from taking a new one while it has one at
 	// work; parked, it does not.
 	b2 := newSendBudget(8<<20, 2, NewMetrics(prometheus.NewRegistry()))
-	atWork := b2.large.request(200<<10, "a", false, nil)
-	s := b2.small.request(10<<10, "a", false, nil)
-	behind := b2.large.request(200<<10, "c", false, nil)
+	atWork := b2.large.request(200<<10, "a", false, false, nil)
+	s := b2.small.request(10<<10, "a", false, false, nil)
+	behind := b2.large.request(200<<10, "c", false, false, nil)
 	granted(t, behind, false)
 	s.park()
 	granted(t, behind, true)
@@ -172,9 +172,9 @@ func TestParkedResponsesGiveBackTheirPlace(t *testing.T) {
 	}
 	// Parked bytes that keep a waiter out: the one parked longest is evicted, and its bytes come
 	// back once its stream ends.
-	full := large.request(large.capacity-(300<<10), "d", false, func() { t.Error("the newer parked response was evicted") })
+	full := large.request(large.capacity-(300<<10), "d", false, false, func() { t.Error("the newer parked response was evicted") })
 	full.park()
-	waiter := large.request(200<<10, "e", false, nil)
+	waiter := large.request(200<<10, "e", false, false, nil)
 	select {
 	case <-evicted:
 	default:
@@ -185,6 +185,43 @@ func TestParkedResponsesGiveBackTheirPlace(t *testing.T) {
 	granted(t, waiter, true)
 	waiter.release()
 	full.release()
+	if got := b.inFlight(); got != 0 {
+		t.Fatalf("%d bytes left in flight", got)
+	}
+}
+
+// TestLargeDeliveriesAreNotHeldBehindSmallOnes: while small responses are always at work (a
+// steady stream of changes), the large lane still takes a new answer only once its last one is
+// done, but takes large deliveries — the folded changes of clients far behind — up to its
+// places; a delivery queued behind a held answer goes once the answer does.
+func TestLargeDeliveriesAreNotHeldBehindSmallOnes(t *testing.T) {
+	b := newSendBudget(64<<20, 3, NewMetrics(prometheus.NewRegistry()))
+	small := b.small.request(10<<10, "flip", false, false, nil)
+	granted(t, small, true)
+	first := b.large.request(200<<10, "a", false, true, nil)
+	granted(t, first, true) // the lane held nothing
+	second := b.large.request(200<<10, "b", false, true, nil)
+	granted(t, second, true)
+	third := b.large.request(200<<10, "c", false, true, nil)
+	granted(t, third, true)
+	fourth := b.large.request(200<<10, "d", false, true, nil)
+	granted(t, fourth, false) // three places
+	first.release()
+	granted(t, fourth, true)
+	// An answer (a first request's) waits while small ones are at work and the lane has one.
+	answer := b.large.request(200<<10, "e", false, false, nil)
+	granted(t, answer, false)
+	for _, tk := range []*ticket{second, third} {
+		tk.release()
+	}
+	granted(t, answer, false)
+	fourth.release()
+	granted(t, answer, true) // the lane emptied
+	later := b.large.request(200<<10, "f", false, true, nil)
+	granted(t, later, true)
+	for _, tk := range []*ticket{answer, later, small} {
+		tk.release()
+	}
 	if got := b.inFlight(); got != 0 {
 		t.Fatalf("%d bytes left in flight", got)
 	}

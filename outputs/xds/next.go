@@ -23,6 +23,9 @@ func (st *stream) next(t typ) *response {
 		return st.nextCollections(sb)
 	}
 	resuming := sb.more
+	// A delivery: the changes to names the client holds, not an answer to its first request, a
+	// new view or a forced resend.
+	delivers := sb.st.Responses > 0 && !sb.force && !sb.dirtyAll && len(sb.sweep) == 0
 	st.planLEDS = false
 	d, ok := sb.plan(st.limit(t), st)
 	if !ok && !sb.pending() {
@@ -36,7 +39,7 @@ func (st *stream) next(t typ) *response {
 		return nil
 	}
 	r := st.seal(t, sb, d)
-	r.resuming = resuming
+	r.resuming, r.delivers = resuming, delivers
 	sb.lag.planned(r, sb.pending() || r.more, st.takenAt)
 	return r
 }

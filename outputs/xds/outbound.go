@@ -50,7 +50,7 @@ func (o *outbound) paid() <-chan time.Time {
 func (o *outbound) take(st *stream, r *response) {
 	n := encodedSize(r, st.delta)
 	o.resp = r
-	o.ticket = st.srv.budget.lane(n).request(int64(n), st.caller, r.resuming, st.evict)
+	o.ticket = st.srv.budget.lane(n).request(int64(n), st.caller, r.resuming, r.delivers, st.evict)
 }
 
 // holds reports whether a response is in hand and not handed over yet.

@@ -30,6 +30,9 @@ type response struct {
 	// more: the answer goes on in the next response (it was cut at Limits.ResponseBytes);
 	// resuming: it is such a next response.
 	more, resuming bool
+	// delivers: it carries changes to names its client holds (not an answer to a first request,
+	// a new view, a forced resend): the send budget's large lane lets it in beside small ones.
+	delivers bool
 	// other is the type URL of an answer to a type krteds serves no resources of ("" for one of
 	// its types); such an answer's delta resources carry no version, and a syncz answer the
 	// control plane (controlPlane, encoded).

@@ -56,7 +56,7 @@ func controlPlaneOf(r *response) *core.ControlPlane {
 
 // freeTicket is a granted ticket of a budget of its own, for an encoding a test frees.
 func freeTicket() *ticket {
-	return newSendBudget(0, 0, NewMetrics(nil)).small.request(0, "test", false, nil)
+	return newSendBudget(0, 0, NewMetrics(nil)).small.request(0, "test", false, false, nil)
 }
 
 // What krteds encodes decodes to the message the proto codec would have encoded, for empty and
