@@ -21,6 +21,8 @@ type churnResult struct {
 	// within a minute.
 	latencies []time.Duration
 	missed    int
+	// byKind are the latencies of each kind of change.
+	byKind map[string][]time.Duration
 	// cores is the server's CPU over the stream, in cores; rss and heap its peak and live heap
 	// after it.
 	cores float64
@@ -56,9 +58,9 @@ func (r churnResult) trend() float64 {
 // churn makes changes at rate a second for d against a served herd: each turns an endpoint of
 // one of the services every proxy shares ready or not (the next service in turn, skipping one
 // whose previous change is still on its way), and follows it to every proxy complete then.
-func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.Duration) churnResult {
+func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.Duration, kinds []string) churnResult {
 	tb.Helper()
-	res := churnResult{rate: rate}
+	res := churnResult{rate: rate, byKind: map[string][]time.Duration{}}
 	// KRTEDS_HERD_CPUPROFILE: the server's CPU profile over the stream (the last rate's).
 	_, _ = srv.stats("profile")
 	defer func() { _, _ = srv.stats("profile?stop=1") }()
@@ -68,6 +70,7 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 		mu      sync.Mutex
 		busy    = map[int]bool{}
 		lat     = map[int]time.Duration{}
+		kindOf  = map[int]string{}
 		wg      sync.WaitGroup
 		errOnce sync.Once
 		failed  error
@@ -92,10 +95,11 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 		if idx < 0 {
 			continue // every service's change is still on its way: this tick makes none
 		}
+		kind := kinds[res.changes%len(kinds)]
 		wg.Add(1)
 		go func(seq, idx int) {
 			defer wg.Done()
-			took, _, _, err := flipAndWait(srv, h, idx)
+			took, _, _, err := flipAndWait(srv, h, idx, kind)
 			mu.Lock()
 			defer mu.Unlock()
 			delete(busy, idx)
@@ -107,7 +111,7 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 				errOnce.Do(func() { failed = err })
 				return
 			}
-			lat[seq] = took
+			lat[seq], kindOf[seq] = took, kind
 		}(seq, idx)
 		res.changes++
 	}
@@ -124,6 +128,7 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 	slices.Sort(seqs)
 	for _, s := range seqs {
 		res.latencies = append(res.latencies, lat[s])
+		res.byKind[kindOf[s]] = append(res.byKind[kindOf[s]], lat[s])
 	}
 	res.cores = (procCPU(srv.cmd.Process.Pid) - cpu0).Seconds() / res.took.Seconds()
 	res.clientCores = (procCPU(os.Getpid()) - client0).Seconds() / res.took.Seconds()
@@ -168,6 +173,36 @@ func churnRates() []int {
 	return out
 }
 
+// churnKinds reads KRTEDS_CHURN_KINDS: the kinds of change made in turn (comma-separated, of
+// ready, replace and scale: see herdServer.flip; default ready).
+func churnKinds(tb testing.TB) []string {
+	var out []string
+	for _, f := range strings.Split(os.Getenv("KRTEDS_CHURN_KINDS"), ",") {
+		switch k := strings.TrimSpace(f); k {
+		case "":
+		case "ready", "replace", "scale":
+			out = append(out, k)
+		default:
+			tb.Fatalf("KRTEDS_CHURN_KINDS: %q is not ready, replace or scale", k)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"ready"}
+	}
+	return out
+}
+
+// byKindText is each kind's count, p50 and p99, for the log.
+func (r churnResult) byKindText() string {
+	var parts []string
+	for _, k := range []string{"ready", "replace", "scale"} {
+		if l := r.byKind[k]; len(l) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d: p50 %v p99 %v", k, len(l), percentile(l, 0.5).Round(time.Millisecond), percentile(l, 0.99).Round(time.Millisecond)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
 // churnFor reads KRTEDS_CHURN_SECONDS (each rate's stream; default 60).
 func churnFor() time.Duration {
 	if n, err := strconv.Atoi(os.Getenv("KRTEDS_CHURN_SECONDS")); err == nil && n > 0 {
@@ -206,10 +241,11 @@ func serveHerd(tb testing.TB, size Size, proxies, per int, delta bool, env ...st
 func BenchmarkChurn(b *testing.B) {
 	size := CurrentSize()
 	proxies, per := herdEnv(size)
+	kinds := churnKinds(b)
 	for i := 0; i < b.N; i++ {
 		srv, h := serveHerd(b, size, proxies, per, Protocol() == "delta")
 		for _, rate := range churnRates() {
-			r := churn(b, srv, h, size, rate, churnFor())
+			r := churn(b, srv, h, size, rate, churnFor(), kinds)
 			at := fmt.Sprintf("@%d/s", rate)
 			b.ReportMetric(ms(percentileOr(r.latencies, 0.5)), "ms-p50"+at)
 			b.ReportMetric(ms(percentileOr(r.latencies, 0.99)), "ms-p99"+at)
@@ -229,27 +265,34 @@ func BenchmarkChurn(b *testing.B) {
 				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.resources), "cpu-µs/delivery"+at)
 				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.responses), "cpu-µs/response"+at)
 			}
-			b.Logf("%d changes a second for %v, %d proxies: %d changes, p50 %v, p99 %v, max %v, trend %.2f (p50 by sixths %v), %d missed; server %.2f cores, RSS %d MB, heap %d MB",
+			b.Logf("%d changes a second for %v, %d proxies: %d changes, p50 %v, p99 %v, max %v, trend %.2f (p50 by sixths %v), %d missed; by kind: %s; server %.2f cores, RSS %d MB, heap %d MB",
 				rate, r.took.Round(time.Second), proxies, r.changes, percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1),
-				r.trend(), r.course(), r.missed, r.cores, r.rss>>20, r.heap>>20)
+				r.trend(), r.course(), r.missed, r.byKindText(), r.cores, r.rss>>20, r.heap>>20)
 		}
 	}
 }
 
 // TestChurnSmall: a hundred delta proxies each asking for every cluster of the small mesh, then
-// 20 changes a second for 3 s: every change reaches every proxy (none missed), and the server
-// is measured doing it.
+// 20 changes a second for 3 s, of every kind in turn (a readiness flip, a Pod replaced with a new
+// address, a service scaled up or back down): every change reaches every proxy (none missed),
+// and the server is measured doing it.
 func TestChurnSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a server process and a hundred proxies")
 	}
 	size := Sizes["small"]
 	srv, h := serveHerd(t, size, 100, 0, true)
-	r := churn(t, srv, h, size, 20, 3*time.Second)
-	t.Logf("%d changes in %v: p50 %v, p99 %v, max %v, trend %.2f; server %.2f cores", r.changes, r.took.Round(time.Millisecond),
-		percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1), r.trend(), r.cores)
+	kinds := []string{"ready", "replace", "scale"}
+	r := churn(t, srv, h, size, 20, 3*time.Second, kinds)
+	t.Logf("%d changes in %v: p50 %v, p99 %v, max %v, trend %.2f, by kind: %s; server %.2f cores", r.changes, r.took.Round(time.Millisecond),
+		percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1), r.trend(), r.byKindText(), r.cores)
 	if r.missed > 0 || len(r.latencies) != r.changes {
 		t.Fatalf("%d of %d changes reached every proxy, %d missed", len(r.latencies), r.changes, r.missed)
+	}
+	for _, k := range kinds {
+		if len(r.byKind[k]) < 5 {
+			t.Errorf("%d changes of kind %s reached every proxy, want at least 5", len(r.byKind[k]), k)
+		}
 	}
 	if r.changes < 30 {
 		t.Fatalf("only %d changes made in %v at 20 a second", r.changes, r.took)

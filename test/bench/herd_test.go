@@ -21,7 +21,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
@@ -107,6 +109,8 @@ func TestHerdServer(t *testing.T) {
 		slices[s.Labels["kubernetes.io/service-name"]] = s
 	}
 	var flipMu sync.Mutex
+	// The Pods replaced and the services scaled up so far, by service (under flipMu).
+	replaced, scaled := map[int]int{}, map[int]bool{}
 	mux := http.NewServeMux()
 	stats := func(w http.ResponseWriter, _ *http.Request) {
 		inFlight, peak, budget := a.XDS.SendBudget()
@@ -138,8 +142,40 @@ func TestHerdServer(t *testing.T) {
 			return
 		}
 		s = s.DeepCopy()
-		ready := !*s.Endpoints[0].Conditions.Ready
-		s.Endpoints[0].Conditions.Ready = &ready
+		// What changes (kind): the first endpoint's readiness (ready, the default); its Pod
+		// replaced by one with a new address, as a rollout does (replace); or one endpoint
+		// more, then one less again, as a Deployment scaled up and down (scale). The objects
+		// are written in the order Kubernetes writes them: a new Pod before the slice that
+		// names it, a Pod deleted after the slice that named it.
+		var before, after []any
+		switch r.URL.Query().Get("kind") {
+		case "replace":
+			old := s.Endpoints[0].TargetRef.Name
+			gen := replaced[i]
+			replaced[i] = gen + 1
+			pod := Pod(i, firstReplacement+gen%replacements, *s.Endpoints[0].NodeName)
+			s.Endpoints[0].Addresses = []string{pod.Status.PodIP}
+			s.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+			before = append(before, pod)
+			after = append(after, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: old}})
+		case "scale":
+			extra := len(s.Endpoints) - 1
+			if !scaled[i] {
+				e := s.Endpoints[extra]
+				pod := Pod(i, len(s.Endpoints), *e.NodeName)
+				e.Addresses = []string{pod.Status.PodIP}
+				e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+				s.Endpoints = append(s.Endpoints, e)
+				before = append(before, pod)
+			} else {
+				after = append(after, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Endpoints[extra].TargetRef.Name}})
+				s.Endpoints = s.Endpoints[:extra]
+			}
+			scaled[i] = !scaled[i]
+		default:
+			ready := !*s.Endpoints[0].Conditions.Ready
+			s.Endpoints[0].Conditions.Ready = &ready
+		}
 		slices[ServiceName(i)] = s
 		version := func() uint64 {
 			if set := a.Graph.CLAs.GetKey(ClusterName(i)); set != nil && set.Shared != nil {
@@ -149,7 +185,13 @@ func TestHerdServer(t *testing.T) {
 		}
 		was := version()
 		start := time.Now()
+		for _, o := range before {
+			a.Static.Apply(o, false)
+		}
 		a.Static.Apply(s, false)
+		for _, o := range after {
+			a.Static.Apply(o, true)
+		}
 		// The answer is the CLA's version once the graph has computed the change (a service
 		// whose CLA is shared by every proxy: no PreferClose).
 		if err := clas.Wait(10*time.Second, "the flip's change computed", func() (bool, string) {
@@ -331,12 +373,13 @@ func (s *herdServer) stats(path string) (herdStats, error) {
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-// flip turns endpoint 0 of a service ready or not, and returns the version of the service's CLA
-// that carries the change (the service's CLA is shared by every proxy: not a PreferClose one),
-// and how long the graph took to compute it.
-func (s *herdServer) flip(service int) (uint64, time.Duration, error) {
+// flip changes a service — turns endpoint 0 ready or not (kind "" or "ready"), replaces its Pod
+// with one of a new address ("replace"), or scales the service up or back down ("scale") — and
+// returns the version of the service's CLA that carries the change (the service's CLA is shared
+// by every proxy: not a PreferClose one), and how long the graph took to compute it.
+func (s *herdServer) flip(service int, kind string) (uint64, time.Duration, error) {
 	c := http.Client{Timeout: 15 * time.Second}
-	resp, err := c.Get(fmt.Sprintf("http://%s/flip?service=%d", s.control, service))
+	resp, err := c.Get(fmt.Sprintf("http://%s/flip?service=%d&kind=%s", s.control, service, kind))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -353,13 +396,14 @@ func (s *herdServer) flip(service int) (uint64, time.Duration, error) {
 	return v, time.Duration(us) * time.Microsecond, nil
 }
 
-// flipAndWait flips service idx and waits until every proxy complete now holds the change: it
-// returns how long that took, how long of it the graph took, and how many proxies it followed.
-func flipAndWait(srv *herdServer, h *Herd, idx int) (took, graph time.Duration, tracked int, err error) {
+// flipAndWait changes service idx (a change of that kind: see flip) and waits until every proxy
+// complete now holds the change: it returns how long that took, how long of it the graph took,
+// and how many proxies it followed.
+func flipAndWait(srv *herdServer, h *Herd, idx int, kind string) (took, graph time.Duration, tracked int, err error) {
 	w := h.Watch(idx)
 	defer h.Unwatch(w)
 	at := time.Now()
-	v, graph, err := srv.flip(idx)
+	v, graph, err := srv.flip(idx, kind)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -501,7 +545,7 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 			time.Sleep(500 * time.Millisecond) // the flips' pace: real time passes between them
 			idx := flipService(size, k)
 			for range 2 {
-				took, graph, tracked, err := flipAndWait(srv, h, idx)
+				took, graph, tracked, err := flipAndWait(srv, h, idx, "")
 				if err != nil {
 					tb.Error(err)
 					return
@@ -544,7 +588,7 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 	}
 	for k := 0; k < 20; k++ {
 		// Each service twice: flipped, then back (the state is the mesh's again after).
-		took, _, _, err := flipAndWait(srv, h, flipService(size, 1000+k/2))
+		took, _, _, err := flipAndWait(srv, h, flipService(size, 1000+k/2), "")
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -576,7 +620,7 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 	res.restartTook = time.Since(t0)
 	res.restartBytes, res.restartResources = h.Bytes.Load()-before, h.Resources.Load()-beforeRes
 	// A flip proves every proxy subscribes again (its bytes are not the restart's).
-	if _, _, _, err := flipAndWait(next, h, flipService(size, 1)); err != nil {
+	if _, _, _, err := flipAndWait(next, h, flipService(size, 1), ""); err != nil {
 		tb.Fatalf("after the restart: %v", err)
 	}
 	return res

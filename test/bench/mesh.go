@@ -66,6 +66,11 @@ const (
 	meshNamespace = "bench"
 	targetPort    = 8080
 	sliceSize     = 100
+	// A Pod replaced (the churn's replace) gets endpoint number firstReplacement + the
+	// replacement's generation modulo replacements: a new address each time, within the 64 a
+	// service's PodIPs keep unique, past the endpoints a service has and its one scaled up.
+	firstReplacement = 16
+	replacements     = 64 - firstReplacement
 )
 
 // ServiceName of the i-th service.
