@@ -42,13 +42,16 @@ type planning struct {
 	// listsAll: a state-of-the-world list of clusters or listeners lists what it looked at,
 	// changed or not; any other response lists what changed and what is forced.
 	listsAll bool
-	current  map[nameID]*collections.Resource
-	changed  []nameID
-	removed  []nameID
-	pending  map[nameID]int64
-	// when is the input change behind each name looked at (unix ns, 0 if none).
-	when map[nameID]int64
-	size int
+	// current are the names looked at that resolved to a resource, each with the input change
+	// behind it (unix ns, 0 if none); changed indexes those whose version differs from the one
+	// the client holds (or forced). Slices, not maps: a plan usually looks at a few names.
+	current []item
+	changed []int
+	// looked are the names looked at through the marks (the sweep skips them).
+	looked  []nameID
+	removed []nameID
+	pending map[nameID]int64
+	size    int
 }
 
 // plan decides the next response of the subscription, if one is due. It looks only at the
@@ -67,9 +70,7 @@ func (sb *subscription) plan(limit int, look lookup) (draft, bool) {
 	if !splittable {
 		limit = math.MaxInt
 	}
-	n := len(sb.dirty) // the names a plan usually looks at: its maps are not grown name by name
-	p := &planning{sb: sb, look: look, limit: limit, listsAll: !sb.delta && sb.t.fullState(),
-		current: make(map[nameID]*collections.Resource, n), when: make(map[nameID]int64, n)}
+	p := &planning{sb: sb, look: look, limit: limit, listsAll: !sb.delta && sb.t.fullState()}
 	if full {
 		if !p.lookAll() {
 			return draft{}, false
@@ -93,7 +94,6 @@ func (sb *subscription) plan(limit int, look lookup) (draft, bool) {
 // held back for its cluster's removal, or current (and changed or forced).
 func (p *planning) lookAt(id nameID, at int64) {
 	sb := p.sb
-	p.when[id] = at
 	r, wait := p.look.resolve(sb.t, id)
 	held, _ := sb.subs.get(id)
 	switch {
@@ -112,11 +112,11 @@ func (p *planning) lookAt(id nameID, at int64) {
 		}
 		sb.deferred[id] = at
 	default:
-		p.current[id] = r
 		differs := held.version != r.Version || held.forced
 		if differs {
-			p.changed = append(p.changed, id)
+			p.changed = append(p.changed, len(p.current))
 		}
+		p.current = append(p.current, item{id: id, res: r, at: at})
 		if p.listsAll || differs {
 			p.size += itemSize(r, sb.delta)
 		}
@@ -130,6 +130,10 @@ func (p *planning) lookAll() bool {
 	sb := p.sb
 	sb.eachExplicit(func(id nameID) { p.lookAt(id, sb.dirty[id]) })
 	if sb.wildcard {
+		explicit := make(map[nameID]bool, len(p.current))
+		for _, it := range p.current {
+			explicit[it.id] = true
+		}
 		listed := map[nameID]bool{}
 		for _, r := range p.look.list(sb.t) {
 			id, known := sb.x.names.lookup(r.Name)
@@ -137,14 +141,14 @@ func (p *planning) lookAll() bool {
 				id = sb.hold(r.Name)
 			}
 			listed[id] = true
-			if _, ok := p.current[id]; ok {
+			if explicit[id] {
 				continue
 			}
-			p.current[id] = r
-			p.when[id] = sb.dirty[id]
+			explicit[id] = true // listed once
 			if held, _ := sb.subs.get(id); held.version != r.Version || held.forced {
-				p.changed = append(p.changed, id)
+				p.changed = append(p.changed, len(p.current))
 			}
+			p.current = append(p.current, item{id: id, res: r, at: sb.dirty[id]})
 		}
 		sb.subs.each(func(id nameID, held sub) {
 			if !held.explicit && !listed[id] {
@@ -175,7 +179,15 @@ func (p *planning) lookDue() {
 		}
 		delete(sb.dirty, id)
 		if held, ok := sb.subs.get(id); ok && (held.explicit || sb.wildcard) {
+			p.looked = append(p.looked, id)
 			p.lookAt(id, at)
+		}
+	}
+	var looked map[nameID]bool // the names looked at through the marks, for the sweep to skip
+	if len(sb.sweep) > 0 && len(p.looked) > 0 {
+		looked = make(map[nameID]bool, len(p.looked))
+		for _, id := range p.looked {
+			looked[id] = true
 		}
 	}
 	for p.size <= p.limit && len(sb.sweep) > 0 {
@@ -184,7 +196,7 @@ func (p *planning) lookDue() {
 		if _, marked := sb.dirty[id]; marked {
 			continue // marked since: looked at with those
 		}
-		if _, looked := p.when[id]; looked {
+		if looked[id] {
 			continue
 		}
 		if held, ok := sb.subs.get(id); ok && held.explicit {
@@ -211,15 +223,12 @@ func (p *planning) lookDue() {
 // items are the resources the response carries: every current one for a full list, else those
 // changed or forced.
 func (p *planning) items() []item {
-	var items []item
 	if p.listsAll {
-		for id, r := range p.current {
-			items = append(items, item{id: id, res: r, at: p.when[id]})
-		}
-		return items
+		return p.current
 	}
-	for _, id := range p.changed {
-		items = append(items, item{id: id, res: p.current[id], at: p.when[id]})
+	items := make([]item, 0, len(p.changed))
+	for _, i := range p.changed {
+		items = append(items, p.current[i])
 	}
 	return items
 }
