@@ -6,6 +6,18 @@ import (
 	"weak"
 )
 
+// Values held many times (a label set on every Pod of a Deployment, a zone on every endpoint of
+// it) are shared by content, three ways, each for what the others cannot hold:
+//   - strings (label values, annotation values, names): unique.Make, the runtime's own table,
+//     for a string is comparable and small, and the copy Value gives is the string header;
+//   - label sets (Labels): a map is not comparable, so it can be neither a unique.Handle nor a
+//     Shared key: sets are found by a hash of their content, in buckets of weak pointers;
+//   - comparable structs read through a pointer (Shared, below: the parts of endpoint metadata,
+//     Pods' owners): a unique.Handle's Value copies the struct at every read, where a *T is read
+//     in place and compared as one word.
+//
+// Each entry goes with its last holder (a weak pointer and a cleanup).
+
 // Shared interns values by content: Get returns one pointer per distinct value for as long as
 // some holder keeps it, and the entry goes with its last holder (a weak pointer and a cleanup,
 // as Labels do). The zero value is ready to use. Values must not be changed through the
