@@ -531,8 +531,6 @@ func (tr *truth) movesBetween(from, to time.Time) (moves []move, clients []int) 
 
 // waitBack waits until no client is waiting to be current after a move.
 func (tr *truth) waitBack(timeout time.Duration) bool {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	return tr.waitFor(timeout, func() bool {
 		for _, c := range tr.clients {
 			if c.waiting {
@@ -556,11 +554,9 @@ func (tr *truth) heldVersions(c *tracked) map[string]string {
 	return out
 }
 
-// waitFor waits, the lock held, until cond holds; false if timeout passed first. The lock is
-// released while it waits, and the wait is woken by every update of the truth.
+// waitFor waits until cond, read under the truth's lock (the caller does not hold it), holds;
+// false if timeout passed first. Every update of the truth wakes it.
 func (tr *truth) waitFor(timeout time.Duration, cond func() bool) bool {
-	tr.mu.Unlock()
-	defer tr.mu.Lock()
 	return tr.updates.Wait(timeout, "", func() (bool, string) {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
@@ -570,8 +566,6 @@ func (tr *truth) waitFor(timeout time.Duration, cond func() bool) bool {
 
 // waitCurrent waits until every tracked client is current on every service.
 func (tr *truth) waitCurrent(timeout time.Duration) (bool, string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	behind, worst := 0, 0
 	ok := tr.waitFor(timeout, func() bool {
 		behind, worst = 0, 0
@@ -586,6 +580,8 @@ func (tr *truth) waitCurrent(timeout time.Duration) (bool, string) {
 	if ok {
 		return true, ""
 	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
 	return false, describeBehind(tr, behind, worst)
 }
 
@@ -809,8 +805,6 @@ func (tr *truth) addressChanged(addr uint32, ready bool, since time.Time, timeou
 // waitReadyChange waits until changes (one of the truth's, read under its lock) says key's
 // readiness is ready, changed at or after since, and returns when.
 func waitReadyChange[K comparable](tr *truth, changes map[K]readyChange, key K, ready bool, since time.Time, timeout time.Duration) (time.Time, bool) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	var at time.Time
 	ok := tr.waitFor(timeout, func() bool {
 		c, ok := changes[key]
@@ -845,8 +839,6 @@ func (tr *truth) lags(from, to time.Time) (lags []time.Duration, unfinished int)
 // waitState waits until every client holds the first state of svc the slices held after t (or
 // a later one), and returns how long after the rig saw it they all did.
 func (tr *truth) waitState(svc string, t time.Time, timeout time.Duration) (time.Duration, bool) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	var lag time.Duration
 	ok := tr.waitFor(timeout, func() bool {
 		st := tr.svcs[svc]
@@ -866,8 +858,6 @@ func (tr *truth) waitState(svc string, t time.Time, timeout time.Duration) (time
 
 // waitReadyCount waits until the slices hold n ready endpoints of svc, and returns that state.
 func (tr *truth) waitReadyCount(svc string, n int, timeout time.Duration) (*state, bool) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	var s *state
 	ok := tr.waitFor(timeout, func() bool {
 		if st := tr.svcs[svc]; st != nil {
@@ -881,10 +871,12 @@ func (tr *truth) waitReadyCount(svc string, n int, timeout time.Duration) (*stat
 // waitHeld waits until every client holds state s (or a later one), and returns how long after
 // the rig saw it they all did.
 func (tr *truth) waitHeld(s *state, timeout time.Duration) (time.Duration, bool) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	ok := tr.waitFor(timeout, func() bool { return !s.allAt.IsZero() })
-	return max(0, s.allAt.Sub(s.at)), ok
+	var lag time.Duration
+	ok := tr.waitFor(timeout, func() bool {
+		lag = max(0, s.allAt.Sub(s.at))
+		return !s.allAt.IsZero()
+	})
+	return lag, ok
 }
 
 // services lists the services the slices know, sorted.
