@@ -324,3 +324,23 @@ func TestDrainEndsStreamsSpreadOverItsTime(t *testing.T) {
 		t.Fatalf("the streams ended within %v of each other (%v), want them spread over the drain", spread, ended)
 	}
 }
+
+// TestOnlyChangesAreDeliveries: a response is a delivery (let in the large lane beside small
+// ones) only if each resource is a newer version of one its client holds; a name newly
+// subscribed or a forced resend of the version held makes it an answer.
+func TestOnlyChangesAreDeliveries(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		items []item
+		want  bool
+	}{
+		{"changes only", []item{{id: 1, update: true}, {id: 2, update: true}}, true},
+		{"removals only", nil, true},
+		{"a name newly subscribed among changes", []item{{id: 1, update: true}, {id: 2}}, false},
+		{"a forced resend", []item{{id: 3}}, false},
+	} {
+		if got := onlyUpdates(&response{items: c.items}); got != c.want {
+			t.Errorf("%s: delivery %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -23,9 +23,8 @@ func (st *stream) next(t typ) *response {
 		return st.nextCollections(sb)
 	}
 	resuming := sb.more
-	// A delivery: the changes to names the client holds, not an answer to its first request, a
-	// new view or a forced resend.
-	delivers := sb.st.Responses > 0 && !sb.force && !sb.dirtyAll && len(sb.sweep) == 0
+	// Not an answer to a first request, a forced one or a look at every name (a new view).
+	looksAtChanges := sb.st.Responses > 0 && !sb.force && !sb.dirtyAll && len(sb.sweep) == 0
 	st.planLEDS = false
 	d, ok := sb.plan(st.limit(t), st)
 	if !ok && !sb.pending() {
@@ -39,7 +38,7 @@ func (st *stream) next(t typ) *response {
 		return nil
 	}
 	r := st.seal(t, sb, d)
-	r.resuming, r.delivers = resuming, delivers
+	r.resuming, r.delivers = resuming, looksAtChanges && onlyUpdates(r)
 	sb.lag.planned(r, sb.pending() || r.more, st.takenAt)
 	return r
 }
@@ -137,4 +136,15 @@ func (st *stream) leaving(id nameID, r *collections.Resource, held sub) bool {
 		return true
 	}
 	return r.Absent && held.version != 0 && held.version != r.Version
+}
+
+// onlyUpdates reports whether every resource of a response is a newer version of one its client
+// holds: a delivery of changes, not an answer to names newly subscribed or a forced resend.
+func onlyUpdates(r *response) bool {
+	for _, it := range r.items {
+		if !it.update {
+			return false
+		}
+	}
+	return true
 }
