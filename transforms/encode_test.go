@@ -49,7 +49,7 @@ func TestEncodeEqualsProtoMarshal(t *testing.T) {
 	node1 := NewPeerAuthn("istio-system", []collections.PeerAuthentication{
 		peer("ns1", "node-1", 1, map[string]string{collections.LabelHostname: "node-1"}, disable, nil)})
 	for name, svc := range map[string]*collections.ServiceInfo{"plain": plain, "failover": zone} {
-		for _, tls := range []EndpointTLS{{Rule: TLSByEndpoint}, {Rule: TLSIstioMutual}, {Rule: TLSOff}, {Rule: TLSByEndpoint, Peer: node1}} {
+		for _, tls := range []EndpointTLS{{Mode: TLSByEndpoint}, {Mode: TLSIstioMutual}, {Mode: TLSOff}, {Mode: TLSByEndpoint, Peer: node1}} {
 			for _, n := range []int{0, 1, len(eps)} {
 				plan := planCLA(fooName, svc, port, collections.AppendRefs(nil, eps[:n]), PolicyFor(svc), project(svc, PolicyFor(svc), class), nil)
 				plan.TLS = tls

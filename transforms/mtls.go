@@ -167,7 +167,8 @@ func (p *PeerAuthn) modeOf(e *collections.Endpoint) (PeerMTLS, bool) {
 // DestinationRule's TLS mode for the cluster, where it sets one, decides alone; else an endpoint
 // has mTLS when its tlsMode is "istio" and its PeerAuthentications do not DISABLE it.
 type EndpointTLS struct {
-	Rule TLSMetadata
+	// Mode is the DestinationRule's TLS mode for the cluster (TLSByEndpoint when none sets one).
+	Mode TLSMetadata
 	// Peer resolves the PeerAuthentications of the service's endpoints (nil: none).
 	Peer *PeerAuthn
 }
@@ -187,8 +188,8 @@ type TLSDecision struct {
 
 // Decide is how the endpoint's tlsMode metadata is decided.
 func (t EndpointTLS) Decide(e *collections.Endpoint) TLSDecision {
-	d := TLSDecision{Rule: t.Rule}
-	switch t.Rule {
+	d := TLSDecision{Rule: t.Mode}
+	switch t.Mode {
 	case TLSByEndpoint:
 		if e.Meta.TLSMode != collections.TLSModeIstio {
 			break

@@ -158,7 +158,7 @@ func NewSplitHorizon(gateways *collections.NetworkGateways, eps []*collections.E
 // Apply sets a cluster policy's network filter (nothing on a nil horizon).
 func (h *SplitHorizon) Apply(cp *ClusterPolicy) {
 	if h != nil {
-		cp.LB.Networks = &NetworkFilter{Gateways: h.gateways, TLS: cp.EndpointTLS(), Crosses: h.Crosses}
+		cp.LB.Networks = &NetworkFilter{Gateways: h.gateways, TLS: cp.EndpointTLS, Crosses: h.Crosses}
 	}
 }
 

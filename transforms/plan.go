@@ -249,7 +249,7 @@ func planSubset(clusterName string, svc *collections.ServiceInfo, port collectio
 		eps = sel
 	}
 	plan := planCLA(clusterName, svc, port, eps, cp.LB, class, tr)
-	plan.TLS = cp.EndpointTLS()
+	plan.TLS = cp.EndpointTLS
 	plan.HashKey = svc.HashKey
 	return plan
 }

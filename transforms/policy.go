@@ -86,17 +86,13 @@ type ClusterPolicy struct {
 	// SubsetLabels select the endpoints of a subset cluster (nil: all endpoints, which is what
 	// istiod sends for a subset it does not know).
 	SubsetLabels map[string]string
-	// TLS says which endpoints carry the tlsMode metadata (the TLS mode the rule sets, if any).
-	TLS TLSMetadata
-	// Peer resolves the PeerAuthentications of the service's endpoints, which decide their mTLS
-	// under TLSByEndpoint (nil: none apply). It is the same for every cluster of a service.
-	Peer *PeerAuthn
+	// EndpointTLS decides which endpoints carry the tlsMode metadata: its Mode is the TLS mode
+	// the rule sets, if any; its Peer, the PeerAuthentications of the service's endpoints, is the
+	// same for every cluster of a service.
+	EndpointTLS
 	// Rule is "<ns>/<name>" of the effective rule, "" without one.
 	Rule string
 }
-
-// EndpointTLS is the rule that decides the tlsMode metadata of the cluster's endpoints.
-func (cp ClusterPolicy) EndpointTLS() EndpointTLS { return EndpointTLS{Rule: cp.TLS, Peer: cp.Peer} }
 
 // PostProcess reports whether the CLA needs the message-level locality functions (anything
 // beyond failover priorities).
@@ -122,7 +118,7 @@ func ClusterPolicyFor(svc *collections.ServiceInfo, sp *collections.ServicePolic
 		return cp
 	}
 	tp, labels, _ := EffectiveTrafficPolicy(dr, port, subset)
-	cp := ClusterPolicy{Rule: dr.ResourceName(), SubsetLabels: labels, TLS: TLSMetadataFor(DestinationRuleTLSMode(dr, port, subset))}
+	cp := ClusterPolicy{Rule: dr.ResourceName(), SubsetLabels: labels, EndpointTLS: EndpointTLS{Mode: TLSMetadataFor(DestinationRuleTLSMode(dr, port, subset))}}
 	cp.Setting, cp.EnableFailover = LBSettingFor(DefaultMeshLocalitySetting(), tp, svc)
 	cp.LB = LocalityLBPolicy(cp.Setting, cp.EnableFailover, tp, svc)
 	return cp
@@ -159,8 +155,8 @@ func CLAKey(clusterName string, cp ClusterPolicy, projected collections.ProxyCla
 	if cp.Rule != "" {
 		k += "~dr:" + cp.Rule
 	}
-	if cp.TLS != TLSByEndpoint {
-		k += "~tls:" + strconv.Itoa(int(cp.TLS))
+	if cp.Mode != TLSByEndpoint {
+		k += "~tls:" + strconv.Itoa(int(cp.Mode))
 	}
 	return k
 }

@@ -31,7 +31,7 @@ func (c *cluster) exclusion(x transforms.Exclusion, e *collections.Endpoint) str
 	case transforms.ExcludedSubset:
 		return fmt.Sprintf("its labels %v do not match the subset's %v", e.Meta.PodLabels.Map(), c.cp.SubsetLabels)
 	case transforms.ExcludedNetwork:
-		d := c.cp.EndpointTLS().Decide(e)
+		d := c.cp.Decide(e)
 		return fmt.Sprintf("left out by the network split horizon: on network %q, the proxy on %q, and without mTLS (%s) no gateway may carry it",
 			e.Meta.Network, c.class.Network, tlsWhy(c.cp, e, d))
 	case transforms.ExcludedDistribute:
@@ -56,7 +56,7 @@ func hashKeyFact(setting, key string) string {
 
 // tlsFact words the tlsMode decision of a sent endpoint.
 func (c *cluster) tlsFact(e *collections.Endpoint, sent string) string {
-	d := c.cp.EndpointTLS().Decide(e)
+	d := c.cp.Decide(e)
 	f := "no tlsMode metadata (clients send plaintext): " + tlsWhy(c.cp, e, d)
 	if d.Value != "" {
 		f = "tlsMode " + d.Value + " (clients send mTLS): " + tlsWhy(c.cp, e, d)
