@@ -71,9 +71,6 @@ func wantEDS(name string) *cluster.Cluster {
 	}
 }
 
-// with applies the fields a case expects on top of the skeleton.
-func with(c *cluster.Cluster, f func(c *cluster.Cluster)) *cluster.Cluster { f(c); return c }
-
 var weighted = &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
 	LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{},
 }

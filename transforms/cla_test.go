@@ -15,29 +15,6 @@ import (
 	"github.com/krteds/krteds/collections"
 )
 
-// ep builds an endpoint on a node/locality with pod-like metadata.
-func ep(ip string, h collections.HealthStatus, loc collections.Locality, node string, mut ...func(*collections.EndpointMeta)) collections.Endpoint {
-	m := collections.NewEndpointMeta(
-		collections.WorkloadMeta{
-			PodLabels:     collections.InternLabels(map[string]string{"app": "foo"}),
-			TLSMode:       "istio",
-			Namespace:     "ns1",
-			WorkloadName:  "foo",
-			CanonicalName: "foo",
-		},
-		collections.TopologyMeta{
-			ClusterID:     "Kubernetes",
-			Locality:      loc,
-			LocalityLabel: loc.String(),
-			NodeName:      node,
-		},
-		"", "")
-	for _, f := range mut {
-		m = m.Edit(f)
-	}
-	return collections.Endpoint{Address: ip, Port: 8080, PortName: "http", Health: h, Slice: "s", Meta: m}
-}
-
 // drainingLabel gives an endpoint's Pod the istio.io/draining label with that value.
 func drainingLabel(v string) func(*collections.EndpointMeta) {
 	return func(m *collections.EndpointMeta) {
@@ -95,13 +72,6 @@ func wantCLA(name string, groups ...wantGroup) *endpoint.ClusterLoadAssignment {
 	}
 	return cla
 }
-
-var (
-	r1z1 = collections.Locality{Region: "r1", Zone: "z1"}
-	r1z2 = collections.Locality{Region: "r1", Zone: "z2"}
-	r2z3 = collections.Locality{Region: "r2", Zone: "z3"}
-	none = collections.Locality{}
-)
 
 const fooName = "outbound|80||foo.ns1.svc.cluster.local"
 
@@ -281,8 +251,8 @@ func TestPlanCLA(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			policy := PolicyFor(tc.svc)
-			got := planCLA(fooName, tc.svc, httpPort, collections.AppendRefs(nil, tc.eps), policy, project(tc.svc, policy, tc.class), nil).Proto()
+			lb := PolicyFor(tc.svc)
+			got := planCLA(fooName, tc.svc, httpPort, collections.AppendRefs(nil, tc.eps), lb, project(tc.svc, lb, tc.class), nil).Proto()
 			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
 				t.Fatalf("CLA (-want +got):\n%s", diff)
 			}
@@ -338,15 +308,15 @@ func TestUnknownHealthIsUsable(t *testing.T) {
 	port := collections.ServicePort{Name: "http", Port: 80}
 	svc := &collections.ServiceInfo{Name: "foo", Namespace: "ns1"}
 	for _, supports := range []bool{true, false} {
-		policy := LBPolicy{SupportsUnhealthy: supports}
-		if got := exclude(svc, port, policy, collections.ProxyClass{}, ep("10.1.0.1", collections.Unknown, r1z1, "n1")); got != Kept {
+		lb := LBPolicy{SupportsUnhealthy: supports}
+		if got := exclude(svc, port, lb, collections.ProxyClass{}, ep("10.1.0.1", collections.Unknown, r1z1, "n1")); got != Kept {
 			t.Errorf("SupportsUnhealthy %v: an endpoint of unknown health is excluded (%d)", supports, got)
 		}
 		want := Kept
 		if !supports {
 			want = ExcludedUnhealthy
 		}
-		if got := exclude(svc, port, policy, collections.ProxyClass{}, ep("10.1.0.1", collections.UnHealthy, r1z1, "n1")); got != want {
+		if got := exclude(svc, port, lb, collections.ProxyClass{}, ep("10.1.0.1", collections.UnHealthy, r1z1, "n1")); got != want {
 			t.Errorf("SupportsUnhealthy %v: an unhealthy endpoint gives %d, want %d", supports, got, want)
 		}
 	}

@@ -27,8 +27,8 @@ type CLAInputs struct {
 }
 
 // DependsOnProxy reports whether a service's CLAs differ between proxies.
-func DependsOnProxy(svc *collections.ServiceInfo, policy LBPolicy) bool {
-	return svc.NodeLocal || svc.ClusterLocal || (policy.Failover && len(policy.FailoverPriority) > 0)
+func DependsOnProxy(svc *collections.ServiceInfo, lb LBPolicy) bool {
+	return svc.NodeLocal || svc.ClusterLocal || (lb.Failover && len(lb.FailoverPriority) > 0)
 }
 
 // clusterClassKey is the key of the CLA of clusterName for a projected class.

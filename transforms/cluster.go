@@ -174,12 +174,6 @@ func adsEDSConfig(name string) *cluster.Cluster_EdsClusterConfig {
 	return &cluster.Cluster_EdsClusterConfig{ServiceName: name, EdsConfig: src}
 }
 
-// adsConfigSource is a source of resources over the ADS stream itself (the v3 API): where every
-// cluster's endpoints, a listener's routes and a LEDS collection come from.
-func adsConfigSource() *core.ConfigSource {
-	return &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}, ResourceApiVersion: core.ApiVersion_V3}
-}
-
 // GRPCCluster is the cluster istiod's grpcgen gives a proxyless gRPC client (clusterBuilder.build,
 // edsCluster, applyLoadBalancing), on krteds' EDSCluster: gRPC takes LEAST_REQUEST and ring hash
 // from the rule and keeps its default round robin for every other policy. One deliberate

@@ -8,9 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
-	"istio.io/istio/pkg/config"
 	"istio.io/istio/pkg/config/validation"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
 )
@@ -55,11 +53,6 @@ func ConvertDestinationRule(dr *networkingclient.DestinationRule) (*collections.
 		out.Subsets = append(out.Subsets, sub)
 	}
 	return pr.result(), out
-}
-
-// istioConfig wraps an Istio object's metadata and spec as istiod's validation takes them.
-func istioConfig(m metav1.ObjectMeta, spec config.Spec) config.Config {
-	return config.Config{Meta: config.Meta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: m.Annotations}, Spec: spec}
 }
 
 // convertTrafficPolicy returns the top-level policy and the port-level ones by port (the first

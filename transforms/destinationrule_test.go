@@ -11,16 +11,9 @@ import (
 	networking "istio.io/api/networking/v1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
 )
-
-var drTestCreated = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-func drTestMeta(ns, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(drTestCreated)}
-}
 
 func drTestBool(b bool) *bool { return &b }
 

@@ -1,12 +1,10 @@
 package transforms
 
 import (
-	"cmp"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	"istio.io/istio/pkg/config/host"
 
@@ -400,10 +398,4 @@ func mergeSubsetPolicy(orig, sub *collections.TrafficPolicy, portLevel bool) *co
 		m.TLSMode = sub.TLSMode
 	}
 	return &m
-}
-
-// compareCreation orders objects by creation time, then name, then namespace (istiod's
-// configCompareByCreationTime).
-func compareCreation(at, bt time.Time, an, bn, ans, bns string) int {
-	return cmp.Or(at.Compare(bt), strings.Compare(an, bn), strings.Compare(ans, bns))
 }

@@ -32,7 +32,7 @@ func sliceFixture(t *testing.T, objs ...any) SliceInputs {
 	}
 	return SliceInputs{
 		Services:  krt.NewStaticCollection(nil, svcs, krt.WithStop(stop)),
-		Workloads: workloadInputs(t, objs...),
+		Workloads: StaticWorkloadInputs(test.NewStop(t), objs...),
 	}
 }
 
@@ -41,18 +41,6 @@ func runSlice(t *testing.T, slice *discovery.EndpointSlice, objs ...any) (*colle
 	in := sliceFixture(t, objs...)
 	probs, out := SliceEndpointsOf(collections.DefaultConfig(), in).Fn(krt.TestingDummyContext{}, collections.NewSlice(slice))
 	return out, problemsOf(probs)
-}
-
-// health maps address → health of the slice's endpoints.
-func health(s *collections.SliceEndpoints) map[string]collections.HealthStatus {
-	out := map[string]collections.HealthStatus{}
-	if s == nil {
-		return out
-	}
-	for _, e := range s.Endpoints {
-		out[e.Address] = e.Health
-	}
-	return out
 }
 
 func TestEndpointHealth(t *testing.T) {
@@ -432,7 +420,7 @@ func TestServiceEndpointsMergeSlices(t *testing.T) {
 	wes := krt.NewStaticCollection[collections.WorkloadEntry](nil, nil, krt.WithStop(stop))
 	in := ServiceEndpointInputs{Slices: slices, SlicesByService: krt.NewIndex(slices, "byService", SliceService),
 		ServiceEntries:  krt.NewStaticCollection[collections.ServiceEntry](nil, nil, krt.WithStop(stop)),
-		WorkloadEntries: wes, WorkloadEntriesByNamespace: krt.NewIndex(wes, "byNamespace", ByNamespace), Workloads: workloadInputs(t)}
+		WorkloadEntries: wes, WorkloadEntriesByNamespace: krt.NewIndex(wes, "byNamespace", ByNamespace), Workloads: StaticWorkloadInputs(test.NewStop(t))}
 	out := ServiceEndpointsOf(collections.DefaultConfig(), in).Fn(krt.TestingDummyContext{},
 		&collections.ServiceInfo{Name: "foo", Namespace: "ns1", Hostname: "foo.ns1.svc.cluster.local"})
 	want := &collections.ServiceEndpoints{Hostname: "foo.ns1.svc.cluster.local", Namespace: "ns1", Name: "foo", ClusterID: "Kubernetes",

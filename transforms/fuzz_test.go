@@ -48,7 +48,7 @@ func FuzzSliceEndpoints(f *testing.F) {
 	svc := ConvertService(cfg, fixtures.Service("ns1", "foo", fixtures.HTTP...), nil)
 	in := SliceInputs{
 		Services:  krt.NewStaticCollection(nil, []*collections.ServiceInfo{svc}, krt.WithStop(stop)),
-		Workloads: workloadInputs(f, fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"), fixtures.Pod("ns1", "foo-0", "foo", "10.0.0.2", "n1")),
+		Workloads: StaticWorkloadInputs(test.NewStop(f), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"), fixtures.Pod("ns1", "foo-0", "foo", "10.0.0.2", "n1")),
 	}
 	fn := SliceEndpointsOf(cfg, in).Fn
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -92,7 +92,7 @@ func FuzzSliceEndpoints(f *testing.F) {
 			}
 		}
 		merged, _ := collections.MergeRecorded(collections.AppendRefs(nil, out.Endpoints))
-		plan := planCLA("c", svc, svc.Ports[0], merged, PolicyFor(svc), collections.ProxyClass{}, nil)
+		plan := PlanCLA("c", svc, svc.Ports[0], merged, ClusterPolicy{LB: PolicyFor(svc)}, collections.ProxyClass{}, nil)
 		_ = plan.Encode()
 	})
 }
@@ -125,7 +125,7 @@ func FuzzWorkloads(f *testing.F) {
 	seedJSON(f, fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", "n1"))
 	f.Add([]byte(`{"metadata":{"name":"p","generateName":"cj-12345678-","labels":{"istio-locality":"a.b.c.d","topology.istio.io/locality":""},
 		"ownerReferences":[{"kind":"Job","name":"cj-12345678","controller":true}]},"status":{"phase":"Running","podIPs":[{"ip":""}]}}`))
-	fn := workloadFn(collections.DefaultConfig(), workloadInputs(f))
+	fn := workloadFn(collections.DefaultConfig(), StaticWorkloadInputs(test.NewStop(f)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p corev1.Pod
 		if json.Unmarshal(data, &p) != nil {
@@ -163,7 +163,7 @@ func FuzzServiceEntries(f *testing.F) {
 		"status":{"conditions":[{"type":"Healthy","status":"True"}]}}`))
 	stop := test.NewStop(f)
 	cfg := collections.DefaultConfig()
-	workloads := workloadInputs(f, fixtures.Pod("ns1", "x-1", "x", "10.0.0.3", "n1"), fixtures.ZoneNode("n1", "r", "z"))
+	workloads := StaticWorkloadInputs(test.NewStop(f), fixtures.Pod("ns1", "x-1", "x", "10.0.0.3", "n1"), fixtures.ZoneNode("n1", "r", "z"))
 	raw := krt.NewStaticCollection[*networkingclient.ServiceEntry](nil, nil, krt.WithStop(stop))
 	seIn := ServiceEntryInputs{Namespaces: krt.NewStaticCollection[*corev1.Namespace](nil, nil, krt.WithStop(stop)),
 		SystemNetwork: workloads.SystemNetwork, Entries: raw, EntriesByHost: krt.NewIndex(raw, "byHost", ServiceEntryHosts)}

@@ -15,21 +15,6 @@ import (
 	"github.com/krteds/krteds/collections"
 )
 
-// ClusterPorts are the ports of a service that get a cluster: every non-UDP port, except on
-// ExternalName services, which get none.
-func ClusterPorts(svc *collections.ServiceInfo) []collections.ServicePort {
-	if svc.Resolution == collections.Alias {
-		return nil
-	}
-	var out []collections.ServicePort
-	for _, p := range svc.Ports {
-		if p.HasCluster() {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // Listeners builds the LDS resources of a service for proxyless gRPC clients: an api_listener per
 // cluster port, named <fqdn>:<port>, routing through RDS to the port's cluster. The names a
 // client may also dial a Kubernetes service by (<name>.<ns>:<port>, and <name>:<port> from the

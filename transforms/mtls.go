@@ -205,3 +205,33 @@ func (t EndpointTLS) Decide(e *collections.Endpoint) TLSDecision {
 	}
 	return d
 }
+
+// TLSMetadata says which endpoints of a cluster carry the filter metadata
+// envoy.transport_socket_match {tlsMode: <value>}, as istiod's mtlsChecker.checkMtlsEnabled and
+// util.AppendLbEndpointMetadata decide it (pilot/pkg/xds/endpoints/mtls_checker.go,
+// pilot/pkg/networking/util/util.go): an endpoint whose mTLS is off has its TLSMode blanked, and
+// the metadata is written for a TLSMode that is neither "" nor "disabled".
+type TLSMetadata uint8
+
+const (
+	// TLSByEndpoint: no DestinationRule TLS mode applies to the cluster; mTLS is on for an
+	// endpoint whose tlsMode is "istio" unless its PeerAuthentications DISABLE it, and it then
+	// carries tlsMode: istio. Any other value carries nothing.
+	TLSByEndpoint TLSMetadata = iota
+	// TLSIstioMutual: the rule's mode is ISTIO_MUTUAL; mTLS is on for every endpoint, and each
+	// carries its own tlsMode value unless that is "" or "disabled".
+	TLSIstioMutual
+	// TLSOff: the rule sets another mode (DISABLE, SIMPLE, MUTUAL); no endpoint carries it.
+	TLSOff
+)
+
+// TLSMetadataFor is the TLS metadata rule for a DestinationRule TLS mode ("" = none applies).
+func TLSMetadataFor(drMode string) TLSMetadata {
+	switch drMode {
+	case "":
+		return TLSByEndpoint
+	case collections.ClientTLSIstioMutual:
+		return TLSIstioMutual
+	}
+	return TLSOff
+}

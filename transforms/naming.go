@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -75,8 +76,8 @@ func Versioned(name, typeURL string, body []byte) *collections.Resource {
 	return &collections.Resource{Name: name, TypeURL: typeURL, Version: xxhash.Sum64(body), Body: body}
 }
 
-// EmptyCLA is the ClusterLoadAssignment of a cluster without endpoints for a proxy (istiod sends
-// one for an unknown cluster, or one the proxy cannot see).
-func EmptyCLA(name string) *collections.Resource {
-	return Versioned(name, TypeCLA, CLAPlan{ClusterName: name}.Encode())
+// adsConfigSource is a source of resources over the ADS stream itself (the v3 API): where every
+// cluster's endpoints, a listener's routes and a LEDS collection come from.
+func adsConfigSource() *core.ConfigSource {
+	return &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}, ResourceApiVersion: core.ApiVersion_V3}
 }

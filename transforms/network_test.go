@@ -93,18 +93,18 @@ func TestMeshNetworkSettings(t *testing.T) {
 	mn, err := mesh.ParseMeshNetworks(`
 networks:
   net1:
-    endpoints: [{fromRegistry: Kubernetes}]
+    endpoints: [{registry: Kubernetes}]
     gateways: [{address: 198.51.100.1, port: 15443}]
   net2:
-    endpoints: [{fromRegistry: east}, {fromCidr: 10.1.0.0/16}]
+    endpoints: [{registry: east}, {fromCidr: 10.1.0.0/16}]
     gateways: [{registryServiceName: eastwestgateway.istio-system.svc.cluster.local, port: 15443}, {address: 198.51.100.2, port: 15443}]
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
-	registry, gws := MeshNetworkSettings(mn)
-	if !maps.Equal(registry, map[string]string{"Kubernetes": "net1", "east": "net2"}) {
-		t.Fatalf("fromRegistry: %v", registry)
+	fromRegistry, gws := MeshNetworkSettings(mn)
+	if !maps.Equal(fromRegistry, map[string]string{"Kubernetes": "net1", "east": "net2"}) {
+		t.Fatalf("fromRegistry: %v", fromRegistry)
 	}
 	want := []collections.NetworkGateway{{Network: "net1", Addr: "198.51.100.1", Port: 15443}, {Network: "net2", Addr: "198.51.100.2", Port: 15443}}
 	if !slices.Equal(gws, want) {
@@ -112,7 +112,7 @@ networks:
 	}
 	// fromRegistry is the cluster's default network, over the system namespace's label.
 	cfg := collections.DefaultConfig()
-	cfg.RegistryNetworks = registry
+	cfg.RegistryNetworks = fromRegistry
 	network, _ := SystemNetwork(cfg, nil)
 	if n := network(krt.TestingDummyContext{}); *n != "net1" {
 		t.Fatalf("default network %q", *n)

@@ -120,7 +120,7 @@ func SentHealth(e *collections.Endpoint) collections.HealthStatus {
 
 // exclude is planCLA's rule for one endpoint: which rule, if any, leaves it out of the CLA of
 // the service port for the (projected) proxy class. krteds explain reports the same rule.
-func exclude(svc *collections.ServiceInfo, port collections.ServicePort, policy LBPolicy, class collections.ProxyClass, e collections.Endpoint) Exclusion {
+func exclude(svc *collections.ServiceInfo, port collections.ServicePort, lb LBPolicy, class collections.ProxyClass, e collections.Endpoint) Exclusion {
 	switch {
 	case e.PortName != port.Name:
 		return ExcludedPort
@@ -133,7 +133,7 @@ func exclude(svc *collections.ServiceInfo, port collections.ServicePort, policy 
 	case collections.Terminating:
 		return ExcludedTerminating
 	case collections.UnHealthy:
-		if !policy.SupportsUnhealthy {
+		if !lb.SupportsUnhealthy {
 			return ExcludedUnhealthy
 		}
 	case collections.Draining:
@@ -166,19 +166,19 @@ func Exclude(svc *collections.ServiceInfo, port collections.ServicePort, cp Clus
 //   - with failover priorities, each locality is split by priority and priorities are compacted
 //     to 0..N.
 func planCLA(clusterName string, svc *collections.ServiceInfo, port collections.ServicePort, eps []*collections.Endpoint,
-	policy LBPolicy, class collections.ProxyClass, tr *Trace,
+	lb LBPolicy, class collections.ProxyClass, tr *Trace,
 ) CLAPlan {
 	plan := CLAPlan{ClusterName: clusterName}
 	groups := groupByLocality(eps, func(e *collections.Endpoint) bool {
-		x := exclude(svc, port, policy, class, *e)
+		x := exclude(svc, port, lb, class, *e)
 		tr.leave(e, x)
 		return x == Kept
 	})
-	if policy.Networks != nil {
+	if lb.Networks != nil {
 		// Split horizon, per locality, before priorities (istiod's EndpointsByNetworkFilter).
 		kept := groups[:0]
 		for _, g := range groups {
-			if g.Endpoints = filterByNetwork(g.Endpoints, policy.Networks, class.Network, port, tr); len(g.Endpoints) > 0 {
+			if g.Endpoints = filterByNetwork(g.Endpoints, lb.Networks, class.Network, port, tr); len(g.Endpoints) > 0 {
 				kept = append(kept, g)
 			}
 		}
@@ -187,7 +187,7 @@ func planCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 	if len(groups) == 0 {
 		return plan
 	}
-	failover := policy.Failover && len(policy.FailoverPriority) > 0
+	failover := lb.Failover && len(lb.FailoverPriority) > 0
 	if !failover {
 		plan.Groups = groups
 		return plan
@@ -196,7 +196,7 @@ func planCLA(clusterName string, svc *collections.ServiceInfo, port collections.
 	for _, g := range groups {
 		byPriority := map[int][]*collections.Endpoint{}
 		for _, e := range g.Endpoints {
-			p := FailoverPriority(proxyLabels, e.Meta.LabelValue, policy.FailoverPriority)
+			p := FailoverPriority(proxyLabels, e.Meta.LabelValue, lb.FailoverPriority)
 			byPriority[p] = append(byPriority[p], e)
 		}
 		prios := make([]int, 0, len(byPriority))

@@ -55,7 +55,7 @@ func TestParseProxy(t *testing.T) {
 
 func TestProxyEnrichment(t *testing.T) {
 	cfg := collections.DefaultConfig()
-	in := workloadInputs(t, fixtures.ZoneNode("n1", "r1", "z1"), fixtures.Node("n2", nil),
+	in := StaticWorkloadInputs(test.NewStop(t), fixtures.ZoneNode("n1", "r1", "z1"), fixtures.Node("n2", nil),
 		fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"),
 		fixtures.Pod("ns2", "other", "other", "10.1.0.2", "n1"),
 		fixtures.Pod("ns1", "nowhere", "nowhere", "10.1.0.3", "n2"))
@@ -140,7 +140,7 @@ func TestProxyEnrichment(t *testing.T) {
 // of its class, oldest first; rules of other namespaces and proxies they do not select are not.
 func TestProxyClassSelectedRules(t *testing.T) {
 	cfg := collections.DefaultConfig()
-	in := workloadInputs(t, fixtures.ZoneNode("n1", "r1", "z1"), fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"))
+	in := StaticWorkloadInputs(test.NewStop(t), fixtures.ZoneNode("n1", "r1", "z1"), fixtures.Pod("ns1", "client-1", "client", "10.1.0.1", "n1"))
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	rule := func(ns, name string, age int, sel map[string]string) collections.DestinationRule {
 		return collections.DestinationRule{Name: name, Namespace: ns, Host: "reviews", WorkloadSelector: sel, CreationTime: created.Add(time.Duration(age) * time.Second)}

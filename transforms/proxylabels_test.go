@@ -27,7 +27,7 @@ func claFor(t *testing.T, cp collections.ConnectedProxy, svc collections.Service
 	drs := krt.NewStaticCollection(nil, rules, krt.WithStop(stop))
 	names, _ := FailoverLabelNames(drs)
 	failover := names(krt.TestingDummyContext{})
-	p := Proxies(cfg, ProxyInputs{Workloads: workloadInputs(t, objs...),
+	p := Proxies(cfg, ProxyInputs{Workloads: StaticWorkloadInputs(test.NewStop(t), objs...),
 		FailoverLabels: krt.NewStatic(failover, true, krt.WithStop(stop))}).Fn(krt.TestingDummyContext{}, cp)
 	sp := collections.ServicePolicy{Service: svc.ResourceName(), Rules: rules}
 	sets := ServiceCLAs(CLAInputs{
@@ -159,7 +159,7 @@ func TestProxyClassKeepsFailoverLabels(t *testing.T) {
 		t.Fatalf("names (-want +got):\n%s", diff)
 	}
 
-	in := ProxyInputs{Workloads: workloadInputs(t), FailoverLabels: krt.NewStatic(got, true, krt.WithStop(stop))}
+	in := ProxyInputs{Workloads: StaticWorkloadInputs(test.NewStop(t)), FailoverLabels: krt.NewStatic(got, true, krt.WithStop(stop))}
 	class := func(in ProxyInputs, labels map[string]string) collections.ProxyClass {
 		return Proxies(cfg, in).Fn(krt.TestingDummyContext{}, collections.ConnectedProxy{ConnID: "x", IP: "10.9.9.9", Namespace: "ns1", Labels: labels}).Class
 	}

@@ -157,3 +157,18 @@ func TrafficDistributionOf(spec *string, svcAnnotations, nsAnnotations map[strin
 	}
 	return collections.TrafficDistributionAny
 }
+
+// ClusterPorts are the ports of a service that get a cluster: every non-UDP port, except on
+// ExternalName services, which get none.
+func ClusterPorts(svc *collections.ServiceInfo) []collections.ServicePort {
+	if svc.Resolution == collections.Alias {
+		return nil
+	}
+	var out []collections.ServicePort
+	for _, p := range svc.Ports {
+		if p.HasCluster() {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -194,7 +194,7 @@ func TestNodeLocality(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := *NodeLocalities(networkOf(t)).Fn(krt.TestingDummyContext{}, fixtures.Node("n", tc.labels))
+			got := *NodeLocalities(StaticNetwork(test.NewStop(t))).Fn(krt.TestingDummyContext{}, fixtures.Node("n", tc.labels))
 			if got.Name != "n" || got.Locality != tc.want {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}

@@ -75,3 +75,9 @@ func afterClusterName(b []byte) ([]byte, bool) {
 	}
 	return rest, true
 }
+
+// EmptyCLA is the ClusterLoadAssignment of a cluster without endpoints for a proxy (istiod sends
+// one for an unknown cluster, or one the proxy cannot see).
+func EmptyCLA(name string) *collections.Resource {
+	return Versioned(name, TypeCLA, CLAPlan{ClusterName: name}.Encode())
+}

@@ -1,6 +1,10 @@
 package transforms
 
 import (
+	"cmp"
+	"strings"
+	"time"
+
 	"istio.io/istio/pkg/config"
 	"istio.io/istio/pkg/config/validation"
 	"istio.io/istio/pkg/kube/controllers"
@@ -70,4 +74,26 @@ func deref[T any](p **T) *T {
 		return nil
 	}
 	return *p
+}
+
+// istioConfig wraps an Istio object's metadata and spec as istiod's validation takes them.
+func istioConfig(m metav1.ObjectMeta, spec config.Spec) config.Config {
+	return config.Config{Meta: config.Meta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: m.Annotations}, Spec: spec}
+}
+
+// compareCreation orders objects by creation time, then name, then namespace (istiod's
+// configCompareByCreationTime).
+func compareCreation(at, bt time.Time, an, bn, ans, bns string) int {
+	return cmp.Or(at.Compare(bt), strings.Compare(an, bn), strings.Compare(ans, bns))
+}
+
+// subsetMatch reports whether the endpoint carries every subset label (istiod's
+// labels.Instance.SubsetOf over the augmented labels, read without building them).
+func subsetMatch(label func(string) (string, bool), subset map[string]string) bool {
+	for k, want := range subset {
+		if v, ok := label(k); !ok || v != want {
+			return false
+		}
+	}
+	return true
 }

@@ -2,8 +2,10 @@ package transforms
 
 import (
 	"fmt"
-	kubelabels "istio.io/istio/pkg/kube/labels"
 	"testing"
+
+	kubelabels "istio.io/istio/pkg/kube/labels"
+	"istio.io/istio/pkg/test"
 
 	"github.com/google/go-cmp/cmp"
 	"istio.io/istio/pkg/kube/krt"
@@ -16,7 +18,7 @@ import (
 
 func workloadOf(t *testing.T, pod *corev1.Pod, objs ...any) *collections.Workload {
 	t.Helper()
-	return workloadFn(collections.DefaultConfig(), workloadInputs(t, objs...))(pod)
+	return workloadFn(collections.DefaultConfig(), StaticWorkloadInputs(test.NewStop(t), objs...))(pod)
 }
 
 func TestWorkloadFacts(t *testing.T) {
@@ -250,7 +252,7 @@ func TestWorkloadsTakeTheirOwnNodes(t *testing.T) {
 	for _, n := range []string{"n2", "n3", "n1"} {
 		objs = append(objs, fixtures.ZoneNode(n, "r-"+n, "z-"+n))
 	}
-	ws := FetchWorkloads(krt.TestingDummyContext{}, collections.DefaultConfig(), workloadInputs(t, objs...), keys)
+	ws := FetchWorkloads(krt.TestingDummyContext{}, collections.DefaultConfig(), StaticWorkloadInputs(test.NewStop(t), objs...), keys)
 	for i, n := range []string{"n3", "n1", "n2", "n1", "gone"} {
 		w := ws.Get(keys[i])
 		if w == nil {
