@@ -8,6 +8,9 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/eds"
+	"github.com/krteds/krteds/transforms/registry"
 )
 
 // Names of the collections of remote clusters.
@@ -39,50 +42,50 @@ func (r remoteGraph) Equals(o remoteGraph) bool {
 	return r.id == o.id && r.gateways == o.gateways && r.services == o.services && r.shards == o.shards && r.problems == o.problems
 }
 
-// registry is what every cluster, local or remote, derives alike from its Kubernetes inputs:
+// clusterRegistry is what every cluster, local or remote, derives alike from its Kubernetes inputs:
 // the default network, node localities, its Services, what a Pod's workload is derived from,
 // and its network gateways.
-type registry struct {
+type clusterRegistry struct {
 	systemNetwork   krt.Singleton[string]
 	nodes           krt.Collection[*collections.NodeLocality]
 	services        krt.Collection[*collections.ServiceInfo]
 	serviceProblems krt.Collection[collections.ObjectProblems]
-	workloads       transforms.WorkloadInputs
+	workloads       registry.WorkloadInputs
 	gateways        krt.Collection[collections.ClusterGateways]
 }
 
 // buildRegistry registers a cluster's Kubernetes inputs and derives its registry.
-func buildRegistry(cfg collections.Config, d *Description, in collections.Inputs, ids *transforms.Identities) registry {
+func buildRegistry(cfg collections.Config, d *Description, in collections.Inputs, ids *registry.Identities) clusterRegistry {
 	Input(d, collections.NameNamespaces, in.Namespaces)
 	Input(d, collections.NameNodes, in.Nodes)
 	Input(d, collections.NameServices, in.Services)
 	Input(d, collections.NamePods, in.Pods)
 	Input(d, collections.NameEndpointSlices, in.EndpointSlices)
-	var r registry
-	network, reads := transforms.SystemNetwork(cfg, in.Namespaces)
+	var r clusterRegistry
+	network, reads := registry.SystemNetwork(cfg, in.Namespaces)
 	r.systemNetwork = Singleton(d, NameSystemNetwork, network, reads)
-	r.nodes = Derive(d, NameNodeLocalities, in.Nodes, transforms.NodeLocalities(r.systemNetwork))
-	r.services, r.serviceProblems = DeriveChecked(d, NameKubeServices, in.Services, transforms.ServiceInfos(cfg, in.Namespaces))
-	r.workloads = transforms.WorkloadInputs{Pods: in.Pods, Nodes: r.nodes, SystemNetwork: r.systemNetwork,
-		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", transforms.ReadyPodIPs), Identities: ids}
-	r.gateways = DeriveFromNothing(d, NameServiceGateways, transforms.ServiceGateways(cfg, in.Services))
+	r.nodes = Derive(d, NameNodeLocalities, in.Nodes, registry.NodeLocalities(r.systemNetwork))
+	r.services, r.serviceProblems = DeriveChecked(d, NameKubeServices, in.Services, registry.ServiceInfos(cfg, in.Namespaces))
+	r.workloads = registry.WorkloadInputs{Pods: in.Pods, Nodes: r.nodes, SystemNetwork: r.systemNetwork,
+		ReadyPodsByIP: krt.NewIndex(in.Pods, "readyByIP", registry.ReadyPodIPs), Identities: ids}
+	r.gateways = DeriveFromNothing(d, NameServiceGateways, eds.ServiceGateways(cfg, in.Services))
 	return r
 }
 
 // buildRemote derives a remote cluster's collections from its inputs, as the local cluster's
 // are, with the cluster's ID: its registry, slice endpoints and one shard per service. They
 // stop when the cluster leaves.
-func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster, ids *transforms.Identities) remoteGraph {
+func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster, ids *registry.Identities) remoteGraph {
 	cfg.ClusterID = c.ID
 	sd := d.scoped(c.ID, krt.NewOptionsBuilder(c.Stop, c.ID, d.opts.Debugger()))
 	in := c.Inputs
 	reg := buildRegistry(cfg, sd, in, ids)
 	services, p1 := reg.services, reg.serviceProblems
-	sliceEndpoints, p2 := DeriveChecked(sd, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
+	sliceEndpoints, p2 := DeriveChecked(sd, NameSliceEndpoints, in.EndpointSlices, registry.SliceEndpointsOf(cfg, registry.SliceInputs{
 		Services: services, Workloads: reg.workloads,
 	}))
-	shards := Derive(sd, NameShards, services, transforms.ClusterShard(cfg, sliceEndpoints,
-		krt.NewIndex(sliceEndpoints, "byService", transforms.SliceService)))
+	shards := Derive(sd, NameShards, services, registry.ClusterShard(cfg, sliceEndpoints,
+		krt.NewIndex(sliceEndpoints, "byService", registry.SliceService)))
 	// Problems name their cluster: "<cluster>/<namespace>/<name>".
 	problems := Derive(sd, NameProblems, krt.JoinCollection([]krt.Collection[collections.ObjectProblems]{p1, p2}, sd.opts.WithName("problems/joined")...),
 		transforms.Single[collections.ObjectProblems, collections.ObjectProblems]{Fn: func(_ krt.HandlerContext, p collections.ObjectProblems) *collections.ObjectProblems {
@@ -99,7 +102,7 @@ func buildRemote(cfg collections.Config, d *Description, c *collections.Cluster,
 // remoteClusters derives the remote clusters' collections and merges them by key: a service
 // several clusters have is the one of the lowest cluster ID; its shards are concatenated in
 // cluster order; problems are kept per cluster (their objects name it).
-func remoteClusters(cfg collections.Config, d *Description, clusters krt.Collection[*collections.Cluster], ids *transforms.Identities) (
+func remoteClusters(cfg collections.Config, d *Description, clusters krt.Collection[*collections.Cluster], ids *registry.Identities) (
 	krt.Collection[*collections.ServiceInfo], krt.Collection[collections.ServiceEndpoints], krt.Collection[collections.ObjectProblems],
 	krt.Collection[collections.ClusterGateways],
 ) {

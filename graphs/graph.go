@@ -8,7 +8,11 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/cds"
+	"github.com/krteds/krteds/transforms/eds"
+	"github.com/krteds/krteds/transforms/policy"
+	"github.com/krteds/krteds/transforms/registry"
 )
 
 // Names of the derived collections, as /debug/krt and /debug/krtz show them.
@@ -103,7 +107,7 @@ type Graph struct {
 
 	empty *emptyCLAs
 	// identities are the workload identities the transforms have derived (transforms.Identities).
-	identities *transforms.Identities
+	identities *registry.Identities
 	// config is the configuration the graph was built with.
 	config collections.Config
 }
@@ -133,7 +137,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		in.PeerAuthentications = krt.NewStaticCollection[*securityclient.PeerAuthentication](nil, nil, opts.WithName(collections.NamePeerAuthns)...)
 	}
 	d := newDescription(opts)
-	g := &Graph{Inputs: in, Description: d, config: cfg, empty: newEmptyCLAs(), identities: transforms.NewIdentities()}
+	g := &Graph{Inputs: in, Description: d, config: cfg, empty: newEmptyCLAs(), identities: registry.NewIdentities()}
 	var problems []krt.Collection[collections.ObjectProblems]
 	checked := func(p krt.Collection[collections.ObjectProblems]) { problems = append(problems, p) }
 
@@ -149,17 +153,17 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 	g.SystemNetwork, g.NodeLocalities = reg.systemNetwork, reg.nodes
 	kubeServices, p := reg.services, reg.serviceProblems
 	checked(p)
-	g.ServiceEntries, p = DeriveChecked(d, NameServiceEntries, in.ServiceEntries, transforms.ServiceEntries(cfg, transforms.ServiceEntryInputs{
+	g.ServiceEntries, p = DeriveChecked(d, NameServiceEntries, in.ServiceEntries, registry.ServiceEntries(cfg, registry.ServiceEntryInputs{
 		Namespaces: in.Namespaces, SystemNetwork: g.SystemNetwork,
-		Entries: in.ServiceEntries, EntriesByHost: krt.NewIndex(in.ServiceEntries, "byHost", transforms.ServiceEntryHosts),
+		Entries: in.ServiceEntries, EntriesByHost: krt.NewIndex(in.ServiceEntries, "byHost", registry.ServiceEntryHosts),
 	}))
 	checked(p)
-	g.WorkloadEntries, p = DeriveChecked(d, NameWorkloadEntries, in.WorkloadEntries, transforms.WorkloadEntries(cfg, g.SystemNetwork))
+	g.WorkloadEntries, p = DeriveChecked(d, NameWorkloadEntries, in.WorkloadEntries, registry.WorkloadEntries(cfg, g.SystemNetwork))
 	checked(p)
 	// A ServiceEntry host is a service per namespace defining it.
-	entriesByNsHost := krt.NewIndex(g.ServiceEntries, "byNamespaceHost", transforms.EntryNamespaceHosts)
+	entriesByNsHost := krt.NewIndex(g.ServiceEntries, "byNamespaceHost", registry.EntryNamespaceHosts)
 	entryServices := Derive(d, NameEntryServices, Index(d, NameEntriesByNsHost, NameServiceEntries, entriesByNsHost),
-		transforms.EntryHostServices(cfg, g.ServiceEntries, krt.NewIndex(g.ServiceEntries, "byHost", transforms.EntryHosts)))
+		registry.EntryHostServices(cfg, g.ServiceEntries, krt.NewIndex(g.ServiceEntries, "byHost", registry.EntryHosts)))
 	// Remote clusters: each its own services and endpoint shards, merged by service; the local
 	// cluster's Service wins over a remote one.
 	var remoteShards krt.Collection[collections.ServiceEndpoints]
@@ -179,66 +183,66 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		kubeServices = JoinFirst(d, NameAllKubeServices, kubeServices, remoteServices)
 		gatewaySources = append(gatewaySources, remoteGateways)
 	}
-	gatewayIndex, reads := transforms.GatewayIndex(Join(d, NameGatewaySources, gatewaySources...))
+	gatewayIndex, reads := eds.GatewayIndex(Join(d, NameGatewaySources, gatewaySources...))
 	g.NetworkGateways = Singleton(d, NameNetworkGateways, gatewayIndex, reads)
 	g.ServiceInfos = Join(d, NameServiceInfos, kubeServices, entryServices)
-	g.sharedHosts = krt.NewIndex(g.ServiceInfos, "sharedHost", transforms.SharedHostKey)
+	g.sharedHosts = krt.NewIndex(g.ServiceInfos, "sharedHost", policy.SharedHostKey)
 	Index(d, NameSharedHosts, NameServiceInfos, g.sharedHosts)
 	workloads := reg.workloads
-	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, transforms.SliceEndpointsOf(cfg, transforms.SliceInputs{
+	g.SliceEndpoints, p = DeriveChecked(d, NameSliceEndpoints, in.EndpointSlices, registry.SliceEndpointsOf(cfg, registry.SliceInputs{
 		Services: g.ServiceInfos, Workloads: workloads,
 	}))
 	checked(p)
-	g.ServiceEndpoints = Derive(d, NameServiceEndpoints, g.ServiceInfos, transforms.ServiceEndpointsOf(cfg, transforms.ServiceEndpointInputs{
-		Slices: g.SliceEndpoints, SlicesByService: krt.NewIndex(g.SliceEndpoints, "byService", transforms.SliceService),
+	g.ServiceEndpoints = Derive(d, NameServiceEndpoints, g.ServiceInfos, registry.ServiceEndpointsOf(cfg, registry.ServiceEndpointInputs{
+		Slices: g.SliceEndpoints, SlicesByService: krt.NewIndex(g.SliceEndpoints, "byService", registry.SliceService),
 		ServiceEntries: g.ServiceEntries, EntriesByNamespaceHost: entriesByNsHost,
-		WorkloadEntries: g.WorkloadEntries, WorkloadEntriesByNamespace: krt.NewIndex(g.WorkloadEntries, "byNamespace", transforms.ByNamespace),
+		WorkloadEntries: g.WorkloadEntries, WorkloadEntriesByNamespace: krt.NewIndex(g.WorkloadEntries, "byNamespace", registry.ByNamespace),
 		Workloads: workloads, RemoteShards: remoteShards,
 	}))
 
 	// Traffic policy.
-	g.DestinationRules, p = DeriveChecked(d, NameDestRules, in.DestinationRules, transforms.DestinationRules())
+	g.DestinationRules, p = DeriveChecked(d, NameDestRules, in.DestinationRules, policy.DestinationRules())
 	checked(p)
-	g.Sidecars, p = DeriveChecked(d, NameSidecars, in.Sidecars, transforms.Sidecars())
+	g.Sidecars, p = DeriveChecked(d, NameSidecars, in.Sidecars, policy.Sidecars())
 	checked(p)
-	g.ServicePolicies = Derive(d, NamePolicies, g.ServiceInfos, transforms.ServicePolicies(g.DestinationRules,
-		krt.NewIndex(g.DestinationRules, "byHost", transforms.RuleHostKeys(cfg))))
-	g.PeerAuthentications, p = DeriveChecked(d, NamePeerAuthns, in.PeerAuthentications, transforms.PeerAuthentications())
+	g.ServicePolicies = Derive(d, NamePolicies, g.ServiceInfos, policy.ServicePolicies(g.DestinationRules,
+		krt.NewIndex(g.DestinationRules, "byHost", policy.RuleHostKeys(cfg))))
+	g.PeerAuthentications, p = DeriveChecked(d, NamePeerAuthns, in.PeerAuthentications, policy.PeerAuthentications())
 	checked(p)
-	peerAuthn := transforms.PeerAuthnInputs{RootNamespace: cfg.SystemNamespace, ByNamespace: Index(d, NamePeerAuthnsByNS, NamePeerAuthns,
-		krt.NewIndex(g.PeerAuthentications, "byNamespace", transforms.PeerAuthnNamespace))}
+	peerAuthn := policy.PeerAuthnInputs{RootNamespace: cfg.SystemNamespace, ByNamespace: Index(d, NamePeerAuthnsByNS, NamePeerAuthns,
+		krt.NewIndex(g.PeerAuthentications, "byNamespace", policy.PeerAuthnNamespace))}
 
 	// The connected proxies, their classes and views.
 	g.ConnectedProxies = krt.NewStaticCollection[collections.ConnectedProxy](nil, nil, opts.WithName(NameConnectedProxies)...)
 	Input(d, NameConnectedProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies))
-	failoverNames, failoverReads := transforms.FailoverLabelNames(g.DestinationRules)
+	failoverNames, failoverReads := policy.FailoverLabelNames(g.DestinationRules)
 	failoverLabels := Singleton(d, NameFailoverLabels, failoverNames, failoverReads)
-	g.Proxies = Derive(d, NameProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies), transforms.Proxies(cfg, transforms.ProxyInputs{
+	g.Proxies = Derive(d, NameProxies, krt.Collection[collections.ConnectedProxy](g.ConnectedProxies), policy.Proxies(cfg, policy.ProxyInputs{
 		Workloads: workloads, FailoverLabels: failoverLabels,
-		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", transforms.SidecarNamespace),
-		Rules: g.DestinationRules, SelectorRules: krt.NewIndex(g.DestinationRules, "selectorByNamespace", transforms.SelectorRuleNamespace),
+		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", policy.SidecarNamespace),
+		Rules: g.DestinationRules, SelectorRules: krt.NewIndex(g.DestinationRules, "selectorByNamespace", policy.SelectorRuleNamespace),
 	}))
-	groupKeys := Derive(d, NameProxyGroupKeys, g.Proxies, transforms.ProxyGroupKeysOf())
+	groupKeys := Derive(d, NameProxyGroupKeys, g.Proxies, policy.ProxyGroupKeysOf())
 	g.ProxyClasses = Derive(d, NameProxyClasses,
-		Index(d, NameProxiesByClass, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byClass", transforms.ProxyClassKey)), transforms.ProxyClassOf(g.Proxies))
+		Index(d, NameProxiesByClass, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byClass", policy.ProxyClassKey)), policy.ProxyClassOf(g.Proxies))
 	g.Views = Derive(d, NameViews,
-		Index(d, NameProxiesByView, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byView", transforms.ProxyViewKey)), transforms.ViewOfGroup(g.Proxies))
+		Index(d, NameProxiesByView, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byView", policy.ProxyViewKey)), policy.ViewOfGroup(g.Proxies))
 
 	// The xDS resources.
-	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, transforms.ServiceCLAs(transforms.CLAInputs{
+	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, eds.ServiceCLAs(eds.CLAInputs{
 		RootNamespace: cfg.SystemNamespace, Services: g.ServiceInfos, Policies: g.ServicePolicies, Classes: g.ProxyClasses,
 		Gateways: g.NetworkGateways, LEDSThreshold: cfg.LEDSThreshold, PeerAuthn: peerAuthn,
 	}))
 	if cfg.LEDSThreshold > 0 {
-		g.ledsCollections = krt.NewIndex(g.CLAs, "byLEDSCollection", transforms.LEDSCollectionsOf)
+		g.ledsCollections = krt.NewIndex(g.CLAs, "byLEDSCollection", eds.LEDSCollectionsOf)
 		Index(d, NameCLAsByLEDS, NameCLAs, g.ledsCollections)
 	}
-	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, transforms.ClustersFor(transforms.ClusterInputs{
+	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, cds.ClustersFor(cds.ClusterInputs{
 		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints, LRS: cfg.LRS, PeerAuthn: peerAuthn,
 	}))
-	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, transforms.Listeners())
-	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, transforms.Routes(cfg.SystemNamespace, g.ServicePolicies))
-	checked(DeriveFromNothing(d, NameResourceProblems, transforms.ResourceProblems(g.CLAs, g.Clusters, g.Listeners, g.Routes)))
+	g.Listeners = DeriveMany(d, NameListeners, g.ServiceInfos, cds.Listeners())
+	g.Routes = DeriveMany(d, NameRoutes, g.ServiceInfos, cds.Routes(cfg.SystemNamespace, g.ServicePolicies))
+	checked(DeriveFromNothing(d, NameResourceProblems, cds.ResourceProblems(g.CLAs, g.Clusters, g.Listeners, g.Routes)))
 
 	g.Problems = krt.JoinCollection(problems, opts.WithName(NameProblems)...)
 	return g

@@ -10,7 +10,8 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/test/fixtures"
-	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/cds"
 )
 
 // Resource sets that kept a resource out are listed by the resource-problems collection, from
@@ -28,7 +29,7 @@ func TestResourceProblemsFollowTheSets(t *testing.T) {
 	a := krt.NewStaticCollection(nil, []collections.ResourceSet{set("a1", false), set("a2", true)}, opts.WithName("a")...)
 	b := krt.NewStaticCollection(nil, []collections.ResourceSet{set("b1", false)}, opts.WithName("b")...)
 	d := newDescription(opts)
-	probs := DeriveFromNothing(d, "problems", transforms.ResourceProblems(a, b))
+	probs := DeriveFromNothing(d, "problems", cds.ResourceProblems(a, b))
 	w := fixtures.WakeOn(t, fixtures.NewWaker(), probs)
 	expect := func(want ...string) {
 		t.Helper()

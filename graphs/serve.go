@@ -5,6 +5,10 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/cds"
+	"github.com/krteds/krteds/transforms/eds"
+	"github.com/krteds/krteds/transforms/policy"
 )
 
 // The graph as the xDS server sees it: proxies go in (Connect, Disconnect), and every answer
@@ -57,7 +61,7 @@ func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collectio
 		return nil, false
 	}
 	set, alias := g.lookup(c, v, typeURL, name)
-	if set == nil || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) {
+	if set == nil || !policy.Visible(set.Visibility, v.Namespace, v.Egress) {
 		if typeURL == transforms.TypeCLA {
 			return g.empty.get(name), false
 		}
@@ -69,11 +73,11 @@ func (g *Graph) Resolve(v *collections.View, typeURL, name string) (r *collectio
 	}
 	if typeURL == transforms.TypeCLA && r.Name != name {
 		// An unknown subset's CLA, built under the port cluster's name.
-		return g.empty.relabel(r, name, transforms.RelabelCLA), false
+		return g.empty.relabel(r, name, eds.RelabelCLA), false
 	}
 	if alias {
 		// nil (no such listener) if r is not a service port's listener, which it always is.
-		return g.empty.relabel(r, name, transforms.ListenerAlias), false
+		return g.empty.relabel(r, name, cds.ListenerAlias), false
 	}
 	return r, false
 }
@@ -94,18 +98,18 @@ func (g *Graph) lookup(c krt.Collection[collections.ResourceSet], v *collections
 		if owner == "" {
 			return nil
 		}
-		return c.GetKey(transforms.OwnedKey(owner, key))
+		return c.GetKey(policy.OwnedKey(owner, key))
 	}
 	switch typeURL {
 	case transforms.TypeCluster:
-		set = transforms.ResolveClusterSet(get, v.Namespace, v.Rules, name, v.GRPC)
+		set = cds.ResolveClusterSet(get, v.Namespace, v.Rules, name, v.GRPC)
 	case transforms.TypeRoute:
 		// Routes are served to gRPC clients, in their rule's variant (transforms.Routes).
-		set = transforms.ResolveClusterSet(get, v.Namespace, v.Rules, name, true)
+		set = cds.ResolveClusterSet(get, v.Namespace, v.Rules, name, true)
 	case transforms.TypeListener:
 		if set = get(name); set == nil {
 			// A short name of a Kubernetes service: its listener, named as asked.
-			if target, svc, ok := transforms.ListenerAliasTarget(name, v.Namespace, g.config.Domain); ok {
+			if target, svc, ok := cds.ListenerAliasTarget(name, v.Namespace, g.config.Domain); ok {
 				if set = c.GetKey(target); set != nil && set.Service != svc {
 					set = nil
 				}
@@ -116,7 +120,7 @@ func (g *Graph) lookup(c krt.Collection[collections.ResourceSet], v *collections
 		set = get(name)
 		if set == nil && typeURL == transforms.TypeCLA {
 			// A subset no DestinationRule defines: istiod sends the port's endpoints unfiltered.
-			if key := transforms.UnknownSubsetKey(name); key != "" {
+			if key := eds.UnknownSubsetKey(name); key != "" {
 				set = get(key)
 			}
 		}
@@ -147,8 +151,8 @@ func (g *Graph) Holds(typeURL, name string, version uint64) bool {
 		return holds(set)
 	}
 	// A shared host: any namespace's set of the name.
-	for _, svc := range g.sharedHost(transforms.HostOfName(typeURL, name)) {
-		if set := c.GetKey(transforms.OwnedKey(svc.Namespace, name)); set != nil && holds(set) {
+	for _, svc := range g.sharedHost(policy.HostOfName(typeURL, name)) {
+		if set := c.GetKey(policy.OwnedKey(svc.Namespace, name)); set != nil && holds(set) {
 			return true
 		}
 	}
@@ -161,7 +165,7 @@ func (g *Graph) Follows(typeURL, name string) string {
 	if typeURL != transforms.TypeCLA {
 		return ""
 	}
-	return transforms.UnknownSubsetKey(name)
+	return eds.UnknownSubsetKey(name)
 }
 
 // List returns every resource of a type a proxy of view v sees, for wildcard subscriptions:
@@ -177,7 +181,7 @@ func (g *Graph) List(v *collections.View, typeURL string) []*collections.Resourc
 	var out []*collections.Resource
 	picks := map[string]string{}
 	for _, set := range g.Listeners.List() {
-		if _, key := transforms.SplitSetKey(set.Key); key != set.Name || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) ||
+		if _, key := policy.SplitSetKey(set.Key); key != set.Name || !policy.Visible(set.Visibility, v.Namespace, v.Egress) ||
 			!g.servesView(&set, v, picks) {
 			continue
 		}
@@ -201,9 +205,9 @@ func (g *Graph) listClusters(v *collections.View) []*collections.Resource {
 	)
 	picks := map[string]string{}
 	for _, set := range g.Clusters.List() {
-		_, key := transforms.SplitSetKey(set.Key)
-		rank := transforms.ClusterVariantRank(key, set.Name, v.Namespace, v.Rules, v.GRPC)
-		if rank == 0 || !transforms.Visible(set.Visibility, v.Namespace, v.Egress) || !g.servesView(&set, v, picks) {
+		_, key := policy.SplitSetKey(set.Key)
+		rank := cds.ClusterVariantRank(key, set.Name, v.Namespace, v.Rules, v.GRPC)
+		if rank == 0 || !policy.Visible(set.Visibility, v.Namespace, v.Egress) || !g.servesView(&set, v, picks) {
 			continue
 		}
 		r := set.For(v.ClassKey)
@@ -242,12 +246,12 @@ func (g *Graph) listClusters(v *collections.View) []*collections.Resource {
 // see). pending says the view's CLA of a service naming the collection is being computed (the
 // proxy's class changed): its answer follows with a Change naming the collection.
 func (g *Graph) ResolveCollection(v *collections.View, typeURL, glob string) (c *collections.LEDSCollection, pending bool) {
-	if typeURL != transforms.TypeLbEndpoint || g.ledsCollections == nil || !transforms.IsLEDSCollection(glob) {
+	if typeURL != eds.TypeLbEndpoint || g.ledsCollections == nil || !eds.IsLEDSCollection(glob) {
 		return nil, false
 	}
 	picks := map[string]string{}
 	for _, set := range g.ledsCollections.Lookup(glob) {
-		if !transforms.Visible(set.Visibility, v.Namespace, v.Egress) || !g.servesView(&set, v, picks) {
+		if !policy.Visible(set.Visibility, v.Namespace, v.Egress) || !g.servesView(&set, v, picks) {
 			continue
 		}
 		r := set.For(v.ClassKey)
@@ -273,7 +277,7 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 			var globs []string
 			seen := map[string]struct{}{}
 			for _, e := range evs {
-				transforms.ChangedLEDSCollections(e.Old, e.New, func(name string) {
+				eds.ChangedLEDSCollections(e.Old, e.New, func(name string) {
 					if _, dup := seen[name]; !dup {
 						seen[name] = struct{}{}
 						globs = append(globs, name)
@@ -281,7 +285,7 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 				})
 			}
 			if len(globs) > 0 {
-				f(collections.Change{TypeURL: transforms.TypeLbEndpoint, Names: globs, At: g.Inputs.Clock.Last()})
+				f(collections.Change{TypeURL: eds.TypeLbEndpoint, Names: globs, At: g.Inputs.Clock.Last()})
 			}
 		}, false)
 	}
@@ -306,7 +310,7 @@ func (g *Graph) Subscribe(f func(collections.Change)) {
 				if typeURL == transforms.TypeListener {
 					// The short names resolving to it (in any namespace: a stream of another
 					// namespace holding the same short name is looked at again for nothing).
-					names = append(names, transforms.ListenerAliases(&latest)...)
+					names = append(names, cds.ListenerAliases(&latest)...)
 				}
 			}
 			f(collections.Change{TypeURL: typeURL, Names: names, Causes: causes, At: at})
@@ -362,7 +366,7 @@ func (e *emptyCLAs) relabel(src *collections.Resource, name string, relabel func
 // get is the empty CLA of a name no proxy may have.
 func (e *emptyCLAs) get(name string) *collections.Resource {
 	r, _ := e.empty.Get(name, func() (*collections.Resource, bool) {
-		r := transforms.EmptyCLA(name)
+		r := eds.EmptyCLA(name)
 		r.Absent = true
 		return r, true
 	})

@@ -2,7 +2,8 @@ package graphs
 
 import (
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/policy"
 )
 
 // A hostname ServiceEntries of several namespaces define has a service, and resource sets, per
@@ -25,21 +26,21 @@ func (g *Graph) SharedHost(host string) []*collections.ServiceInfo {
 // hostOwner is the namespace whose service of the hostname of name a proxy of view v is sent,
 // when ServiceEntries of several namespaces define it ("" otherwise, or when it sees none).
 func (g *Graph) hostOwner(v *collections.View, typeURL, name string) string {
-	return transforms.PickHostNamespace(g.sharedHost(transforms.HostOfName(typeURL, name)), v)
+	return policy.PickHostNamespace(g.sharedHost(policy.HostOfName(typeURL, name)), v)
 }
 
 // servesView reports whether a set of a shared host's service (its key names the namespace) is
 // the one a proxy of view v resolves its name to; every other set is. picks remembers the picks
 // of one listing by hostname.
 func (g *Graph) servesView(set *collections.ResourceSet, v *collections.View, picks map[string]string) bool {
-	owner, _ := transforms.SplitSetKey(set.Key)
+	owner, _ := policy.SplitSetKey(set.Key)
 	if owner == "" {
 		return true
 	}
-	host := transforms.HostOfName(set.TypeURL, set.Name)
+	host := policy.HostOfName(set.TypeURL, set.Name)
 	pick, ok := picks[host]
 	if !ok {
-		pick = transforms.PickHostNamespace(g.sharedHost(host), v)
+		pick = policy.PickHostNamespace(g.sharedHost(host), v)
 		picks[host] = pick
 	}
 	return pick == owner

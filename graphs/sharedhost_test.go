@@ -15,6 +15,8 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
 	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/policy"
 )
 
 const sharedHostMesh = `
@@ -166,7 +168,7 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	if set := g.CLAs.GetKey(http); set != nil {
 		t.Errorf("a shared host's CLA is keyed by its name alone: %+v", set)
 	}
-	if set := g.CLAs.GetKey(transforms.OwnedKey("b", http)); set == nil {
+	if set := g.CLAs.GetKey(policy.OwnedKey("b", http)); set == nil {
 		t.Error("b's CLA is not keyed by its namespace")
 	}
 	explained, err := explain.Explain(g, g.Proxies.GetKey("c"), http, "")
@@ -189,7 +191,7 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	expect("a's entries deleted", map[string][]string{"a": nil, "b": bEndpoints, "c": bEndpoints, "d": nil},
 		map[string][]string{"a": nil, "c": both})
 	w.Await(t, sixty, "the host's CLA keyed by its name", func() (bool, string) {
-		return g.CLAs.GetKey(http) != nil && g.CLAs.GetKey(transforms.OwnedKey("b", http)) == nil, "still keyed by namespace"
+		return g.CLAs.GetKey(http) != nil && g.CLAs.GetKey(policy.OwnedKey("b", http)) == nil, "still keyed by namespace"
 	})
 
 	// One of a's entries re-created: shared again, a's proxy gets a's.

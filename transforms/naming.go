@@ -76,8 +76,8 @@ func Versioned(name, typeURL string, body []byte) *collections.Resource {
 	return &collections.Resource{Name: name, TypeURL: typeURL, Version: xxhash.Sum64(body), Body: body}
 }
 
-// adsConfigSource is a source of resources over the ADS stream itself (the v3 API): where every
+// ADSConfigSource is a source of resources over the ADS stream itself (the v3 API): where every
 // cluster's endpoints, a listener's routes and a LEDS collection come from.
-func adsConfigSource() *core.ConfigSource {
+func ADSConfigSource() *core.ConfigSource {
 	return &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}}, ResourceApiVersion: core.ApiVersion_V3}
 }

@@ -38,38 +38,39 @@ type Checked[I controllers.Object, O any] struct {
 	Reads []any
 }
 
-// problems collects what a transform finds wrong with one object.
-type problems struct {
-	kind, object string
+// Problems collects what a transform finds wrong with one object.
+type Problems struct {
+	Kind, Object string
 	list         []collections.Problem
 }
 
-// validated starts the problems of an Istio object and runs istiod's validation of it
+// Validated starts the problems of an Istio object and runs istiod's validation of it
 // (pkg/config/validation, used as is): ok is false, the rejection recorded as reason, when the
 // validation rejects the object.
-func validated(kind string, m metav1.ObjectMeta, spec config.Spec, validate validation.ValidateFunc, reason string) (pr *problems, ok bool) {
-	pr = &problems{kind: kind, object: m.Namespace + "/" + m.Name}
+func Validated(kind string, m metav1.ObjectMeta, spec config.Spec, validate validation.ValidateFunc, reason string) (pr *Problems, ok bool) {
+	pr = &Problems{Kind: kind, Object: m.Namespace + "/" + m.Name}
 	if _, err := validate(istioConfig(m, spec)); err != nil {
-		pr.add(reason, err.Error())
+		pr.Add(reason, err.Error())
 		return pr, false
 	}
 	return pr, true
 }
 
-func (p *problems) add(reason, detail string) {
-	p.list = append(p.list, collections.Problem{Kind: p.kind, Object: p.object, Reason: reason, Detail: detail})
+// Add records one problem of the object.
+func (p *Problems) Add(reason, detail string) {
+	p.list = append(p.list, collections.Problem{Kind: p.Kind, Object: p.Object, Reason: reason, Detail: detail})
 }
 
-// result is the transform's problems, nil when there are none.
-func (p *problems) result() *collections.ObjectProblems {
+// Result is the transform's problems, nil when there are none.
+func (p *Problems) Result() *collections.ObjectProblems {
 	if len(p.list) == 0 {
 		return nil
 	}
-	return &collections.ObjectProblems{Kind: p.kind, Object: p.object, Problems: p.list}
+	return &collections.ObjectProblems{Kind: p.Kind, Object: p.Object, Problems: p.list}
 }
 
-// deref is what FetchOne found in a collection of pointers (nil when it found nothing).
-func deref[T any](p **T) *T {
+// Deref is what FetchOne found in a collection of pointers (nil when it found nothing).
+func Deref[T any](p **T) *T {
 	if p == nil {
 		return nil
 	}
@@ -81,15 +82,15 @@ func istioConfig(m metav1.ObjectMeta, spec config.Spec) config.Config {
 	return config.Config{Meta: config.Meta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: m.Annotations}, Spec: spec}
 }
 
-// compareCreation orders objects by creation time, then name, then namespace (istiod's
+// CompareCreation orders objects by creation time, then name, then namespace (istiod's
 // configCompareByCreationTime).
-func compareCreation(at, bt time.Time, an, bn, ans, bns string) int {
+func CompareCreation(at, bt time.Time, an, bn, ans, bns string) int {
 	return cmp.Or(at.Compare(bt), strings.Compare(an, bn), strings.Compare(ans, bns))
 }
 
-// subsetMatch reports whether the endpoint carries every subset label (istiod's
+// SubsetMatch reports whether the endpoint carries every subset label (istiod's
 // labels.Instance.SubsetOf over the augmented labels, read without building them).
-func subsetMatch(label func(string) (string, bool), subset map[string]string) bool {
+func SubsetMatch(label func(string) (string, bool), subset map[string]string) bool {
 	for k, want := range subset {
 		if v, ok := label(k); !ok || v != want {
 			return false

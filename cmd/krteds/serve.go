@@ -32,7 +32,9 @@ import (
 	"github.com/krteds/krteds/outputs/history"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/admission"
-	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/eds"
+	"github.com/krteds/krteds/transforms/registry"
 )
 
 type serveOptions struct {
@@ -205,7 +207,7 @@ func runServe(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return err
 		}
-		o.cfg.RegistryNetworks, o.cfg.MeshGateways = transforms.MeshNetworkSettings(mn)
+		o.cfg.RegistryNetworks, o.cfg.MeshGateways = eds.MeshNetworkSettings(mn)
 	}
 	if err := readMeshConfig(o); err != nil {
 		return err
@@ -390,7 +392,7 @@ func readMeshConfig(o *serveOptions) error {
 		if err != nil {
 			return err
 		}
-		o.cfg.DiscoveryAddress, o.cfg.ServiceSettings = transforms.MeshClusterLocalSettings(mc)
+		o.cfg.DiscoveryAddress, o.cfg.ServiceSettings = registry.MeshClusterLocalSettings(mc)
 	}
 	if _, err := o.cfg.WithDefaults().ClusterLocal(); err != nil {
 		return fmt.Errorf("cluster-local hosts: %w", err)

@@ -13,6 +13,10 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/eds"
+	"github.com/krteds/krteds/transforms/policy"
+	"github.com/krteds/krteds/transforms/registry"
 )
 
 // Explanation says why each endpoint a service has is, or is not, in the ClusterLoadAssignment
@@ -57,10 +61,10 @@ type cluster struct {
 	p       *collections.Proxy
 	svc     *collections.ServiceInfo
 	port    collections.ServicePort
-	cp      transforms.ClusterPolicy
+	cp      eds.ClusterPolicy
 	class   collections.ProxyClass
 	shard   *collections.ServiceEndpoints
-	trace   *transforms.Trace
+	trace   *eds.Trace
 	address string
 	ex      *Explanation
 	seen    map[string]int // address → index in ex.Endpoints
@@ -115,7 +119,7 @@ func (c *cluster) service(host string) *collections.ServiceInfo {
 			namespaces[i] = s.Namespace
 		}
 		slices.Sort(namespaces)
-		owner := transforms.PickHostNamespace(shared, &c.p.View)
+		owner := policy.PickHostNamespace(shared, &c.p.View)
 		if owner == "" {
 			c.ex.Verdict = fmt.Sprintf("not sent: ServiceEntries of namespaces %v define %s, and none is visible from namespace %s (their exportTo, or the proxy's Sidecar egress listeners %v); the proxy gets an empty CLA",
 				namespaces, host, c.p.View.Namespace, c.p.View.Egress)
@@ -143,7 +147,7 @@ func (c *cluster) service(host string) *collections.ServiceInfo {
 // clusterSet finds the port and the set of CLAs of the cluster, and checks the proxy sees it.
 func (c *cluster) clusterSet(name string, portNum int32, subset string) (*collections.ResourceSet, bool) {
 	found := false
-	for _, sp := range transforms.ClusterPorts(c.svc) {
+	for _, sp := range registry.ClusterPorts(c.svc) {
 		if sp.Port == portNum {
 			c.port, found = sp, true
 		}
@@ -153,16 +157,16 @@ func (c *cluster) clusterSet(name string, portNum int32, subset string) (*collec
 		return nil, false
 	}
 	c.fact("port %d: named %q", c.port.Port, c.port.Name)
-	set := c.g.CLAs.GetKey(transforms.SetKey(c.svc, name))
+	set := c.g.CLAs.GetKey(policy.SetKey(c.svc, name))
 	if set == nil && subset != "" {
 		c.fact("subset %q: no DestinationRule that may apply defines it; the proxy is sent every endpoint of the port, as from istiod", subset)
-		set = c.g.CLAs.GetKey(transforms.SetKey(c.svc, transforms.UnknownSubsetKey(name)))
+		set = c.g.CLAs.GetKey(policy.SetKey(c.svc, eds.UnknownSubsetKey(name)))
 	}
 	if set == nil {
 		c.ex.Verdict = "not sent: the CLA of this cluster is not built yet"
 		return nil, false
 	}
-	if !transforms.Visible(set.Visibility, c.p.View.Namespace, c.p.View.Egress) {
+	if !policy.Visible(set.Visibility, c.p.View.Namespace, c.p.View.Egress) {
 		c.ex.Verdict = fmt.Sprintf("not sent: %s is not visible from namespace %s (its exportTo %v, or the proxy's Sidecar egress listeners %v); the proxy gets an empty CLA",
 			c.svc.ResourceName(), c.p.View.Namespace, set.Visibility, c.p.View.Egress)
 		return nil, false
@@ -174,8 +178,8 @@ func (c *cluster) clusterSet(name string, portNum int32, subset string) (*collec
 // the same policy (transforms.CLAPolicy), with a trace of every decision.
 func (c *cluster) plan(name, subset string, set *collections.ResourceSet) error {
 	root := c.g.Config().SystemNamespace
-	if c.g.CLAs.GetKey(transforms.SetKey(c.svc, name)) == nil && subset != "" {
-		subset = transforms.UnknownSubset // the set of the subsets no rule defines
+	if c.g.CLAs.GetKey(policy.SetKey(c.svc, name)) == nil && subset != "" {
+		subset = eds.UnknownSubset // the set of the subsets no rule defines
 	}
 	c.shard = c.g.ServiceEndpoints.GetKey(c.svc.ResourceName())
 	var eps []*collections.Endpoint
@@ -186,14 +190,14 @@ func (c *cluster) plan(name, subset string, set *collections.ResourceSet) error 
 	if set.Shared == nil {
 		c.class = c.p.Class
 	}
-	peer := transforms.NewPeerAuthn(root, c.g.PeerAuthentications.List())
-	horizon := transforms.NewSplitHorizon(c.g.NetworkGateways.Get(), eps)
-	c.cp = transforms.CLAPolicy(c.svc, c.g.ServicePolicies.GetKey(c.svc.ResourceName()), root, c.class, c.port.Port, subset, peer, horizon)
+	peer := policy.NewPeerAuthn(root, c.g.PeerAuthentications.List())
+	horizon := eds.NewSplitHorizon(c.g.NetworkGateways.Get(), eps)
+	c.cp = eds.CLAPolicy(c.svc, c.g.ServicePolicies.GetKey(c.svc.ResourceName()), root, c.class, c.port.Port, subset, peer, horizon)
 	if len(c.cp.SubsetLabels) > 0 {
 		c.fact("subset %q: labels %v", subset, c.cp.SubsetLabels)
 	}
-	c.trace = transforms.NewTrace()
-	transforms.PlanCLA(name, c.svc, c.port, eps, c.cp, transforms.Project(c.svc, c.cp, c.class), c.trace)
+	c.trace = eds.NewTrace()
+	eds.PlanCLA(name, c.svc, c.port, eps, c.cp, eds.Project(c.svc, c.cp, c.class), c.trace)
 	return nil
 }
 
@@ -287,9 +291,9 @@ func (c *cluster) judge(v *EndpointVerdict, e *collections.Endpoint) {
 	}
 	if pl, ok := c.trace.Placed[e.Address]; ok {
 		c.place(v, pl)
-		if transforms.DrainingByLabel(e) {
-			v.fact("DRAINING by its label %s=%q (istiod's PILOT_DRAINING_LABEL), whatever its conditions say", transforms.DrainingLabel,
-				e.Meta.LabelValue(transforms.DrainingLabel))
+		if eds.DrainingByLabel(e) {
+			v.fact("DRAINING by its label %s=%q (istiod's PILOT_DRAINING_LABEL), whatever its conditions say", eds.DrainingLabel,
+				e.Meta.LabelValue(eds.DrainingLabel))
 		}
 		v.fact("%s", c.tlsFact(e, pl.TLSMode))
 		if setting := c.svc.HashKey; setting != "" {
@@ -300,7 +304,7 @@ func (c *cluster) judge(v *EndpointVerdict, e *collections.Endpoint) {
 
 // place records that an address is sent as the plan placed it (a copy of it left out before is
 // a fact).
-func (c *cluster) place(v *EndpointVerdict, pl transforms.Placement) {
+func (c *cluster) place(v *EndpointVerdict, pl eds.Placement) {
 	if v.Reason != "" {
 		v.fact("another copy of it: %s", v.Reason)
 		v.Reason = ""

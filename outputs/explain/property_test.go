@@ -30,6 +30,8 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
 	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/policy"
 )
 
 // The property explain must hold: for every cluster, proxy and endpoint, its verdict is the CLA
@@ -128,10 +130,10 @@ func everyVerdictIsTheCLA(t *testing.T, g *rigs.Graph, conns []string, what stri
 				return false, "proxy " + id + " not computed"
 			}
 			for _, set := range g.CLAs.List() {
-				if !transforms.Visible(set.Visibility, p.View.Namespace, p.View.Egress) {
+				if !policy.Visible(set.Visibility, p.View.Namespace, p.View.Egress) {
 					continue
 				}
-				_, name := transforms.SplitSetKey(set.Key)
+				_, name := policy.SplitSetKey(set.Key)
 				if diff, ok := agrees(t, g.Graph, p, name); !ok {
 					return false, diff
 				}

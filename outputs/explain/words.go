@@ -8,33 +8,36 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/eds"
+	"github.com/krteds/krteds/transforms/policy"
 )
 
 // exclusion words a rule of the plan that left an endpoint out.
-func (c *cluster) exclusion(x transforms.Exclusion, e *collections.Endpoint) string {
+func (c *cluster) exclusion(x eds.Exclusion, e *collections.Endpoint) string {
 	switch x {
-	case transforms.ExcludedPort:
+	case eds.ExcludedPort:
 		return fmt.Sprintf("its port is named %q, not %q (service port %d)", e.PortName, c.port.Name, c.port.Port)
-	case transforms.ExcludedNode:
+	case eds.ExcludedNode:
 		return fmt.Sprintf("internalTrafficPolicy Local: it runs on node %q, the proxy on %q", e.Meta.NodeName, c.class.NodeName)
-	case transforms.ExcludedCluster:
+	case eds.ExcludedCluster:
 		return fmt.Sprintf("the service is local to each cluster: it is in cluster %q, the proxy in %q", e.Meta.ClusterID, c.class.ClusterID)
-	case transforms.ExcludedTerminating:
+	case eds.ExcludedTerminating:
 		return "terminating: never sent"
-	case transforms.ExcludedUnhealthy:
+	case eds.ExcludedUnhealthy:
 		return "not ready: UNHEALTHY endpoints are not sent where the DestinationRule's outlierDetection sets minHealthPercent > 0 (istiod's supportsUnhealthyEndpoints)"
-	case transforms.ExcludedDraining:
+	case eds.ExcludedDraining:
 		return "not ready but serving and terminating: DRAINING endpoints are sent only for persistent-session services"
-	case transforms.ExcludedDrainingLabel:
+	case eds.ExcludedDrainingLabel:
 		return fmt.Sprintf("draining: its label %s=%q (istiod's PILOT_DRAINING_LABEL); DRAINING endpoints are sent only for persistent-session services",
-			transforms.DrainingLabel, e.Meta.LabelValue(transforms.DrainingLabel))
-	case transforms.ExcludedSubset:
+			eds.DrainingLabel, e.Meta.LabelValue(eds.DrainingLabel))
+	case eds.ExcludedSubset:
 		return fmt.Sprintf("its labels %v do not match the subset's %v", e.Meta.PodLabels.Map(), c.cp.SubsetLabels)
-	case transforms.ExcludedNetwork:
+	case eds.ExcludedNetwork:
 		d := c.cp.Decide(e)
 		return fmt.Sprintf("left out by the network split horizon: on network %q, the proxy on %q, and without mTLS (%s) no gateway may carry it",
 			e.Meta.Network, c.class.Network, tlsWhy(c.cp, e, d))
-	case transforms.ExcludedDistribute:
+	case eds.ExcludedDistribute:
 		return fmt.Sprintf("left out by the DestinationRule's localityLbSetting distribute: from %q (the proxy is in %q) no weight goes to %q",
 			c.trace.Distribute, c.class.Locality.String(), e.Meta.Locality.String())
 	}
@@ -65,11 +68,11 @@ func (c *cluster) tlsFact(e *collections.Endpoint, sent string) string {
 }
 
 // tlsWhy words what decided an endpoint's tlsMode (transforms.EndpointTLS.Decide).
-func tlsWhy(cp transforms.ClusterPolicy, e *collections.Endpoint, d transforms.TLSDecision) string {
+func tlsWhy(cp eds.ClusterPolicy, e *collections.Endpoint, d policy.TLSDecision) string {
 	switch {
-	case d.Rule == transforms.TLSIstioMutual:
+	case d.Rule == policy.TLSIstioMutual:
 		return fmt.Sprintf("the DestinationRule %s sets tls mode ISTIO_MUTUAL for the cluster, and its tlsMode is %q", cp.Rule, e.Meta.TLSMode)
-	case d.Rule == transforms.TLSOff:
+	case d.Rule == policy.TLSOff:
 		return fmt.Sprintf("the DestinationRule %s sets a tls mode other than ISTIO_MUTUAL for the cluster", cp.Rule)
 	case !d.Consulted:
 		return fmt.Sprintf("its tlsMode is %q (%s label, \"disabled\" without it), and no DestinationRule sets a tls mode", e.Meta.TLSMode, collections.LabelTLSMode)

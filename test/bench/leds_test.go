@@ -21,7 +21,8 @@ import (
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
-	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/eds"
 )
 
 // ledsMesh is one service of n pods over three zones, in slices of 100 endpoints.
@@ -104,9 +105,9 @@ func followLEDS(ctx context.Context, b *testing.B, cc *grpc.ClientConn, i int, c
 				}
 				_ = s.Ack(resp)
 				if len(sub) > 0 {
-					_ = s.Subscribe(transforms.TypeLbEndpoint, sub, nil)
+					_ = s.Subscribe(eds.TypeLbEndpoint, sub, nil)
 				}
-			case transforms.TypeLbEndpoint:
+			case eds.TypeLbEndpoint:
 				f.endpoints.Add(1)
 				_ = s.Ack(resp)
 			}

@@ -64,5 +64,5 @@ if [ "$size" != large ] || [ -n "${KRTEDS_BENCH_FILES_LARGE:-}" ]; then
   run BenchmarkFilesRollout500 3x
   run BenchmarkFilesIdle 3x
 fi
-(cd ../../transforms && go test -c -o "$work/transforms.test" .)
-run BenchmarkBuildAndMarshalCLA 50x "$work/transforms.test"
+(cd ../../transforms/eds && go test -c -o "$work/eds.test" .)
+run BenchmarkBuildAndMarshalCLA 50x "$work/eds.test"

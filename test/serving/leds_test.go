@@ -14,7 +14,8 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
-	"github.com/krteds/krteds/transforms"
+
+	"github.com/krteds/krteds/transforms/eds"
 )
 
 // ledsClient follows one cluster over delta ADS as Envoy does with LEDS: it subscribes to the
@@ -95,11 +96,11 @@ func (c *ledsClient) apply(resp *discovery.DeltaDiscoveryResponse) {
 		}
 		c.ack(resp)
 		if len(sub)+len(unsub) > 0 {
-			if err := c.s.Subscribe(transforms.TypeLbEndpoint, sub, unsub); err != nil {
+			if err := c.s.Subscribe(eds.TypeLbEndpoint, sub, unsub); err != nil {
 				c.t.Fatal(err)
 			}
 		}
-	case transforms.TypeLbEndpoint:
+	case eds.TypeLbEndpoint:
 		for _, r := range resp.Resources {
 			var lb endpoint.LbEndpoint
 			if err := r.Resource.UnmarshalTo(&lb); err != nil {
@@ -236,7 +237,7 @@ func TestLEDSOverDeltaADS(t *testing.T) {
 	before, claBefore := leds.resources, leds.responses[adsclient.TypeCLA]
 	leds.until(want)
 	waitTold(t, r, adsclient.TypeCLA, fooCluster, since)
-	waitTold(t, r, transforms.TypeLbEndpoint, leds.cla.Endpoints[1].GetLedsClusterLocalityConfig().GetLedsCollectionName(), since)
+	waitTold(t, r, eds.TypeLbEndpoint, leds.cla.Endpoints[1].GetLedsClusterLocalityConfig().GetLedsCollectionName(), since)
 	leds.noneDue()
 	if leds.resources-before != 1 || leds.responses[adsclient.TypeCLA] != claBefore {
 		t.Fatalf("a health change sent %d endpoints and %d CLAs, want 1 and 0", leds.resources-before, leds.responses[adsclient.TypeCLA]-claBefore)
@@ -320,7 +321,7 @@ func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
 	// A proxy of ns2 subscribing to foo's collection directly (and to a name that is not a
 	// collection) is sent nothing.
 	other := r.OpenDelta(sidecar("10.9.1.1", "ns2"))
-	if err := other.Subscribe(transforms.TypeLbEndpoint, []string{glob, transforms.TypeLbEndpoint}, nil); err != nil {
+	if err := other.Subscribe(eds.TypeLbEndpoint, []string{glob, eds.TypeLbEndpoint}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := other.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: probeType}); err != nil {
@@ -340,11 +341,11 @@ func TestLEDSCollectionsAreScopedToTheView(t *testing.T) {
 	}
 
 	sotw := r.Open(sidecar("10.9.0.2", "ns1"))
-	if err := sotw.Request(transforms.TypeLbEndpoint, glob); err != nil {
+	if err := sotw.Request(eds.TypeLbEndpoint, glob); err != nil {
 		t.Fatal(err)
 	}
 	resp := recv(t, sotw)
-	if resp.TypeUrl != transforms.TypeLbEndpoint || len(resp.Resources) != 0 {
+	if resp.TypeUrl != eds.TypeLbEndpoint || len(resp.Resources) != 0 {
 		t.Fatalf("a state-of-the-world LEDS request got %d resources", len(resp.Resources))
 	}
 }
