@@ -7,11 +7,11 @@
 // in plan.go), its view, the response in hand (outbound.go); other goroutines reach it only
 // through its inbox (inbox.go). What streams share sits behind one lock each, its order stated
 // on its type: the registry of streams (registry.go), the index of who holds which name
-// (index.go), the interned names and versions (intern.go), the send budget (flight.go). A
-// request meets, in order: stream.go, handle.go, subscription.go; a response: turn.go, next.go,
-// plan.go, outbound.go, wire.go. How fast new streams are let in is admit.go's; who may open
-// one is decided in package admission, load reports are served by package lrs, the debug
-// answers by package xdsdebug.
+// (index.go), the interned names (names.go) and versions (intern.go), the send budget
+// (flight.go). A request meets, in order: stream.go, handle.go, subscription.go; a response:
+// turn.go, next.go, plan.go, outbound.go, wire.go. How fast new streams are let in is
+// admit.go's; who may open one is decided in package admission, load reports are served by
+// package lrs, the debug answers by package xdsdebug.
 package xds
 
 import (
