@@ -81,7 +81,7 @@ func tlsWhy(cp transforms.ClusterPolicy, e *collections.Endpoint, d transforms.T
 // checkServed reads the CLA the proxy is served for the cluster and says where it differs from
 // the plan explained (it is being recomputed: ask again).
 func (c *cluster) checkServed(name string) error {
-	r, pending := c.g.Resolve(&c.p.View, transforms.TypeCLA, name)
+	r, pending := c.served.Resolve(&c.p.View, transforms.TypeCLA, name)
 	if r == nil {
 		if pending {
 			return fmt.Errorf("the CLA of %s for this proxy is still being computed; ask again", name)

@@ -1,4 +1,4 @@
-package graphs
+package source
 
 import (
 	"github.com/krteds/krteds/collections"
@@ -9,29 +9,16 @@ import (
 // namespace (transforms.SetKey); which of them a proxy is sent depends on its view
 // (transforms.PickHostNamespace), decided when it asks, as every other name is.
 
-// sharedHost lists the services of a hostname that ServiceEntries of several namespaces define
-// (none for any other hostname).
-func (g *Graph) sharedHost(host string) []*collections.ServiceInfo { return g.SharedHost(host) }
-
-// SharedHost lists the services of a hostname ServiceEntries of several namespaces define (nil
-// for any other hostname).
-func (g *Graph) SharedHost(host string) []*collections.ServiceInfo {
-	if host == "" {
-		return nil
-	}
-	return g.sharedHosts.Lookup(host)
-}
-
 // hostOwner is the namespace whose service of the hostname of name a proxy of view v is sent,
 // when ServiceEntries of several namespaces define it ("" otherwise, or when it sees none).
-func (g *Graph) hostOwner(v *collections.View, typeURL, name string) string {
-	return transforms.PickHostNamespace(g.sharedHost(transforms.HostOfName(typeURL, name)), v)
+func (s *Source) hostOwner(v *collections.View, typeURL, name string) string {
+	return transforms.PickHostNamespace(s.g.SharedHost(transforms.HostOfName(typeURL, name)), v)
 }
 
 // servesView reports whether a set of a shared host's service (its key names the namespace) is
 // the one a proxy of view v resolves its name to; every other set is. picks remembers the picks
 // of one listing by hostname.
-func (g *Graph) servesView(set *collections.ResourceSet, v *collections.View, picks map[string]string) bool {
+func (s *Source) servesView(set *collections.ResourceSet, v *collections.View, picks map[string]string) bool {
 	owner, _ := transforms.SplitSetKey(set.Key)
 	if owner == "" {
 		return true
@@ -39,7 +26,7 @@ func (g *Graph) servesView(set *collections.ResourceSet, v *collections.View, pi
 	host := transforms.HostOfName(set.TypeURL, set.Name)
 	pick, ok := picks[host]
 	if !ok {
-		pick = transforms.PickHostNamespace(g.sharedHost(host), v)
+		pick = transforms.PickHostNamespace(s.g.SharedHost(host), v)
 		picks[host] = pick
 	}
 	return pick == owner
