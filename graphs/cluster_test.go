@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/krteds/krteds/collections"
@@ -18,41 +16,20 @@ import (
 	"github.com/krteds/krteds/transforms"
 )
 
-// claEndpoints lists "address:port@cluster" of a CLA, in order.
-func claEndpoints(t *testing.T, r *collections.Resource) []string {
-	t.Helper()
-	if r == nil {
-		return nil
-	}
-	cla := &endpoint.ClusterLoadAssignment{}
-	if err := proto.Unmarshal(r.Body, cla); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, l := range cla.Endpoints {
-		for _, e := range l.LbEndpoints {
-			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-			wl := e.GetMetadata().GetFilterMetadata()["istio"].GetFields()["workload"].GetStringValue()
-			out = append(out, fmt.Sprintf("%s:%d@%s", sa.GetAddress(), sa.GetPortValue(), wl[strings.LastIndex(wl, ";")+1:]))
-		}
-	}
-	return out
-}
-
 // waitResolves waits until the CLA name resolves, for the connection's view, to want
 // ("address:port@cluster" in order).
 func waitResolves(t *testing.T, g *rigs.Graph, conn, name string, want []string) {
 	t.Helper()
 	g.Await(t, conn+"'s view of "+name, func() (bool, string) {
-		v := g.View(conn)
+		v := g.Served.View(conn)
 		if v == nil {
 			return false, "no view"
 		}
-		r, pending := g.Resolve(v, transforms.TypeCLA, name)
+		r, pending := g.Served.Resolve(v, transforms.TypeCLA, name)
 		if pending {
 			return false, "pending"
 		}
-		got := claEndpoints(t, r)
+		got := rigs.CLAEndpoints(t, r)
 		return slices.Equal(got, want), fmt.Sprint(got)
 	})
 }
@@ -78,7 +55,7 @@ func TestRemoteClusterShards(t *testing.T) {
 		if set == nil {
 			return nil
 		}
-		return claEndpoints(t, set.Shared)
+		return rigs.CLAEndpoints(t, set.Shared)
 	}
 	g.Await(t, "the local shard", func() (bool, string) {
 		got := shared(foo)
@@ -112,9 +89,9 @@ func TestRemoteClusterShards(t *testing.T) {
 	}
 
 	// A cluster-local service: each proxy sees its own cluster's endpoints.
-	g.Connect(collections.ConnectedProxy{ConnID: "local", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	g.Served.Connect(collections.ConnectedProxy{ConnID: "local", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes"})
-	g.Connect(collections.ConnectedProxy{ConnID: "remote", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	g.Served.Connect(collections.ConnectedProxy{ConnID: "remote", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.1.0.50", Namespace: "ns1", ClusterID: "cluster-2"})
 	for conn, want := range map[string][]string{"local": {"10.0.9.1:8080@Kubernetes"}, "remote": {"10.1.9.1:8080@cluster-2"}} {
 		waitResolves(t, g, conn, dns, want)
@@ -162,9 +139,9 @@ func TestSplitHorizonAcrossClusters(t *testing.T) {
 		mtls(fixtures.Pod("ns1", "foo-r", "foo", "10.1.0.2", "")),
 		fixtures.Slice("ns1", "foo-r", "foo", fixtures.HTTPSlice, fixtures.Endpoint{IP: "10.1.0.2", Pod: "foo-r", Cond: fixtures.Ready}))
 	g.RemoteClusters.UpdateObject(remote.Cluster)
-	g.Connect(collections.ConnectedProxy{ConnID: "west", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	g.Served.Connect(collections.ConnectedProxy{ConnID: "west", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes", Network: "net1"})
-	g.Connect(collections.ConnectedProxy{ConnID: "east", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	g.Served.Connect(collections.ConnectedProxy{ConnID: "east", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.1.0.50", Namespace: "ns1", ClusterID: "east", Network: "net2"})
 	const foo = "outbound|80||foo.ns1.svc.cluster.local"
 	for conn, want := range map[string][]string{
@@ -256,9 +233,9 @@ spec:
 		t.Run(tc.name, func(t *testing.T) {
 			g := rigs.NewGraphWith(t, rigs.GraphOptions{Config: tc.cfg, Remote: true}, append(cluster(0), entry...)...)
 			g.RemoteClusters.UpdateObject(g.Remote("cluster-2", cluster(1)...).Cluster)
-			g.Connect(collections.ConnectedProxy{ConnID: "local", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+			g.Served.Connect(collections.ConnectedProxy{ConnID: "local", ID: "sidecar~10.0.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 				IP: "10.0.0.50", Namespace: "ns1", ClusterID: "Kubernetes"})
-			g.Connect(collections.ConnectedProxy{ConnID: "remote", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
+			g.Served.Connect(collections.ConnectedProxy{ConnID: "remote", ID: "sidecar~10.1.0.50~x.ns1~ns1.svc.cluster.local", Type: "sidecar",
 				IP: "10.1.0.50", Namespace: "ns1", ClusterID: "cluster-2"})
 			w := fixtures.NewWaker()
 			fixtures.WakeOn(t, w, g.CLAs)
@@ -266,16 +243,16 @@ spec:
 			for name, want := range tc.want {
 				for i, conn := range []string{"local", "remote"} {
 					w.Await(t, 10*time.Second, conn+"'s CLA of "+name, func() (bool, string) {
-						v := g.View(conn)
+						v := g.Served.View(conn)
 						if v == nil {
 							return false, "no view"
 						}
-						r, pending := g.Resolve(v, transforms.TypeCLA, name)
+						r, pending := g.Served.Resolve(v, transforms.TypeCLA, name)
 						if pending {
 							return false, "pending"
 						}
 						var got []string
-						for _, e := range claEndpoints(t, r) {
+						for _, e := range rigs.CLAEndpoints(t, r) {
 							if p := e[:strings.LastIndexByte(e[:strings.IndexByte(e, ':')], '.')]; !slices.Contains(got, p) {
 								got = append(got, p)
 							}

@@ -1,5 +1,6 @@
 // Package graphs wires krteds' transforms into one krt graph (Build, the whole dataflow in order)
-// and describes it; the xDS server reads the graph through its View, Resolve and List.
+// and describes it. The xDS server reads the graph through package outputs/source; krteds explain
+// through package outputs/explain.
 package graphs
 
 import (
@@ -8,7 +9,6 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/cds"
 	"github.com/krteds/krteds/transforms/eds"
 	"github.com/krteds/krteds/transforms/policy"
@@ -93,8 +93,9 @@ type Graph struct {
 	Clusters  krt.Collection[collections.ResourceSet]
 	Listeners krt.Collection[collections.ResourceSet]
 	Routes    krt.Collection[collections.ResourceSet]
-	// ledsCollections finds the CLA sets naming a LEDS collection (with Config.LEDSThreshold).
-	ledsCollections krt.Index[string, collections.ResourceSet]
+	// LEDSCollections finds the CLA sets naming a LEDS collection (nil without
+	// Config.LEDSThreshold).
+	LEDSCollections krt.Index[string, collections.ResourceSet]
 	// sharedHosts finds, by hostname, the services of a hostname ServiceEntries of several
 	// namespaces define: resolving its names depends on the proxy's namespace and Sidecar.
 	sharedHosts krt.Index[string, *collections.ServiceInfo]
@@ -105,8 +106,7 @@ type Graph struct {
 	// Description describes every collection above and how they depend on each other.
 	Description *Description
 
-	empty *emptyCLAs
-	// identities are the workload identities the transforms have derived (transforms.Identities).
+	// identities are the workload identities the transforms have derived (registry.Identities).
 	identities *registry.Identities
 	// config is the configuration the graph was built with.
 	config collections.Config
@@ -114,6 +114,20 @@ type Graph struct {
 
 // Config is the configuration the graph was built with.
 func (g *Graph) Config() collections.Config { return g.config }
+
+// SharedHost lists the services of a hostname ServiceEntries of several namespaces define (nil
+// for any other hostname).
+func (g *Graph) SharedHost(host string) []*collections.ServiceInfo {
+	if host == "" {
+		return nil
+	}
+	return g.sharedHosts.Lookup(host)
+}
+
+// Memos are the graph's bounded caches: of the workload identities its transforms derive.
+func (g *Graph) Memos() []collections.MemoStats {
+	return []collections.MemoStats{g.identities.Stats()}
+}
 
 // Build wires the graph over the inputs, in dataflow order. Every collection is named, registered
 // with the options' debug handler, and stops with the options' stop channel. Nothing is computed
@@ -137,7 +151,7 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		in.PeerAuthentications = krt.NewStaticCollection[*securityclient.PeerAuthentication](nil, nil, opts.WithName(collections.NamePeerAuthns)...)
 	}
 	d := newDescription(opts)
-	g := &Graph{Inputs: in, Description: d, config: cfg, empty: newEmptyCLAs(), identities: registry.NewIdentities()}
+	g := &Graph{Inputs: in, Description: d, config: cfg, identities: registry.NewIdentities()}
 	var problems []krt.Collection[collections.ObjectProblems]
 	checked := func(p krt.Collection[collections.ObjectProblems]) { problems = append(problems, p) }
 
@@ -234,8 +248,8 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		Gateways: g.NetworkGateways, LEDSThreshold: cfg.LEDSThreshold, PeerAuthn: peerAuthn,
 	}))
 	if cfg.LEDSThreshold > 0 {
-		g.ledsCollections = krt.NewIndex(g.CLAs, "byLEDSCollection", eds.LEDSCollectionsOf)
-		Index(d, NameCLAsByLEDS, NameCLAs, g.ledsCollections)
+		g.LEDSCollections = krt.NewIndex(g.CLAs, "byLEDSCollection", eds.LEDSCollectionsOf)
+		Index(d, NameCLAsByLEDS, NameCLAs, g.LEDSCollections)
 	}
 	g.Clusters = DeriveMany(d, NameClusters, g.ServiceInfos, cds.ClustersFor(cds.ClusterInputs{
 		RootNamespace: cfg.SystemNamespace, Policies: g.ServicePolicies, Endpoints: g.ServiceEndpoints, LRS: cfg.LRS, PeerAuthn: peerAuthn,

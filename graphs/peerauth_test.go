@@ -167,7 +167,7 @@ func TestPeerAuthenticationsDecideTLSMode(t *testing.T) {
 	dr := &networkingclient.DestinationRule{ObjectMeta: metav1.ObjectMeta{Name: "foo", Namespace: "ns1"},
 		Spec: networking.DestinationRule{Host: "foo", TrafficPolicy: &networking.TrafficPolicy{Tls: &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_ISTIO_MUTUAL}}}}
 	// With a rule, the CLA is built per proxy class: a proxy of ns1 connects.
-	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.0.9.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	gr.Served.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.0.9.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.9.1", PodName: "client", Namespace: "ns1"})
 	in.Apply(dr, false)
 	w.Await(t, 5*time.Second, "the rule's ISTIO_MUTUAL over the policies", func() (bool, string) {

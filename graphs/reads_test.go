@@ -60,9 +60,9 @@ func TestReadsAreWhatKrtRecords(t *testing.T) {
 		fixtures.Slice("ns1", "foo-a", "foo", fixtures.HTTPSlice,
 			fixtures.Endpoint{IP: "10.0.0.1", Pod: "foo-1", Cond: fixtures.Ready}, fixtures.Endpoint{IP: "10.0.0.9", Cond: fixtures.Ready}),
 		dr, sc)
-	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.0.0.1~foo-1.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	g.Served.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.0.0.1~foo-1.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.1", PodName: "foo-1", Namespace: "ns1"})
-	g.Connect(collections.ConnectedProxy{ConnID: "c2", ID: "sidecar~10.0.0.2~foo-2.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	g.Served.Connect(collections.ConnectedProxy{ConnID: "c2", ID: "sidecar~10.0.0.2~foo-2.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.0.0.2", PodName: "foo-2", Namespace: "ns1"})
 	g.Await(t, "the proxies' views and per-class CLAs", func() (bool, string) {
 		set := g.CLAs.GetKey("outbound|80|v1|foo.ns1.svc.cluster.local")

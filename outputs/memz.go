@@ -9,6 +9,7 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/memz"
+	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 )
@@ -50,14 +51,15 @@ type MemoryReport struct {
 	// HeapAlloc is the process's live heap (as of the last GC cycle) for comparison: the
 	// accounted total leaves out process-wide state (protobuf metadata, loggers, the API client).
 	HeapAlloc uint64 `json:"heapAlloc"`
-	// Memos are the graph's bounded caches: what each holds against its bound.
+	// Memos are the bounded caches of the graph and of its source: what each holds against its
+	// bound.
 	Memos []collections.MemoStats `json:"memos"`
 	Took  string                  `json:"took"`
 }
 
 // MemoryPage serves /debug/memz. A walk visits every object once (O(objects), seconds on a large
 // mesh, with no lock held for long); one runs at a time, others are told to retry.
-func MemoryPage(g *graphs.Graph, srv *xds.Server, grpcServers ...any) http.Handler {
+func MemoryPage(s *source.Source, srv *xds.Server, grpcServers ...any) http.Handler {
 	var running sync.Mutex
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !running.TryLock() {
@@ -66,14 +68,15 @@ func MemoryPage(g *graphs.Graph, srv *xds.Server, grpcServers ...any) http.Handl
 			return
 		}
 		defer running.Unlock()
-		WriteJSON(w, r, Memory(g, srv, grpcServers...))
+		WriteJSON(w, r, Memory(s, srv, grpcServers...))
 	})
 }
 
-// Memory measures the graph and the server.
-func Memory(g *graphs.Graph, srv *xds.Server, grpcServers ...any) MemoryReport {
+// Memory measures the graph s serves and the server.
+func Memory(s *source.Source, srv *xds.Server, grpcServers ...any) MemoryReport {
 	t0 := time.Now()
-	rep := MemoryReport{Report: memz.Measure(MemoryRoots(g, srv, grpcServers...)), Memos: g.Memos()}
+	g := s.Graph()
+	rep := MemoryReport{Report: memz.Measure(MemoryRoots(g, srv, grpcServers...)), Memos: s.Memos()}
 	rep.Took = time.Since(t0).Round(time.Millisecond).String()
 	for _, r := range rep.Roots {
 		if r.Group == "xds" {

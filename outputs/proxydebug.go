@@ -15,6 +15,7 @@ import (
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/explain"
 	"github.com/krteds/krteds/outputs/history"
+	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/transforms"
@@ -23,8 +24,9 @@ import (
 // ProxyPages are istiod's per-proxy and connection debug pages: /debug/edsz?proxyID=,
 // /debug/config_dump?proxyID=, /debug/adsz[?proxyID=], /debug/connections, /debug/push_status,
 // and krteds' /debug/explain?proxyID= (with &history=1, the timeline of the changes the history
-// store recorded; nil: none) and /debug/staleness.
-func ProxyPages(g *graphs.Graph, srv *xds.Server, hist *history.Store) map[string]DebugPage {
+// store recorded; nil: none) and /debug/staleness, of the graph s serves.
+func ProxyPages(s *source.Source, srv *xds.Server, hist *history.Store) map[string]DebugPage {
+	g := s.Graph()
 	return map[string]DebugPage{
 		"/debug/edsz": {Help: "the ClusterLoadAssignments a proxy is sent, as protojson; ?proxyID=<connection id, node id, pod.namespace or a part of it naming one proxy>",
 			Handler: proxyHandler(srv, func(w http.ResponseWriter, r *http.Request, c xdsdebug.ConnStatus) {
@@ -54,7 +56,7 @@ func ProxyPages(g *graphs.Graph, srv *xds.Server, hist *history.Store) map[strin
 		"/debug/staleness": {Help: "proxies behind what krteds would send them, per type: since when, how many names, what they wait on; ?stale=1 for those past the stale threshold only",
 			Handler: stalenessPage(srv)},
 		"/debug/explain": {Help: "why each endpoint of a cluster is, or is not, sent to a proxy; ?proxyID=&cluster=[&endpoint=][&history=1: when each change happened and reached the proxies]",
-			Handler: proxyHandler(srv, explainPage(g, srv, hist))},
+			Handler: proxyHandler(srv, explainPage(s, srv, hist))},
 		"/debug/adsz": {Help: "connected xDS clients, their class and what they watch; ?proxyID= for one", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Get("proxyID") == "" {
 				WriteJSON(w, r, srv.Debug().Adsz())
@@ -116,19 +118,19 @@ func stalenessPage(srv *xds.Server) http.Handler {
 
 // explainPage is /debug/explain for the proxy found: the explanation, and with &history=1 the
 // timeline of the cluster's changes and where the proxies the caller may read stand.
-func explainPage(g *graphs.Graph, srv *xds.Server, hist *history.Store) func(http.ResponseWriter, *http.Request, xdsdebug.ConnStatus) {
+func explainPage(s *source.Source, srv *xds.Server, hist *history.Store) func(http.ResponseWriter, *http.Request, xdsdebug.ConnStatus) {
 	return func(w http.ResponseWriter, r *http.Request, c xdsdebug.ConnStatus) {
 		cluster := r.URL.Query().Get("cluster")
 		if cluster == "" {
 			http.Error(w, "?cluster= (an EDS cluster name, outbound|<port>|<subset>|<hostname>) is required", http.StatusBadRequest)
 			return
 		}
-		p := g.Proxies.GetKey(c.ConnID)
+		p := s.Graph().Proxies.GetKey(c.ConnID)
 		if p == nil {
 			http.Error(w, fmt.Sprintf("proxy %s is connected but its view is not computed yet; ask again", c.Proxy.ID), http.StatusServiceUnavailable)
 			return
 		}
-		ex, err := explain.Explain(g, p, cluster, r.URL.Query().Get("endpoint"))
+		ex, err := explain.Explain(s, p, cluster, r.URL.Query().Get("endpoint"))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

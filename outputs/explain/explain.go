@@ -12,6 +12,7 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/transforms"
 
 	"github.com/krteds/krteds/transforms/eds"
@@ -57,7 +58,9 @@ type EndpointVerdict struct {
 // cluster is what explaining one cluster for one proxy reads: the service and port, the policy
 // the CLA was planned under, and the records of its making.
 type cluster struct {
-	g       *graphs.Graph
+	g *graphs.Graph
+	// served is the graph as the xDS server serves it: what the proxy is sent (checkServed).
+	served  *source.Source
 	p       *collections.Proxy
 	svc     *collections.ServiceInfo
 	port    collections.ServicePort
@@ -70,9 +73,9 @@ type cluster struct {
 	seen    map[string]int // address → index in ex.Endpoints
 }
 
-// Explain explains, for the connected proxy p, the endpoints of the cluster (all of them, or
-// only address when it is not empty).
-func Explain(g *graphs.Graph, p *collections.Proxy, clusterName, address string) (Explanation, error) {
+// Explain explains, for the connected proxy p of the graph s serves, the endpoints of the
+// cluster (all of them, or only address when it is not empty).
+func Explain(s *source.Source, p *collections.Proxy, clusterName, address string) (Explanation, error) {
 	ex := Explanation{Proxy: p.ID, Cluster: clusterName, Endpoints: []EndpointVerdict{}}
 	portNum, subset, host, ok := transforms.ParseClusterName(clusterName)
 	if !ok {
@@ -83,7 +86,7 @@ func Explain(g *graphs.Graph, p *collections.Proxy, clusterName, address string)
 			return ex, fmt.Errorf("endpoint %q is not an IP address", address)
 		}
 	}
-	c := &cluster{g: g, p: p, address: address, ex: &ex, seen: map[string]int{}}
+	c := &cluster{g: s.Graph(), served: s, p: p, address: address, ex: &ex, seen: map[string]int{}}
 	c.fact("proxy %s: namespace %s, cluster %s, network %q, node %q, locality %q", p.ID, p.View.Namespace, orNone(p.Class.ClusterID),
 		p.Class.Network, p.Class.NodeName, p.Class.Locality.String())
 	if c.svc = c.service(host); c.svc == nil {
@@ -175,7 +178,7 @@ func (c *cluster) clusterSet(name string, portNum int32, subset string) (*collec
 }
 
 // plan plans the cluster's CLA for the proxy as ServiceCLAs planned the one it is served, under
-// the same policy (transforms.CLAPolicy), with a trace of every decision.
+// the same policy (eds.CLAPolicy), with a trace of every decision.
 func (c *cluster) plan(name, subset string, set *collections.ResourceSet) error {
 	root := c.g.Config().SystemNamespace
 	if c.g.CLAs.GetKey(policy.SetKey(c.svc, name)) == nil && subset != "" {

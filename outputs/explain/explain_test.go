@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/explain"
+	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
 )
@@ -39,7 +39,7 @@ func TestExplainReportsWhatTheSliceTransformLeftOut(t *testing.T) {
 		fixtures.Endpoint{IP: "not-an-ip", Cond: fixtures.Ready})
 	g := rigs.NewGraph(t, fixtures.Service("ns1", "foo", fixtures.HTTP...), fixtures.Pod("ns1", "foo-1", "foo", "10.0.0.1", ""), slice,
 		fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
-	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	g.Served.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.9.0.1", PodName: "client", Namespace: "ns1"})
 	var p *collections.Proxy
 	g.Await(t, "the proxy", func() (bool, string) {
@@ -48,7 +48,7 @@ func TestExplainReportsWhatTheSliceTransformLeftOut(t *testing.T) {
 	})
 	cluster := "outbound|80||foo.ns1.svc.cluster.local"
 	g.Await(t, "the CLA", func() (bool, string) { return g.CLAs.GetKey(cluster) != nil, "" })
-	ex, err := explain.Explain(g.Graph, p, cluster, "")
+	ex, err := explain.Explain(g.Served, p, cluster, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,12 +83,12 @@ func TestExplainSaysWhyAnEndpointHasTLSMode(t *testing.T) {
 		fixtures.Pod("ns1", "foo-3", "foo", "10.0.0.3", "n1"),
 		peerAuthn("ns1", "v1", map[string]string{"version": "v1"}, paStrict, map[uint32]securityapi.PeerAuthentication_MutualTLS_Mode{8080: paDisable}),
 		fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
-	g, in := gr.Graph, gr.In
+	g, s, in := gr.Graph, gr.Served, gr.In
 	const cluster = "outbound|80||foo.ns1.svc.cluster.local"
-	w, p := connectClient(t, g, cluster)
+	w, p := connectClient(t, s, cluster)
 	check := func(want map[string][2]string) {
 		t.Helper()
-		ex, err := explain.Explain(g, p, cluster, "")
+		ex, err := explain.Explain(s, p, cluster, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,12 +128,13 @@ func TestExplainSaysWhyAnEndpointHasTLSMode(t *testing.T) {
 
 // connectClient connects the proxy of the Pod ns1/client (10.9.0.1) and waits for it and the
 // CLA of cluster; the waker wakes on the proxies and the CLAs.
-func connectClient(t *testing.T, g *graphs.Graph, cluster string) (*fixtures.Waker, *collections.Proxy) {
+func connectClient(t *testing.T, s *source.Source, cluster string) (*fixtures.Waker, *collections.Proxy) {
 	t.Helper()
+	g := s.Graph()
 	w := fixtures.NewWaker()
 	fixtures.WakeOn(t, w, g.Proxies)
 	fixtures.WakeOn(t, w, g.CLAs)
-	g.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
+	s.Connect(collections.ConnectedProxy{ConnID: "c1", ID: "sidecar~10.9.0.1~client.ns1~ns1.svc.cluster.local", Type: "sidecar",
 		IP: "10.9.0.1", PodName: "client", Namespace: "ns1"})
 	var p *collections.Proxy
 	w.Await(t, 5*time.Second, "the proxy and the CLA", func() (bool, string) {
@@ -156,11 +157,11 @@ func TestExplainShowsTheHashKey(t *testing.T) {
 	keyed.Annotations = map[string]string{"example.com/shard": "shard-7"}
 	gr := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop}, svc, slice, keyed,
 		fixtures.Pod("ns1", "foo-2", "foo", "10.0.0.2", "n1"), fixtures.Pod("ns1", "client", "client", "10.9.0.1", ""))
-	g, in := gr.Graph, gr.In
+	s, in := gr.Served, gr.In
 	const cluster = "outbound|80||foo.ns1.svc.cluster.local"
-	w, p := connectClient(t, g, cluster)
+	w, p := connectClient(t, s, cluster)
 	keysOf := func() map[string]string {
-		ex, err := explain.Explain(g, p, cluster, "")
+		ex, err := explain.Explain(s, p, cluster, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,12 +25,11 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/examples"
-	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/explain"
+	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
 	"github.com/krteds/krteds/transforms"
-
 	"github.com/krteds/krteds/transforms/policy"
 )
 
@@ -51,9 +50,9 @@ type served struct {
 	tlsMode          string
 }
 
-func servedCLA(t *testing.T, g *graphs.Graph, v *collections.View, name string) (map[string]served, bool) {
+func servedCLA(t *testing.T, s *source.Source, v *collections.View, name string) (map[string]served, bool) {
 	t.Helper()
-	r, pending := g.Resolve(v, transforms.TypeCLA, name)
+	r, pending := s.Resolve(v, transforms.TypeCLA, name)
 	if pending {
 		return nil, false
 	}
@@ -79,13 +78,13 @@ func servedCLA(t *testing.T, g *graphs.Graph, v *collections.View, name string) 
 
 // agrees reports where explain's verdicts differ from the CLA a proxy is served ("" when they
 // agree, or when the CLA is still being computed: false).
-func agrees(t *testing.T, g *graphs.Graph, p *collections.Proxy, name string) (string, bool) {
+func agrees(t *testing.T, s *source.Source, p *collections.Proxy, name string) (string, bool) {
 	t.Helper()
-	sv, ok := servedCLA(t, g, &p.View, name)
+	sv, ok := servedCLA(t, s, &p.View, name)
 	if !ok {
 		return "pending", false
 	}
-	ex, err := explain.Explain(g, p, name, "")
+	ex, err := explain.Explain(s, p, name, "")
 	if err != nil {
 		return err.Error(), false
 	}
@@ -134,7 +133,7 @@ func everyVerdictIsTheCLA(t *testing.T, g *rigs.Graph, conns []string, what stri
 					continue
 				}
 				_, name := policy.SplitSetKey(set.Key)
-				if diff, ok := agrees(t, g.Graph, p, name); !ok {
+				if diff, ok := agrees(t, g.Served, p, name); !ok {
 					return false, diff
 				}
 				checked++
@@ -158,7 +157,7 @@ func connect(t *testing.T, g *rigs.Graph, r *rand.Rand, namespaces, nodes []stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.Connect(cp)
+		g.Served.Connect(cp)
 		conns = append(conns, id)
 	}
 	return conns
@@ -223,7 +222,7 @@ func TestExplainIsTheCLAOnTheExamples(t *testing.T) {
 	g := rigs.NewGraph(t, objs...)
 	var ids []string
 	for _, cp := range conns {
-		g.Connect(cp)
+		g.Served.Connect(cp)
 		ids = append(ids, cp.ConnID)
 	}
 	if n := everyVerdictIsTheCLA(t, g, ids, "explain agrees with every CLA of the examples"); n < 20 {

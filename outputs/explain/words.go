@@ -67,7 +67,7 @@ func (c *cluster) tlsFact(e *collections.Endpoint, sent string) string {
 	return f
 }
 
-// tlsWhy words what decided an endpoint's tlsMode (transforms.EndpointTLS.Decide).
+// tlsWhy words what decided an endpoint's tlsMode (policy.EndpointTLS.Decide).
 func tlsWhy(cp eds.ClusterPolicy, e *collections.Endpoint, d policy.TLSDecision) string {
 	switch {
 	case d.Rule == policy.TLSIstioMutual:
@@ -84,7 +84,7 @@ func tlsWhy(cp eds.ClusterPolicy, e *collections.Endpoint, d policy.TLSDecision)
 // checkServed reads the CLA the proxy is served for the cluster and says where it differs from
 // the plan explained (it is being recomputed: ask again).
 func (c *cluster) checkServed(name string) error {
-	r, pending := c.g.Resolve(&c.p.View, transforms.TypeCLA, name)
+	r, pending := c.served.Resolve(&c.p.View, transforms.TypeCLA, name)
 	if r == nil {
 		if pending {
 			return fmt.Errorf("the CLA of %s for this proxy is still being computed; ask again", name)

@@ -20,7 +20,7 @@ type Metrics struct {
 	Convergence   *prometheus.HistogramVec
 	RejectedNodes prometheus.Counter
 	UnknownTypes  prometheus.Counter
-	// The send budget (flight.go) and stream admission.
+	// The send budget (flight.go) and stream admission (admit.go).
 	SendBudget     prometheus.Gauge
 	InFlight       prometheus.Gauge
 	WaitingStreams prometheus.Gauge

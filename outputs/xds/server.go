@@ -2,14 +2,16 @@
 // state of each stream (subscriptions, versions held, nonces, ACKs and NACKs) and nothing else:
 // which bytes a proxy gets for a name comes from a Source.
 //
-// Every piece of state has one owner. A stream's goroutine owns the stream (stream.go): its
-// subscriptions (subscription.go, plain values planned in plan.go), its view, the response in
-// hand (outbound.go); other goroutines reach it only through its inbox (inbox.go). What streams
-// share sits behind one lock each, its order stated on its type: the registry of streams (here),
-// the index of who holds which name (index.go), the interned names and versions (intern.go), the
-// send budget (flight.go). A request meets, in order: stream.go, handle.go, subscription.go; a
-// response: next.go, plan.go, outbound.go, wire.go. Who may open a stream is decided in package
-// admission, load reports are served by package lrs, the debug answers by package xdsdebug.
+// Every piece of state has one owner. A stream's goroutine owns the stream (stream.go: its wait
+// loop; turn.go: what each turn does): its subscriptions (subscription.go, plain values planned
+// in plan.go), its view, the response in hand (outbound.go); other goroutines reach it only
+// through its inbox (inbox.go). What streams share sits behind one lock each, its order stated
+// on its type: the registry of streams (registry.go), the index of who holds which name
+// (index.go), the interned names (names.go) and versions (intern.go), the send budget
+// (flight.go). A request meets, in order: stream.go, handle.go, subscription.go; a response:
+// turn.go, next.go, plan.go, outbound.go, wire.go. How fast new streams are let in is
+// admit.go's; who may open one is decided in package admission, load reports are served by
+// package lrs, the debug answers by package xdsdebug.
 package xds
 
 import (
@@ -22,8 +24,6 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/admission"
@@ -160,17 +160,6 @@ func (s *Server) Serving() bool { return s.synced.Load() && !s.closing.Load() }
 // Close makes the server take no new stream (it answers the open ones until Drain ends them).
 func (s *Server) Close() { s.closing.Store(true) }
 
-// all lists the open streams.
-func (s *Server) all() []*stream {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*stream, 0, len(s.streams))
-	for _, st := range s.streams {
-		out = append(out, st)
-	}
-	return out
-}
-
 // onChange leaves the changed names in the inbox of every stream that holds or lists them, and a
 // new view in the inbox of each stream the change names.
 func (s *Server) onChange(ch collections.Change) {
@@ -207,141 +196,6 @@ func (s *Server) onChange(ch collections.Change) {
 	}
 }
 
-// register adds a stream; an identity that already holds as many streams as it may is refused.
-func (s *Server) register(st *stream) error {
-	s.mu.Lock()
-	if st.identity != nil {
-		if s.identities[*st.identity] >= s.limits.StreamsPerIdentity {
-			s.mu.Unlock()
-			return status.Errorf(codes.ResourceExhausted, "identity %s holds %d streams, the most one identity may", st.identity, s.limits.StreamsPerIdentity)
-		}
-		s.identities[*st.identity]++
-	}
-	s.streams[st.id] = st
-	s.mu.Unlock()
-	s.index.addStream(st)
-	return nil
-}
-
-// unregister removes an ended stream, its index entries and its references to names (held, per
-// type), and tells the source the proxy left.
-func (s *Server) unregister(st *stream, held *[numTypes][]nameID) {
-	proxy := st.proxy.Load()
-	if proxy != nil {
-		s.src.Disconnect(st.id)
-	}
-	s.mu.Lock()
-	delete(s.streams, st.id)
-	if proxy != nil {
-		sts := slices.DeleteFunc(s.byNode[proxy.ID], func(o *stream) bool { return o == st })
-		if len(sts) == 0 {
-			delete(s.byNode, proxy.ID)
-		} else {
-			s.byNode[proxy.ID] = sts
-		}
-	}
-	if st.identity != nil {
-		if s.identities[*st.identity]--; s.identities[*st.identity] <= 0 {
-			delete(s.identities, *st.identity)
-		}
-	}
-	s.mu.Unlock()
-	s.index.removeStream(st, held)
-	if proxy != nil {
-		s.metrics.clients(proxy.Type, st.istioVersion, -1)
-		if ok, held := s.logs.disconnects.allow(time.Now()); ok {
-			s.log.Info("xDS client disconnected", zap.String("conn", st.id), zap.Int("suppressedLogLines", held))
-		}
-	}
-}
-
-// indexNode lists an identified stream under its node id.
-func (s *Server) indexNode(st *stream) {
-	id := st.proxy.Load().ID
-	s.mu.Lock()
-	s.byNode[id] = append(s.byNode[id], st)
-	s.mu.Unlock()
-}
-
-// admit lets a new stream in at the stream rate: past it, the client is told to retry
-// (RESOURCE_EXHAUSTED, which Envoy and gRPC back off from). A delta stream coming back holding
-// current versions of what it subscribes to (a proxy reconnecting to a restarted or another
-// replica) costs almost nothing to serve and is let in regardless (resumed): only what it holds
-// current is exempt, and the stream pays for anything more it subscribes to (pay).
-func (s *Server) admit(req request) (resumed bool, err error) {
-	if s.streamRate == nil {
-		return false, nil
-	}
-	if s.holdsCurrent(req) {
-		s.metrics.Resumed.Inc()
-		return true, nil
-	}
-	if s.streamRate.Allow() {
-		return false, nil
-	}
-	s.metrics.Throttled.Inc()
-	return false, status.Error(codes.ResourceExhausted, "more new xDS streams than krteds takes on at once: retry")
-}
-
-// holdsCurrent reports whether a delta request subscribes only to what its client holds
-// current: of a sample of the names it subscribes to and says it holds, resumeShare have a
-// version some proxy is sent now (a name subscribed without a version, or that nothing serves,
-// is not current).
-func (s *Server) holdsCurrent(req request) bool {
-	if !req.delta || len(req.initial) == 0 {
-		return false
-	}
-	checked, current := 0, 0
-	check := func(name string) {
-		checked++
-		if ver, ok := parseVersion(req.initial[name]); ok && s.src.Holds(req.typeURL, name, ver) {
-			current++
-		}
-	}
-	for name := range req.initial {
-		if checked == resumeSample/2 {
-			break
-		}
-		check(name)
-	}
-	// The names subscribed to, spread over the list.
-	step := max(1, len(req.subscribe)/(resumeSample/2))
-	for i := 0; i < len(req.subscribe); i += step {
-		if n := req.subscribe[i]; n != "*" {
-			check(n)
-		}
-	}
-	return checked > 0 && float64(current) >= resumeShare*float64(checked)
-}
-
-// resumeSample is how many of a request's names are checked (half of those it says it holds,
-// half of those it subscribes to); resumeShare the share of them that must be current for the
-// stream to be let in past the stream rate.
-const (
-	resumeSample = 256
-	resumeShare  = 0.95
-)
-
-// pay takes a place of the stream rate for a stream let in as resumed that subscribes to more
-// than it holds current: its answers wait until its turn (the delay returned).
-func (s *Server) pay() time.Duration {
-	if s.streamRate == nil {
-		return 0
-	}
-	s.metrics.Throttled.Inc()
-	return s.streamRate.Reserve().Delay()
-}
-
-// refused counts and logs (rate-limited across streams) a stream refused: its authentication,
-// its node, or a bound.
-func (s *Server) refused(st *stream, node string, err error) {
-	s.metrics.RejectedNodes.Inc()
-	if ok, held := s.logs.refused.allow(time.Now()); ok {
-		s.log.Warn("refused xDS client", zap.String("conn", st.id), zap.String("peer", st.peer), zap.String("node", clip(node)),
-			zap.String("error", clip(status.Convert(err).Message())), zap.Int("suppressedLogLines", held))
-	}
-}
-
 // pushed records a response in the metrics.
 func (s *Server) pushed(r *response, at time.Time) {
 	if r.other != "" {
@@ -361,13 +215,6 @@ func (s *Server) pushed(r *response, at time.Time) {
 // budget.
 func (s *Server) SendBudget() (inFlight, peak, capacity int64) {
 	return s.budget.inFlight(), s.budget.peak.Load(), s.budget.capacity()
-}
-
-// Streams is the number of open streams.
-func (s *Server) Streams() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.streams)
 }
 
 // Subscriptions is the number of distinct names streams subscribe to (or hold).

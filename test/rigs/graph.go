@@ -1,8 +1,9 @@
 // Package rigs builds krteds for tests, one rig per layer, shared by every package that tests
 // that layer:
 //
-//   - Graph, the graph layer: static input collections seeded with objects → graphs.Build
-//     (the graphs tests, test/serving, test/bench);
+//   - Graph, the graph layer: static input collections seeded with objects → graphs.Build,
+//     and the graph as the xDS server reads it, source.New (the graphs tests, outputs/source,
+//     outputs/explain, test/serving, test/bench);
 //   - Serving, the serving layer: a Graph served by the xDS server over ADS on loopback, and
 //     client connections to it (test/serving, test/bench);
 //   - App, the process layer in process: app.Start, what `krteds serve` runs, with its xDS port
@@ -26,6 +27,7 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/collections/sources"
 	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/test/fixtures"
 )
 
@@ -35,6 +37,9 @@ const Timeout = 10 * time.Second
 // Graph is the graph layer's rig: krteds' graph over static input collections.
 type Graph struct {
 	*graphs.Graph
+	// Served is the graph as the xDS server reads it: proxies connect to it, and it resolves
+	// what they are sent.
+	Served *source.Source
 	// In are the static inputs; Apply writes to them.
 	In sources.Static
 	// RemoteClusters are the remote clusters (GraphOptions.Remote), empty at first.
@@ -114,6 +119,7 @@ func NewGraphWith(tb testing.TB, o GraphOptions, objs ...any) *Graph {
 		inputs.RemoteClusters = g.RemoteClusters
 	}
 	g.Graph = graphs.Build(o.Config, inputs, opts)
+	g.Served = source.New(g.Graph)
 	if o.Synced == nil && !o.NoWait && !g.WaitUntilSynced(stop) {
 		tb.Fatal("the graph did not sync")
 	}
@@ -123,7 +129,7 @@ func NewGraphWith(tb testing.TB, o GraphOptions, objs ...any) *Graph {
 // GraphOf is the rig's view of a graph built otherwise (over informers, or by the app): its
 // waits.
 func GraphOf(tb testing.TB, g *graphs.Graph) *Graph {
-	return &Graph{Graph: g, tb: tb, waker: fixtures.NewWaker()}
+	return &Graph{Graph: g, Served: source.New(g), tb: tb, waker: fixtures.NewWaker()}
 }
 
 // RemoteCluster is a remote cluster of static inputs.

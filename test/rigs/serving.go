@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/krteds/krteds/collections"
-	"github.com/krteds/krteds/graphs"
+	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
@@ -46,7 +46,7 @@ func Serve(tb testing.TB, g *Graph, o ServeOptions) *Serving {
 	if o.TrustDomain == "" {
 		o.TrustDomain = collections.DefaultTrustDomain
 	}
-	srv := xds.NewServer(toldSource{Graph: g.Graph, waker: g.waker}, xds.Options{ClusterID: "Kubernetes", TrustDomain: o.TrustDomain,
+	srv := xds.NewServer(toldSource{Source: g.Served, waker: g.waker}, xds.Options{ClusterID: "Kubernetes", TrustDomain: o.TrustDomain,
 		Metrics: o.Metrics, Limits: o.Limits})
 	srv.Start(g.Stop)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -65,12 +65,12 @@ func Serve(tb testing.TB, g *Graph, o ServeOptions) *Serving {
 // toldSource is the graph as the server's source, waking the graph's waits each time the server
 // has taken one of its changes (LastChange and the streams' views are then up to date).
 type toldSource struct {
-	*graphs.Graph
+	*source.Source
 	waker *fixtures.Waker
 }
 
 func (s toldSource) Subscribe(f func(collections.Change)) {
-	s.Graph.Subscribe(func(ch collections.Change) {
+	s.Source.Subscribe(func(ch collections.Change) {
 		f(ch)
 		s.waker.Wake()
 	})

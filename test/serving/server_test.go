@@ -108,8 +108,8 @@ func waitResolved(t *testing.T, r *rig, name string, want []string) {
 	var got []string
 	r.Await(t, "the graph resolves "+name, func() (bool, string) {
 		if st := r.Srv.Statuses(); len(st) == 1 {
-			if v := r.View(st[0].ConnID); v != nil {
-				if res, _ := r.Resolve(v, adsclient.TypeCLA, name); res != nil {
+			if v := r.Served.View(st[0].ConnID); v != nil {
+				if res, _ := r.Served.Resolve(v, adsclient.TypeCLA, name); res != nil {
 					cla := &endpoint.ClusterLoadAssignment{}
 					if err := proto.Unmarshal(res.Body, cla); err != nil {
 						t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs"
 	"github.com/krteds/krteds/outputs/history"
+	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/outputs/xds"
 	"github.com/krteds/krteds/outputs/xds/admission"
 	"github.com/krteds/krteds/outputs/xds/lrs"
@@ -84,7 +85,9 @@ type Remote struct {
 
 // App is krteds assembled: the source, the graph, the xDS server and the debug server, running.
 type App struct {
-	Graph    *graphs.Graph
+	Graph *graphs.Graph
+	// Served is the graph as the xDS server, its debug pages and explain read it.
+	Served   *source.Source
 	XDS      *xds.Server
 	Debugger *krt.DebugHandler
 	Registry *prometheus.Registry
@@ -198,6 +201,7 @@ func Start(o Options) (*App, error) {
 		a.History.FollowPods(in.Pods)
 	}
 	a.Graph = graphs.Build(o.Config, in, opts)
+	a.Served = source.New(a.Graph)
 	problems.Watch(a.Graph.Problems)
 	cfg := o.Config.WithDefaults()
 	reg.MustRegister(outputs.NewCollector(a.Graph.Description))
@@ -236,7 +240,7 @@ func Start(o Options) (*App, error) {
 	if a.History != nil {
 		xo.Delivered = func(d xds.Delivery) { a.History.Delivered(d.Cause, d.NodeID, d.Handed, d.Done, d.Error) }
 	}
-	a.XDS = xds.NewServer(a.Graph, xo)
+	a.XDS = xds.NewServer(a.Served, xo)
 	a.XDS.Start(a.stop)
 	if o.SecureListener != nil {
 		if o.SecureTLS == nil {
@@ -285,9 +289,9 @@ func (a *App) debugMux(cfg collections.Config, o Options, reg *prometheus.Regist
 			}
 			outputs.WriteJSON(w, r, a.LoadReports.Loadz())
 		})},
-		"/debug/memz": {Help: "live heap by collection and structure, per endpoint and per proxy", Handler: outputs.MemoryPage(a.Graph, a.XDS, a.grpcServers()...)},
+		"/debug/memz": {Help: "live heap by collection and structure, per endpoint and per proxy", Handler: outputs.MemoryPage(a.Served, a.XDS, a.grpcServers()...)},
 	}
-	maps.Copy(extra, outputs.ProxyPages(a.Graph, a.XDS, a.History))
+	maps.Copy(extra, outputs.ProxyPages(a.Served, a.XDS, a.History))
 	var notes func() []string
 	if a.Files != nil {
 		extra["/debug/sources"] = outputs.DebugPage{Help: "the manifest files served: objects, and why a file is not applied", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,4 +1,4 @@
-package graphs_test
+package source_test
 
 import (
 	"fmt"
@@ -74,14 +74,14 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	}
 	stop := test.NewStop(t)
 	gr := rigs.NewGraphWith(t, rigs.GraphOptions{Stop: stop}, objs...)
-	g, in := gr.Graph, gr.In
+	g, s, in := gr.Graph, gr.Served, gr.In
 	for i, ns := range []string{"a", "b", "c", "d"} {
 		ip := fmt.Sprintf("10.9.0.%d", i+1)
-		g.Connect(collections.ConnectedProxy{ConnID: ns, ID: "sidecar~" + ip + "~p." + ns + "~" + ns + ".svc.cluster.local", Type: "sidecar", IP: ip, Namespace: ns})
+		s.Connect(collections.ConnectedProxy{ConnID: ns, ID: "sidecar~" + ip + "~p." + ns + "~" + ns + ".svc.cluster.local", Type: "sidecar", IP: ip, Namespace: ns})
 	}
 	for i, ns := range []string{"b", "c"} { // proxyless gRPC clients: listeners and routes too
 		ip := fmt.Sprintf("10.9.1.%d", i+1)
-		g.Connect(collections.ConnectedProxy{ConnID: ns + "-grpc", ID: "sidecar~" + ip + "~g." + ns + "~" + ns + ".svc.cluster.local", Type: "sidecar",
+		s.Connect(collections.ConnectedProxy{ConnID: ns + "-grpc", ID: "sidecar~" + ip + "~g." + ns + "~" + ns + ".svc.cluster.local", Type: "sidecar",
 			IP: ip, Namespace: ns, Generator: collections.GeneratorGRPC})
 	}
 	w := fixtures.NewWaker()
@@ -90,27 +90,27 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	fixtures.WakeOn(t, w, g.Proxies)
 	fixtures.WakeOn(t, w, g.ServiceInfos)
 	addresses := func(conn, name string) ([]string, bool) {
-		v := g.View(conn)
+		v := s.View(conn)
 		if v == nil {
 			return nil, false
 		}
-		r, pending := g.Resolve(v, transforms.TypeCLA, name)
+		r, pending := s.Resolve(v, transforms.TypeCLA, name)
 		if pending || r == nil {
 			return nil, false
 		}
 		var out []string
-		for _, e := range claEndpoints(t, r) {
+		for _, e := range rigs.CLAEndpoints(t, r) {
 			out = append(out, e[:strings.IndexByte(e, ':')])
 		}
 		return out, true
 	}
 	clusterNames := func(conn string) []string {
-		v := g.View(conn)
+		v := s.View(conn)
 		if v == nil {
 			return nil
 		}
 		var out []string
-		for _, r := range g.List(v, transforms.TypeCluster) {
+		for _, r := range s.List(v, transforms.TypeCluster) {
 			if strings.HasSuffix(r.Name, host) {
 				out = append(out, r.Name)
 			}
@@ -149,14 +149,14 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	// gRPC clients: the listener and route of a port only the picked service has.
 	for conn, want := range map[string]bool{"b-grpc": true, "c-grpc": false} {
 		w.Await(t, sixty, conn+"'s listener of port 443", func() (bool, string) {
-			v := g.View(conn)
+			v := s.View(conn)
 			if v == nil {
 				return false, "no view"
 			}
-			l, _ := g.Resolve(v, transforms.TypeListener, host+":443")
-			r, _ := g.Resolve(v, transforms.TypeRoute, tls)
+			l, _ := s.Resolve(v, transforms.TypeListener, host+":443")
+			r, _ := s.Resolve(v, transforms.TypeRoute, tls)
 			var listed []string
-			for _, l := range g.List(v, transforms.TypeListener) {
+			for _, l := range s.List(v, transforms.TypeListener) {
 				if strings.HasPrefix(l.Name, host) {
 					listed = append(listed, l.Name)
 				}
@@ -171,7 +171,7 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	if set := g.CLAs.GetKey(policy.OwnedKey("b", http)); set == nil {
 		t.Error("b's CLA is not keyed by its namespace")
 	}
-	explained, err := explain.Explain(g, g.Proxies.GetKey("c"), http, "")
+	explained, err := explain.Explain(s, g.Proxies.GetKey("c"), http, "")
 	if err != nil || !slices.ContainsFunc(explained.Facts, func(f string) bool { return strings.Contains(f, "the proxy sees namespace a's") }) ||
 		len(explained.Endpoints) != 2 || !explained.Endpoints[0].Sent {
 		t.Errorf("explain for c: %v %+v", err, explained)
@@ -198,7 +198,7 @@ func TestServiceEntryHostInSeveralNamespaces(t *testing.T) {
 	in.Apply(entryOf(t, objs, "a", "api-a2"), false)
 	expect("a's entry re-created", map[string][]string{"a": {"10.1.0.2"}, "b": bEndpoints, "c": bEndpoints, "d": nil},
 		map[string][]string{"a": {http}, "c": both})
-	explained, err = explain.Explain(g, g.Proxies.GetKey("a"), http, "")
+	explained, err = explain.Explain(s, g.Proxies.GetKey("a"), http, "")
 	if err != nil || len(explained.Endpoints) != 1 || explained.Endpoints[0].Address != "10.1.0.2" || !explained.Endpoints[0].Sent {
 		t.Errorf("explain for a: %v %+v", err, explained)
 	}
