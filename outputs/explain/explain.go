@@ -14,7 +14,6 @@ import (
 	"github.com/krteds/krteds/graphs"
 	"github.com/krteds/krteds/outputs/source"
 	"github.com/krteds/krteds/transforms"
-
 	"github.com/krteds/krteds/transforms/eds"
 	"github.com/krteds/krteds/transforms/policy"
 	"github.com/krteds/krteds/transforms/registry"

@@ -8,7 +8,6 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/transforms"
-
 	"github.com/krteds/krteds/transforms/eds"
 	"github.com/krteds/krteds/transforms/policy"
 )

@@ -15,7 +15,6 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
 	"github.com/krteds/krteds/transforms"
-
 	"github.com/krteds/krteds/transforms/policy"
 )
 

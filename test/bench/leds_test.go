@@ -21,7 +21,6 @@ import (
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
 	"github.com/krteds/krteds/test/rigs"
-
 	"github.com/krteds/krteds/transforms/eds"
 )
 

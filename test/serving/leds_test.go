@@ -14,7 +14,6 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
-
 	"github.com/krteds/krteds/transforms/eds"
 )
 

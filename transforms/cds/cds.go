@@ -10,7 +10,6 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 	"github.com/krteds/krteds/transforms/eds"
 	"github.com/krteds/krteds/transforms/policy"

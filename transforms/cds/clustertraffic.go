@@ -7,7 +7,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/eds"
 )
 

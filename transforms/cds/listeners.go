@@ -13,7 +13,6 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 	"github.com/krteds/krteds/transforms/policy"
 	"github.com/krteds/krteds/transforms/registry"

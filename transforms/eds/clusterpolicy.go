@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/policy"
 )
 

@@ -5,7 +5,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/policy"
 )
 

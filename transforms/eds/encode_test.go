@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/policy"
 	"github.com/krteds/krteds/transforms/registry"
 	"github.com/krteds/krteds/transforms/transformtest"

@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/policy"
 	"github.com/krteds/krteds/transforms/registry"
 )

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 )
 

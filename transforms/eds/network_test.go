@@ -12,7 +12,6 @@ import (
 	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/registry"
 )
 

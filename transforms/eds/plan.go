@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 	"github.com/krteds/krteds/transforms/policy"
 )

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/policy"
 )
 

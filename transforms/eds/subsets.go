@@ -7,7 +7,6 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 )
 

@@ -14,7 +14,6 @@ import (
 	"istio.io/istio/pkg/test"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 	"github.com/krteds/krteds/transforms/transformtest"
 )

@@ -13,7 +13,6 @@ import (
 	networkingclient "istio.io/client-go/pkg/apis/networking/v1"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/transformtest"
 )
 

@@ -11,7 +11,6 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 )
 

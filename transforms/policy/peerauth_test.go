@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms/transformtest"
 )
 

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 )
 

@@ -11,7 +11,6 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 )
 

@@ -13,7 +13,6 @@ import (
 
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/test/fixtures"
-
 	"github.com/krteds/krteds/transforms/transformtest"
 )
 

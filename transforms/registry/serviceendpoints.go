@@ -8,7 +8,6 @@ import (
 	"istio.io/istio/pkg/kube/krt"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 )
 

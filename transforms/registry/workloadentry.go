@@ -13,7 +13,6 @@ import (
 	kubelabels "istio.io/istio/pkg/kube/labels"
 
 	"github.com/krteds/krteds/collections"
-
 	"github.com/krteds/krteds/transforms"
 )
 
