@@ -1,3 +1,12 @@
+// Package transforms holds krteds' derivations, one package per thing they produce, each
+// importing only those before it: registry (what the clusters hold: services, workloads, slice
+// endpoints, ServiceEntries and WorkloadEntries), policy (what applies to whom: DestinationRules,
+// Sidecars, PeerAuthentications, proxies, their classes and views), eds (the CLAs: plans,
+// locality, networks, mTLS metadata, encoding, LEDS) and cds (clusters, and the listeners and
+// routes of proxyless clients). Each derivation is a pure function of its input and of what it
+// Fetches from other collections, built by a constructor that closes over its dependencies;
+// nothing here touches the network, the clock or a global. This package is their kit: the
+// transform types (Single, Many, Checked), the problems an object has, and resource naming.
 package transforms
 
 import (

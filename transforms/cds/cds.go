@@ -1,3 +1,7 @@
+// Package cds derives the small CDS, LDS and RDS that let a client bootstrap from krteds alone:
+// each service port's clusters (EDS over ADS, in the variants the DestinationRules call for, or
+// DNS clusters carrying their endpoints), and the API listeners and routes proxyless gRPC clients
+// ask for.
 package cds
 
 import (

@@ -1,3 +1,7 @@
+// Package eds derives the ClusterLoadAssignments: per cluster and proxy class, a plan of the
+// endpoints sent (health, subsets, networks, failover priorities, locality load balancing, mTLS
+// metadata) that Encode renders as the bytes proto.Marshal would give, and the LEDS collections
+// of large clusters.
 package eds
 
 import (

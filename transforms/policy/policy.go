@@ -1,3 +1,7 @@
+// Package policy derives what applies to whom: the DestinationRules, Sidecars and
+// PeerAuthentications as krteds keeps them, which rule a proxy gets for a service (as istiod's
+// sidecar scope resolves it), what a rule sets for a port and subset, the mTLS metadata rule, and
+// the proxies themselves: their classes (what their CLAs depend on) and views (what they see).
 package policy
 
 import (

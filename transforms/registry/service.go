@@ -1,6 +1,6 @@
-// Package transforms holds krteds' derivations: each is a pure function of its input and of
-// what it Fetches from other collections, built by a constructor that closes over its
-// dependencies. Nothing here touches the network, the clock or a global.
+// Package registry derives what the clusters hold: services (from Services and ServiceEntries),
+// workloads (Pods and WorkloadEntries, with their identities and localities), and each service's
+// endpoints (from EndpointSlices and ServiceEntry selectors), sharded by cluster.
 package registry
 
 import (
