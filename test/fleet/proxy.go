@@ -250,7 +250,7 @@ func (p *Proxy) stream() (opened, got bool, err error) {
 	return p.sotw(s)
 }
 
-// open sends a stream's first request (first(subs)) and makes the stream Subscribe's.
+// open sends a stream's first request (first(subs, names)) and makes the stream Subscribe's.
 func (p *Proxy) open(s grpc.ClientStream, first func(subs []string, names []byte) any) error {
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
@@ -259,13 +259,6 @@ func (p *Proxy) open(s grpc.ClientStream, first func(subs []string, names []byte
 	}
 	p.send = s.SendMsg
 	return nil
-}
-
-// ack sends a response's ACK (ack(names)).
-func (p *Proxy) ack(s grpc.ClientStream, ack func(names []byte) any) error {
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
-	return s.SendMsg(ack(p.names))
 }
 
 // ended is what a send's error says: a send fails with io.EOF when the server has ended the
@@ -281,12 +274,13 @@ func ended[T any](err error, recv func() (T, error)) error {
 	}
 }
 
-func (p *Proxy) delta(s grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) (opened, got bool, err error) {
+// exchange sends a stream's first request, saying the proxy holds held, then hands each
+// response (wrapped) to the holder and ACKs it (ack(resp, names)), until the stream breaks.
+func exchange[Req, Resp any](p *Proxy, s grpc.BidiStreamingClient[Req, Resp], first func(subs []string, names []byte) any, held map[string]string,
+	wrap func(*Resp) Response, ack func(resp *Resp, names []byte) any,
+) (opened, got bool, err error) {
 	h := p.spec.Holder
-	held := h.Held()
-	if err := p.open(s, func(subs []string, _ []byte) any {
-		return &discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: adsclient.TypeCLA, ResourceNamesSubscribe: subs, InitialResourceVersions: held}
-	}); err != nil {
+	if err := p.open(s, first); err != nil {
 		return false, false, ended(err, s.Recv)
 	}
 	p.turnOnce.Do(func() { close(p.turn) })
@@ -297,47 +291,41 @@ func (p *Proxy) delta(s grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest
 			return true, got, err
 		}
 		got = true
+		p.resp = wrap(resp)
+		p.resp.At = time.Now()
 		p.f.Responses.Add(1)
-		p.f.Resources.Add(int64(len(resp.Resources)))
-		p.resp = Response{At: time.Now(), delta: resp}
+		p.f.Resources.Add(int64(p.resp.Len()))
 		h.Received(&p.resp)
-		if err := p.ack(s, func([]byte) any {
-			return &discovery.DeltaDiscoveryRequest{TypeUrl: resp.TypeUrl, ResponseNonce: resp.Nonce}
-		}); err != nil {
+		p.sendMu.Lock()
+		err = s.SendMsg(ack(resp, p.names))
+		p.sendMu.Unlock()
+		if err != nil {
 			return true, got, ended(err, s.Recv)
 		}
 	}
 }
 
+func (p *Proxy) delta(s grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) (opened, got bool, err error) {
+	held := p.spec.Holder.Held()
+	return exchange(p, s, func(subs []string, _ []byte) any {
+		return &discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: adsclient.TypeCLA, ResourceNamesSubscribe: subs, InitialResourceVersions: held}
+	}, held, func(r *discovery.DeltaDiscoveryResponse) Response { return Response{delta: r} },
+		func(r *discovery.DeltaDiscoveryResponse, _ []byte) any {
+			return &discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce}
+		})
+}
+
 func (p *Proxy) sotw(s grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse]) (opened, got bool, err error) {
-	h := p.spec.Holder
 	node, err := proto.Marshal(p.node)
 	if err != nil {
 		return false, false, err
 	}
-	// As Envoy does: the version it last accepted, no nonce, every name.
-	if err := p.open(s, func(_ []string, names []byte) any {
+	// As Envoy does: the version it last accepted, no nonce, every name; each ACK repeats them.
+	return exchange(p, s, func(_ []string, names []byte) any {
 		return sotwRequest(node, names, adsclient.TypeCLA, p.version, "")
-	}); err != nil {
-		return false, false, ended(err, s.Recv)
-	}
-	p.turnOnce.Do(func() { close(p.turn) })
-	h.Opened(nil)
-	for {
-		resp, err := s.Recv()
-		if err != nil {
-			return true, got, err
-		}
-		got = true
-		p.f.Responses.Add(1)
-		p.f.Resources.Add(int64(len(resp.Resources)))
-		p.resp = Response{At: time.Now(), sotw: resp}
-		h.Received(&p.resp)
-		p.version = resp.VersionInfo
-		if err := p.ack(s, func(names []byte) any {
-			return sotwRequest(nil, names, resp.TypeUrl, resp.VersionInfo, resp.Nonce)
-		}); err != nil {
-			return true, got, ended(err, s.Recv)
-		}
-	}
+	}, nil, func(r *discovery.DiscoveryResponse) Response { return Response{sotw: r} },
+		func(r *discovery.DiscoveryResponse, names []byte) any {
+			p.version = r.VersionInfo
+			return sotwRequest(nil, names, r.TypeUrl, r.VersionInfo, r.Nonce)
+		})
 }
