@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -52,15 +53,7 @@ func (r *recorder) Held() map[string]string {
 	if len(r.held) == 0 {
 		return nil
 	}
-	return maps(r.held)
-}
-
-func maps(m map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.held)
 }
 
 func (r *recorder) Opened(held map[string]string) {
