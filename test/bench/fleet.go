@@ -1,35 +1,30 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"strconv"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/fleet"
 )
 
-// Fleet is a set of real ADS clients (gRPC, delta or state of the world) that subscribe to EDS
-// and ACK every response, recording per cluster the version and arrival time of the last CLA they
-// received. Delta clients decode responses without the CLA bodies (versionsCodec); state-of-the-
-// world clients hash the bodies, their version.
+// Fleet is the benchmarks' proxies (test/fleet: real ADS clients, delta or state of the world,
+// one gRPC connection each) that subscribe to EDS and ACK every response, recording per cluster
+// the version and arrival time of the last CLA they received. Delta clients decode responses
+// without the CLA bodies; state-of-the-world clients hash the bodies, their version. A stream
+// that breaks is not opened again: the waits fail on it.
 type Fleet struct {
 	Size Size
 	// Delta: the proxies speak incremental ADS (as Istio's sidecars do by default); else state
 	// of the world, where every ACK repeats the whole subscription.
-	Delta   bool
-	streams []*adsclient.Stream
-	deltas  []*adsclient.DeltaStream
-	conns   []*grpc.ClientConn
+	Delta bool
+	fl    *fleet.Fleet
 
 	mu sync.Mutex
 	// received wakes the waits after each response recorded, and when a stream fails.
@@ -39,7 +34,6 @@ type Fleet struct {
 	deliveries map[string]int
 	subs       [][]string
 	errs       []error
-	cancel     context.CancelFunc
 }
 
 type arrival struct {
@@ -61,109 +55,60 @@ func Protocol() string {
 	return "delta"
 }
 
-// Connect starts every proxy: one gRPC connection per proxy, one ADS stream each, one EDS request
-// for its subscriptions.
+// Connect starts every proxy, one after the other: one gRPC connection per proxy, one ADS stream
+// each, one EDS request for its subscriptions.
 func Connect(addr string, s Size) (*Fleet, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	f := &Fleet{Size: s, cancel: cancel, Delta: Protocol() == "delta", deliveries: map[string]int{}, received: fixtures.NewWaker()}
-	var opts []grpc.DialOption
-	if f.Delta {
-		opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(versionsCodec{})))
-	}
+	f := &Fleet{Size: s, Delta: Protocol() == "delta", deliveries: map[string]int{}, received: fixtures.NewWaker()}
+	f.fl = fleet.New(fleet.Options{Addrs: []string{addr}, InTurn: true})
 	for p := 0; p < s.Proxies; p++ {
-		cc, err := adsclient.Dial(addr, opts...)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		f.conns = append(f.conns, cc)
 		node := adsclient.Node{ID: f.NodeID(p), Namespace: meshNamespace, Locality: s.ProxyLocality(p)}
 		f.latest = append(f.latest, map[string]arrival{})
 		subs := s.Subscriptions(p)
 		f.subs = append(f.subs, subs)
-		if f.Delta {
-			ds, err := adsclient.OpenDelta(ctx, cc, node)
-			if err != nil {
-				f.Close()
-				return nil, err
-			}
-			f.deltas = append(f.deltas, ds)
-			if err := ds.Subscribe(adsclient.TypeCLA, subs, nil); err != nil {
-				f.Close()
-				return nil, err
-			}
-			go f.readDelta(p)
-			continue
-		}
-		st, err := adsclient.Open(ctx, cc, node)
-		if err != nil {
+		if _, err := f.fl.Add(fleet.Spec{Node: node, Delta: f.Delta, Subs: slices.Clone(subs), Holder: &fleetProxy{f: f, p: p}}); err != nil {
 			f.Close()
 			return nil, err
 		}
-		f.streams = append(f.streams, st)
-		if err := st.Request(adsclient.TypeCLA, subs...); err != nil {
-			f.Close()
-			return nil, err
-		}
-		go f.read(p)
 	}
+	f.fl.Start()
 	return f, nil
 }
 
-// pump records what proxy p receives: recv returns the versions of one response by resource
-// name, and how to ACK it.
-func (f *Fleet) pump(p int, recv func() (map[string]string, func() error, error)) {
-	for {
-		got, ack, err := recv()
-		if err != nil {
-			f.mu.Lock()
-			f.errs = append(f.errs, err)
-			f.mu.Unlock()
-			f.received.Wake()
-			return
-		}
-		now := time.Now()
-		f.mu.Lock()
-		for name, v := range got {
-			f.latest[p][name] = arrival{version: v, at: now}
-			f.deliveries[name]++
-		}
-		f.mu.Unlock()
-		f.received.Wake()
-		_ = ack()
+// fleetProxy records what proxy p receives.
+type fleetProxy struct {
+	f *Fleet
+	p int
+	// got is the response's resources, read before the fleet's lock is taken (scratch).
+	got []arrivalOf
+}
+
+type arrivalOf struct{ name, version string }
+
+func (h *fleetProxy) Held() map[string]string { return nil }
+
+func (h *fleetProxy) Opened(map[string]string) {}
+
+func (h *fleetProxy) Received(r *fleet.Response) {
+	h.got = h.got[:0]
+	for k := range r.Len() {
+		name, v, _ := r.Resource(k)
+		h.got = append(h.got, arrivalOf{name, v})
 	}
+	f := h.f
+	f.mu.Lock()
+	for _, a := range h.got {
+		f.latest[h.p][a.name] = arrival{version: a.version, at: r.At}
+		f.deliveries[a.name]++
+	}
+	f.mu.Unlock()
+	f.received.Wake()
 }
 
-func (f *Fleet) read(p int) {
-	st := f.streams[p]
-	f.pump(p, func() (map[string]string, func() error, error) {
-		resp, err := st.Recv(time.Hour)
-		if err != nil {
-			return nil, nil, err
-		}
-		got := make(map[string]string, len(resp.Resources))
-		for _, a := range resp.Resources {
-			got[claName(a.Value)] = strconv.FormatUint(xxhash.Sum64(a.Value), 16)
-		}
-		return got, func() error {
-			return st.Send(&discovery.DiscoveryRequest{TypeUrl: resp.TypeUrl, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce, ResourceNames: f.subs[p]})
-		}, nil
-	})
-}
-
-func (f *Fleet) readDelta(p int) {
-	st := f.deltas[p]
-	f.pump(p, func() (map[string]string, func() error, error) {
-		resp, err := st.Recv(time.Hour)
-		if err != nil {
-			return nil, nil, err
-		}
-		got := make(map[string]string, len(resp.Resources))
-		for _, r := range resp.Resources {
-			got[r.Name] = r.Version
-		}
-		return got, func() error { return st.Ack(resp) }, nil
-	})
+func (h *fleetProxy) Broke(b fleet.Break) {
+	h.f.mu.Lock()
+	h.f.errs = append(h.f.errs, b.Err)
+	h.f.mu.Unlock()
+	h.f.received.Wake()
 }
 
 // Deliveries is how many CLAs of the cluster the proxies have received, all together.
@@ -175,43 +120,13 @@ func (f *Fleet) Deliveries(cluster string) int {
 
 // Subscribe adds a cluster to every proxy's subscription.
 func (f *Fleet) Subscribe(cluster string) error {
-	for p := range f.subs {
+	for p, fp := range f.fl.Proxies() {
 		f.subs[p] = append(f.subs[p], cluster)
-		var err error
-		if f.Delta {
-			err = f.deltas[p].Subscribe(adsclient.TypeCLA, []string{cluster}, nil)
-		} else {
-			err = f.streams[p].Request(adsclient.TypeCLA, f.subs[p]...)
-		}
-		if err != nil {
+		if err := fp.Subscribe(cluster); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// claName reads field 1 (cluster_name) of an encoded ClusterLoadAssignment.
-func claName(b []byte) string {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return ""
-			}
-			return string(v)
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return ""
-		}
-		b = b[m:]
-	}
-	return ""
 }
 
 // Subscribers lists the proxies subscribed to cluster.
@@ -344,9 +259,4 @@ func (f *Fleet) wait(timeout time.Duration, what string, cond func() (ok bool, l
 }
 
 // Close ends every stream.
-func (f *Fleet) Close() {
-	f.cancel()
-	for _, cc := range f.conns {
-		_ = cc.Close()
-	}
-}
+func (f *Fleet) Close() { f.fl.Close() }

@@ -1,41 +1,32 @@
 package bench
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
-
 	"github.com/krteds/krteds/outputs/xds/adsclient"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/fleet"
 )
 
-// Herd is a fleet of ADS proxies that connect at once, each asking for the same clusters, and
-// that behave as Envoy does when their stream breaks or is refused: they back off (0.5 s, doubled
-// up to 8 s, with jitter) and connect again, a delta proxy telling the server the versions it
-// holds (initial_resource_versions). Each proxy keeps, per cluster, only the version it holds
-// (8 bytes): delta proxies decode responses without the CLA bodies, state-of-the-world ones read
-// each body's name and hash it. Bytes counts what the proxies received, all together.
+// Herd is a fleet of ADS proxies (test/fleet) that connect at once, each asking for the same
+// clusters, and that behave as Envoy does when their stream breaks or is refused: they back off
+// (0.5 s, doubled up to 8 s, with jitter) and connect again, a delta proxy telling the server the
+// versions it holds (initial_resource_versions). Each proxy keeps, per cluster, only the version
+// it holds (8 bytes): delta proxies decode responses without the CLA bodies, state-of-the-world
+// ones read each body's name and hash it. The fleet counts what the proxies received (Bytes,
+// Resources, Responses), the streams opened again (Retries) and those refused or broken, by
+// code (Refused).
 type Herd struct {
+	*fleet.Fleet
 	Delta bool
 	// Clusters are the mesh's clusters; each proxy asks for a window of them (all by default).
 	Clusters []string
 	index    map[string]int
 	proxies  []*herdProxy
-	addr     atomic.Pointer[string]
-	Bytes    atomic.Int64
-	Retries  atomic.Int64
-	// Resources and Responses count the resources and the responses received, all proxies
-	// together.
-	Resources, Responses atomic.Int64
-	// Refused counts the streams the server refused (RESOURCE_EXHAUSTED) or broke, by code.
-	refused sync.Map // codes.Code → *atomic.Int64
+	nodes    []adsclient.Node
 
 	// complete counts the proxies that hold every cluster; completed wakes WaitComplete as it
 	// grows.
@@ -44,14 +35,13 @@ type Herd struct {
 	// watches are the changes followed now, by cluster (one each; a new one replaces it).
 	watches  sync.Map // int → *herdWatch
 	watching atomic.Int64
-	cancel   context.CancelFunc
-	ctx      context.Context
 }
 
 // NewHerd makes n proxies of the mesh of size s, each asking for per of its clusters (0: all): a
 // window of them, the proxies' windows spread over the mesh as Size.Subscriptions spreads them.
 func NewHerd(s Size, n, per int, delta bool) *Herd {
-	h := &Herd{Delta: delta, completed: fixtures.NewWaker()}
+	h := &Herd{Delta: delta, completed: fixtures.NewWaker(),
+		Fleet: fleet.New(fleet.Options{Addrs: []string{""}, Backoff: fleet.EnvoyBackoff})}
 	for i := 0; i < s.Services; i++ {
 		h.Clusters = append(h.Clusters, ClusterName(i))
 	}
@@ -64,57 +54,31 @@ func NewHerd(s Size, n, per int, delta bool) *Herd {
 	}
 	f := &Fleet{}
 	for p := 0; p < n; p++ {
-		hp := &herdProxy{h: h, p: p, start: p * per % len(h.Clusters), held: make([]uint64, per),
-			node: adsclient.Node{ID: f.NodeID(p), Namespace: meshNamespace, Locality: s.ProxyLocality(p)}}
+		hp := &herdProxy{h: h, p: p, start: p * per % len(h.Clusters), held: make([]uint64, per)}
 		for k := 0; k < per; k++ {
 			hp.subs = append(hp.subs, h.Clusters[(hp.start+k)%len(h.Clusters)])
 		}
 		h.proxies = append(h.proxies, hp)
+		h.nodes = append(h.nodes, adsclient.Node{ID: f.NodeID(p), Namespace: meshNamespace, Locality: s.ProxyLocality(p)})
 	}
 	return h
 }
 
 // Start connects every proxy to addr at once.
 func (h *Herd) Start(addr string) error {
-	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.SetAddr(addr)
-	for _, p := range h.proxies {
-		cc, err := adsclient.Dial("passthrough:///herd", grpc.WithDefaultCallOptions(grpc.ForceCodecV2(countingCodec{n: &h.Bytes}), grpc.MaxCallRecvMsgSize(64<<20)),
-			grpc.WithContextDialer(h.dialer),
-			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second,
-				Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
-		if err != nil {
+	for p, hp := range h.proxies {
+		if _, err := h.Add(fleet.Spec{Node: h.nodes[p], Delta: h.Delta, Subs: hp.subs, Holder: hp}); err != nil {
 			h.Close()
 			return err
 		}
-		p.cc = cc
 	}
-	for _, p := range h.proxies {
-		go p.run()
-	}
+	h.Fleet.Start()
 	return nil
 }
 
 // SetAddr moves the proxies to another server: each connects there when its stream breaks.
-func (h *Herd) SetAddr(addr string) { h.addr.Store(&addr) }
-
-// dialer connects to the herd's current server.
-func (h *Herd) dialer(ctx context.Context, _ string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", *h.addr.Load())
-}
-
-// Close ends every stream.
-func (h *Herd) Close() {
-	if h.cancel != nil {
-		h.cancel()
-	}
-	for _, p := range h.proxies {
-		if p.cc != nil {
-			_ = p.cc.Close()
-		}
-	}
-}
+func (h *Herd) SetAddr(addr string) { h.Fleet.SetAddr(0, addr) }
 
 // Complete is the number of proxies that hold every cluster.
 func (h *Herd) Complete() int { return int(h.complete.Load()) }
@@ -138,12 +102,4 @@ func (h *Herd) LastComplete() time.Time {
 		p.mu.Unlock()
 	}
 	return last
-}
-
-// Refused is the number of streams ended with a code.
-func (h *Herd) Refused(c codes.Code) int64 {
-	if v, ok := h.refused.Load(c); ok {
-		return v.(*atomic.Int64).Load()
-	}
-	return 0
 }

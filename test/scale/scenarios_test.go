@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"sort"
@@ -20,6 +19,8 @@ import (
 	"github.com/krteds/krteds/collections"
 	"github.com/krteds/krteds/outputs/xds/xdsdebug"
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/fleet"
+	"github.com/krteds/krteds/test/scale/rig"
 )
 
 // The Deployments the scenarios move, besides the services' own.
@@ -28,6 +29,13 @@ const (
 	rollout = "rollout" // rolled out, again and again
 )
 
+// judged is the scale rig with the judge: its view of the slices and of what every client holds
+// (truth).
+type judged struct {
+	*rig.Rig
+	truth *truth
+}
+
 // TestScale runs every scenario on the real control loop at the size KRTEDS_SCALE_SIZE names
 // (run.sh sets it), checking what must hold and writing the figures to KRTEDS_SCALE_REPORT.
 func TestScale(t *testing.T) {
@@ -35,7 +43,7 @@ func TestScale(t *testing.T) {
 	if name == "" {
 		t.Skip("KRTEDS_SCALE_SIZE is not set: test/scale/run.sh small|medium|large runs this")
 	}
-	sz, ok := sizes[name]
+	sz, ok := rig.Sizes[name]
 	if !ok {
 		t.Fatalf("KRTEDS_SCALE_SIZE=%s: not one of small, medium, large", name)
 	}
@@ -43,26 +51,29 @@ func TestScale(t *testing.T) {
 	defer rep.write()
 	start := time.Now()
 
-	r := startRig(t, sz)
-	r.buildKrteds()
+	r := &judged{Rig: rig.Start(t, sz)}
+	r.BuildKrteds()
 	rep.note("rig up in %v (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)", since(start))
 	t0 := time.Now()
-	r.createNodes()
+	r.CreateNodes()
 	r.watchSlices()
-	r.createMesh(map[string]int32{scaler: 0, rollout: int32(sz.rollout)})
-	pods := sz.services*sz.podsPerService + sz.rollout
-	rep.note("%d nodes and %d services with %d pods ready in the slices in %v", sz.nodes, sz.services+2, pods, since(t0))
+	pods := r.CreateMesh(map[string]int32{scaler: 0, rollout: int32(sz.Rollout)})
+	r.truth.updates.Await(t, 20*time.Minute, "every pod ready in the EndpointSlices", func() (bool, string) {
+		ready := r.truth.readyTotal()
+		return ready == pods, fmt.Sprintf("%d of %d endpoints ready", ready, pods)
+	})
+	rep.note("%d nodes and %d services with %d pods ready in the slices in %v", sz.Nodes, sz.Services+2, pods, since(t0))
 
 	t0 = time.Now()
-	for i := 0; i < sz.replicas; i++ {
-		r.startReplica(i)
+	for i := 0; i < sz.Replicas; i++ {
+		r.StartReplica(i)
 	}
-	for _, rp := range r.replicas {
-		rp.waitReady(5 * time.Minute)
+	for _, rp := range r.Replicas {
+		rp.WaitReady(5 * time.Minute)
 	}
-	rep.note("%d krteds replicas ready (graph synced) %v after starting", sz.replicas, since(t0))
+	rep.note("%d krteds replicas ready (graph synced) %v after starting", sz.Replicas, since(t0))
 	r.apiLoad(rep, t0, time.Now()) // the start: one list (streamed over a watch) per kind
-	r.sampleUsage()
+	r.SampleUsage()
 
 	t0 = time.Now()
 	f := r.startFleet()
@@ -70,7 +81,7 @@ func TestScale(t *testing.T) {
 		t.Fatalf("the fleet never held the slices' state: %s", detail)
 	}
 	rep.note("%d clients (%d delta, %d state of the world) subscribed to all %d clusters, every one current in %v",
-		sz.proxies, (sz.proxies+1)/2, sz.proxies/2, len(f.names), since(t0))
+		sz.Proxies, (sz.Proxies+1)/2, sz.Proxies/2, len(f.names), since(t0))
 	r.checkVersions(f, rep, "after the first sync")
 
 	// KRTEDS_SCALE_SCENARIOS (a comma-separated list of these names) runs some only.
@@ -110,7 +121,7 @@ func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Mil
 // to the test log).
 type report struct {
 	t     *testing.T
-	size  size
+	size  rig.Size
 	lines []string
 }
 
@@ -131,7 +142,7 @@ func (rep *report) write() {
 		return
 	}
 	hdr := fmt.Sprintf("## Scale rig, %s: %d services × %d pods (+%d rolled), %d nodes, %d clients, %d replicas\n",
-		rep.size.name, rep.size.services, rep.size.podsPerService, rep.size.rollout, rep.size.nodes, rep.size.proxies, rep.size.replicas)
+		rep.size.Name, rep.size.Services, rep.size.PodsPerService, rep.size.Rollout, rep.size.Nodes, rep.size.Proxies, rep.size.Replicas)
 	if rep.t.Failed() {
 		hdr += "\n**FAILED** (see the test log)\n"
 	}
@@ -142,8 +153,8 @@ func (rep *report) write() {
 
 // scenario is one measured stretch: when it ran, and the machine's CPU at its start.
 type scenario struct {
-	r          *rig
-	f          *fleet
+	r          *judged
+	f          *clients
 	rep        *report
 	name       string
 	from       time.Time
@@ -158,19 +169,19 @@ type scenario struct {
 	kinds      [2][]map[float64]float64
 }
 
-func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
+func (r *judged) scenario(f *clients, rep *report, name string) *scenario {
 	rep.section(name)
-	b, a := busy()
-	sc := &scenario{r: r, f: f, rep: rep, name: name, from: time.Now(), busy: b, all: a, self: selfCPU()}
+	b, a := rig.Busy()
+	sc := &scenario{r: r, f: f, rep: rep, name: name, from: time.Now(), busy: b, all: a, self: rig.SelfCPU()}
 	sc.stages = map[string][]map[float64]float64{}
-	for _, rp := range r.replicas {
-		sc.converged = append(sc.converged, rp.convergence())
-		sc.programmed = append(sc.programmed, rp.programming())
+	for _, rp := range r.Replicas {
+		sc.converged = append(sc.converged, rp.Convergence())
+		sc.programmed = append(sc.programmed, rp.Programming())
 		for k, kind := range programmingKinds {
-			sc.kinds[k] = append(sc.kinds[k], rp.programmingKind(kind))
+			sc.kinds[k] = append(sc.kinds[k], rp.ProgrammingKind(kind))
 		}
 		for _, stage := range programmingStages {
-			sc.stages[stage] = append(sc.stages[stage], rp.programmingStage(stage))
+			sc.stages[stage] = append(sc.stages[stage], rp.ProgrammingStage(stage))
 		}
 	}
 	return sc
@@ -181,9 +192,9 @@ func (r *rig) scenario(f *fleet, rep *report, name string) *scenario {
 // within 5 s of its stream breaking, a delta client re-sent more than 1% of what it held.
 func (sc *scenario) end() {
 	r, rep := sc.r, sc.rep
-	r.t.Helper()
+	r.T.Helper()
 	if ok, detail := r.truth.waitCurrent(2 * time.Minute); !ok {
-		r.t.Errorf("%s: the clients did not catch up with the slices: %s", sc.name, detail)
+		r.T.Errorf("%s: the clients did not catch up with the slices: %s", sc.name, detail)
 	}
 	to := time.Now()
 	lags, unfinished := r.truth.lags(sc.from, to)
@@ -210,35 +221,35 @@ func (sc *scenario) end() {
 		if k == 5 {
 			break
 		}
-		r.t.Errorf("%s: client %d received a CLA of %s (version %s) with %d healthy endpoints at %s, lacking some of the %d the slices held ready (their Pods present) throughout from %v before to %v after (e.g. %s)",
+		r.T.Errorf("%s: client %d received a CLA of %s (version %s) with %d healthy endpoints at %s, lacking some of the %d the slices held ready (their Pods present) throughout from %v before to %v after (e.g. %s)",
 			sc.name, v.client, v.svc, v.version, v.healthy, v.at.Format("15:04:05.000"), v.steady, lagBehind, lagAhead, strings.Join(v.account, "; "))
 	}
 	sc.reportMoves(to)
 	sc.auditSelf()
 	sc.compareProgramming(to)
-	for i := range r.replicas {
-		w := r.usageOver(i, sc.from, to)
-		if w.samples == 0 {
+	for i := range r.Replicas {
+		w := r.UsageOver(i, sc.from, to)
+		if w.Samples == 0 {
 			rep.note("krteds-%d: no usage sample in the window (sampled each second)", i)
 			continue
 		}
-		rep.note("krteds-%d: %.2f cores, peak RSS %s, peak heap %s; at most %d slice endpoints waiting for their Pod (sampled each second)", i, w.cores, mib(w.peakRSS), mib(w.peakHeap), w.peakPending)
+		rep.note("krteds-%d: %.2f cores, peak RSS %s, peak heap %s; at most %d slice endpoints waiting for their Pod (sampled each second)", i, w.Cores, mib(w.PeakRSS), mib(w.PeakHeap), w.PeakPending)
 	}
-	for i, rp := range r.replicas {
+	for i, rp := range r.Replicas {
 		var from map[float64]float64
 		if i < len(sc.converged) {
 			from = sc.converged[i]
 		}
-		p50, n := histogramQuantile(from, rp.convergence(), 0.5)
-		p99, _ := histogramQuantile(from, rp.convergence(), 0.99)
+		p50, n := rig.HistogramQuantile(from, rp.Convergence(), 0.5)
+		p99, _ := rig.HistogramQuantile(from, rp.Convergence(), 0.99)
 		if n > 0 {
 			rep.note("krteds-%d's own part (input change → the response carrying it handed to gRPC, its krteds_xds_convergence_seconds): %.0f responses, p50 ≤ %gs, p99 ≤ %gs", i, n, p50, p99)
 		}
 	}
-	b, a := busy()
+	b, a := rig.Busy()
 	if a > sc.all {
-		rep.note("machine: %.0f%% of its %d cores busy over %v; the rig's own process (clients and judge) %.2f cores", 100*float64(b-sc.busy)/float64(a-sc.all), runtime.NumCPU(),
-			to.Sub(sc.from).Round(time.Second), (selfCPU()-sc.self).Seconds()/to.Sub(sc.from).Seconds())
+		rep.note("machine: %.0f%% of its %d cores rig.Busy over %v; the rig's own process (clients and judge) %.2f cores", 100*float64(b-sc.busy)/float64(a-sc.all), runtime.NumCPU(),
+			to.Sub(sc.from).Round(time.Second), (rig.SelfCPU()-sc.self).Seconds()/to.Sub(sc.from).Seconds())
 	}
 }
 
@@ -247,12 +258,12 @@ func (sc *scenario) end() {
 // have arrived (within 10 s).
 func (sc *scenario) auditSelf() {
 	r := sc.r
-	for i, rp := range r.replicas {
+	for i, rp := range r.Replicas {
 		var last xdsdebug.Staleness
 		answered := false
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			s, ok := rp.behind()
+			s, ok := rp.Behind()
 			if ok {
 				last, answered = s, true
 				if len(s.Behind) == 0 {
@@ -269,7 +280,7 @@ func (sc *scenario) auditSelf() {
 			sc.rep.note("krteds-%d: no answer from /debug/staleness", i)
 		case len(last.Behind) > 0:
 			b := last.Behind[0]
-			r.t.Errorf("%s: the judge has every client current, krteds-%d reports %d types of its %d proxies behind (e.g. %s on %s since %s: %s)",
+			r.T.Errorf("%s: the judge has every client current, krteds-%d reports %d types of its %d proxies behind (e.g. %s on %s since %s: %s)",
 				sc.name, i, len(last.Behind), last.Proxies, b.Proxy, b.Type, b.Since.Format("15:04:05.000"), b.Reason)
 		default:
 			sc.rep.note("krteds-%d's own view (/debug/staleness): %d proxies, none behind, as the judge has them", i, last.Proxies)
@@ -283,11 +294,11 @@ func (sc *scenario) auditSelf() {
 // of krteds' histogram buckets apart (its resolution is the comparison's error).
 func (sc *scenario) compareProgramming(to time.Time) {
 	r, rep := sc.r, sc.rep
-	rig := r.truth.programmingBetween(sc.from, to)
+	atClients := r.truth.programmingBetween(sc.from, to)
 	from, now := map[float64]float64{}, map[float64]float64{}
 	restarted := false
-	for i, rp := range r.replicas {
-		cur := rp.programming()
+	for i, rp := range r.Replicas {
+		cur := rp.Programming()
 		if i < len(sc.programmed) {
 			for b, n := range sc.programmed[i] {
 				from[b] += n
@@ -298,26 +309,26 @@ func (sc *scenario) compareProgramming(to time.Time) {
 			now[b] += n
 		}
 	}
-	k50, n := histogramQuantile(from, now, 0.5)
-	k99, _ := histogramQuantile(from, now, 0.99)
-	if len(rig) == 0 && n == 0 {
+	k50, n := rig.HistogramQuantile(from, now, 0.5)
+	k99, _ := rig.HistogramQuantile(from, now, 0.99)
+	if len(atClients) == 0 && n == 0 {
 		return
 	}
 	rep.note("network programming latency of slice changes (trigger → client): the rig %d samples, p50 %v, p99 %v; krteds %.0f samples (to the ACK), p50 ≤ %gs, p99 ≤ %gs",
-		len(rig), pct(rig, 50), pct(rig, 99), n, k50, k99)
+		len(atClients), pct(atClients, 50), pct(atClients, 99), n, k50, k99)
 	var parts []string
 	for _, stage := range programmingStages {
-		from, now := sc.across(sc.stages[stage], func(rp *replica) map[float64]float64 { return rp.programmingStage(stage) })
-		p50, _ := histogramQuantile(from, now, 0.5)
-		p99, _ := histogramQuantile(from, now, 0.99)
+		from, now := sc.across(sc.stages[stage], func(rp *rig.Replica) map[float64]float64 { return rp.ProgrammingStage(stage) })
+		p50, _ := rig.HistogramQuantile(from, now, 0.5)
+		p99, _ := rig.HistogramQuantile(from, now, 0.99)
 		parts = append(parts, fmt.Sprintf("%s ≤ %gs / %gs", stage, p50, p99))
 	}
 	rep.note("krteds' stages, p50 / p99: %s", strings.Join(parts, ", "))
 	parts = parts[:0]
 	for k, kind := range programmingKinds {
-		from, now := sc.across(sc.kinds[k], func(rp *replica) map[float64]float64 { return rp.programmingKind(kind) })
-		p50, n := histogramQuantile(from, now, 0.5)
-		p99, _ := histogramQuantile(from, now, 0.99)
+		from, now := sc.across(sc.kinds[k], func(rp *rig.Replica) map[float64]float64 { return rp.ProgrammingKind(kind) })
+		p50, n := rig.HistogramQuantile(from, now, 0.5)
+		p99, _ := rig.HistogramQuantile(from, now, 0.99)
 		if n == 0 {
 			parts = append(parts, kind+" none")
 			continue
@@ -329,7 +340,7 @@ func (sc *scenario) compareProgramming(to time.Time) {
 		rep.note("a replica restarted in the scenario: its samples before are lost with its process, the two are not compared")
 		return
 	}
-	if len(rig) < 20 || n < 20 {
+	if len(atClients) < 20 || n < 20 {
 		return
 	}
 	bounds := make([]float64, 0, len(now))
@@ -339,22 +350,22 @@ func (sc *scenario) compareProgramming(to time.Time) {
 	sort.Float64s(bounds)
 	bucket := func(v float64) int { return sort.SearchFloat64s(bounds, v) }
 	for _, q := range []struct {
-		name string
-		rig  time.Duration
-		k    float64
-	}{{"p50", pct(rig, 50), k50}, {"p99", pct(rig, 99), k99}} {
-		if d := bucket(q.rig.Seconds()) - bucket(q.k); d > 1 || d < -1 {
-			r.t.Errorf("%s: the network programming latency's %s is %v at the rig's clients, ≤ %gs in krteds' histogram: more than a bucket apart",
-				sc.name, q.name, q.rig, q.k)
+		name   string
+		client time.Duration
+		k      float64
+	}{{"p50", pct(atClients, 50), k50}, {"p99", pct(atClients, 99), k99}} {
+		if d := bucket(q.client.Seconds()) - bucket(q.k); d > 1 || d < -1 {
+			r.T.Errorf("%s: the network programming latency's %s is %v at the rig's clients, ≤ %gs in krteds' histogram: more than a bucket apart",
+				sc.name, q.name, q.client, q.k)
 		}
 	}
 }
 
 // across sums a histogram over the replicas, as it stood at the scenario's start (before, one per
 // replica) and as read now.
-func (sc *scenario) across(before []map[float64]float64, read func(*replica) map[float64]float64) (from, now map[float64]float64) {
+func (sc *scenario) across(before []map[float64]float64, read func(*rig.Replica) map[float64]float64) (from, now map[float64]float64) {
 	from, now = map[float64]float64{}, map[float64]float64{}
-	for i, rp := range sc.r.replicas {
+	for i, rp := range sc.r.Replicas {
 		if i < len(before) {
 			for b, n := range before[i] {
 				from[b] += n
@@ -390,18 +401,18 @@ func (sc *scenario) reportMoves(to time.Time) {
 		}
 		if m.back.IsZero() {
 			notBack++
-			r.t.Errorf("%s: client %d moved from krteds-%d to krteds-%d at %s (%s) and was never current again",
+			r.T.Errorf("%s: client %d moved from krteds-%d to krteds-%d at %s (%s) and was never current again",
 				sc.name, clients[k], m.from, m.to, m.broke.Format("15:04:05.000"), m.reason)
 			continue
 		}
 		d := m.back.Sub(m.broke)
 		backs = append(backs, d)
 		if d > time.Second {
-			r.t.Logf("%s: client %d moved krteds-%d → krteds-%d (planned %v) at %s: resumed %v later, current %v after the break (%s)",
+			r.T.Logf("%s: client %d moved krteds-%d → krteds-%d (planned %v) at %s: resumed %v later, current %v after the break (%s)",
 				sc.name, clients[k], m.from, m.to, m.planned, m.broke.Format("15:04:05.000"), m.resumed.Sub(m.broke), d, m.reason)
 		}
 		if d > 5*time.Second && !m.planned {
-			r.t.Errorf("%s: client %d was current again %v after its stream broke (must be ≤ 5 s)", sc.name, clients[k], d)
+			r.T.Errorf("%s: client %d was current again %v after its stream broke (must be ≤ 5 s)", sc.name, clients[k], d)
 		}
 		held += m.held
 		resent += m.resent
@@ -410,7 +421,7 @@ func (sc *scenario) reportMoves(to time.Time) {
 	if held > 0 {
 		rep.note("delta clients resumed holding %d resources; re-sent with the version they held: %d (%.3f%%)", held, resent, 100*float64(resent)/float64(held))
 		if float64(resent) > 0.01*float64(held) {
-			r.t.Errorf("%s: delta clients were re-sent %d of the %d resources they held (must be ≤ 1%%)", sc.name, resent, held)
+			r.T.Errorf("%s: delta clients were re-sent %d of the %d resources they held (must be ≤ 1%%)", sc.name, resent, held)
 		}
 	}
 }
@@ -429,20 +440,20 @@ func pct(ds []time.Duration, p int) time.Duration {
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 // checkVersions fails the test unless every client holds the same version of every cluster.
-func (r *rig) checkVersions(f *fleet, rep *report, when string) {
-	r.t.Helper()
+func (r *judged) checkVersions(f *clients, rep *report, when string) {
+	r.T.Helper()
 	differ, by := f.sameVersions()
 	rep.note("%s: clients per replica %v; clusters whose version differs between clients: %d", when, by, len(differ))
 	if len(differ) > 0 {
-		r.t.Errorf("%s: clients on different replicas (or protocols) hold different versions of %d clusters, e.g. %v", when, len(differ), differ[:min(5, len(differ))])
+		r.T.Errorf("%s: clients on different replicas (or protocols) hold different versions of %d clusters, e.g. %v", when, len(differ), differ[:min(5, len(differ))])
 	}
 }
 
 // idle measures the replicas at rest: their CPU and the API server load each puts on it.
-func (r *rig) idle(f *fleet, rep *report) {
+func (r *judged) idle(f *clients, rep *report) {
 	sc := r.scenario(f, rep, "Idle")
 	d := 20 * time.Second
-	if r.sz.name != "small" {
+	if r.Size.Name != "small" {
 		d = time.Minute
 	}
 	time.Sleep(d) // the figure is what happens over a stretch of nothing happening
@@ -451,23 +462,23 @@ func (r *rig) idle(f *fleet, rep *report) {
 }
 
 // apiLoad reports each replica's requests to the API server over [from, to].
-func (r *rig) apiLoad(rep *report, from, to time.Time) {
+func (r *judged) apiLoad(rep *report, from, to time.Time) {
 	var users []string
-	for i := range r.replicas {
+	for i := range r.Replicas {
 		users = append(users, fmt.Sprintf("krteds-%d", i))
 	}
-	loads := r.apiLoadOf(users, from, to)
+	loads := r.APILoadOf(users, from, to)
 	mins := to.Sub(from).Minutes()
 	for _, u := range users {
 		l := loads[u]
 		var verbs []string
-		for v, n := range l.byVerb {
+		for v, n := range l.ByVerb {
 			verbs = append(verbs, fmt.Sprintf("%s %.1f", v, float64(n)/mins))
 		}
 		sort.Strings(verbs)
 		var watching []string
 		total := 0
-		for res, n := range l.watching {
+		for res, n := range l.Watching {
 			watching = append(watching, fmt.Sprintf("%s %d", res, n))
 			total += n
 		}
@@ -476,47 +487,47 @@ func (r *rig) apiLoad(rep *report, from, to time.Time) {
 			verbs = []string{"none"}
 		}
 		rep.note("%s → API server over %v: requests per minute by verb [%s]; %d watches opened (%.1f/min), of which %d lists streamed over a watch (watch-list); watches held at the end %d [%s]",
-			u, to.Sub(from).Round(100*time.Millisecond), strings.Join(verbs, ", "), l.watchesOpened, float64(l.watchesOpened)/mins, l.watchLists, total, strings.Join(watching, ", "))
+			u, to.Sub(from).Round(100*time.Millisecond), strings.Join(verbs, ", "), l.WatchesOpened, float64(l.WatchesOpened)/mins, l.WatchLists, total, strings.Join(watching, ", "))
 	}
 }
 
 // patchReady writes a pod's Ready condition, as a kubelet would on a readiness probe's change.
-func (r *rig) patchReady(pod string, ready bool) {
-	r.t.Helper()
+func (r *judged) patchReady(pod string, ready bool) {
+	r.T.Helper()
 	status := "False"
 	if ready {
 		status = "True"
 	}
 	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q,"lastTransitionTime":%q}]}}`, status, time.Now().UTC().Format(time.RFC3339))
-	if _, err := r.admin.CoreV1().Pods(namespace).Patch(context.Background(), pod, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
-		r.t.Fatalf("patching %s Ready=%s: %v", pod, status, err)
+	if _, err := r.Admin.CoreV1().Pods(rig.Namespace).Patch(context.Background(), pod, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		r.T.Fatalf("patching %s Ready=%s: %v", pod, status, err)
 	}
 }
 
 // flips turns pods not ready and ready again, one at a time, measuring the controller (the pod's
 // Ready written → the rig's informer sees the slice) and krteds (→ every client holds it) apart.
-func (r *rig) flips(f *fleet, rep *report) {
-	r.t.Helper()
-	sc := r.scenario(f, rep, fmt.Sprintf("Readiness flips (%d pods, not ready then ready again, one at a time)", r.sz.flips))
+func (r *judged) flips(f *clients, rep *report) {
+	r.T.Helper()
+	sc := r.scenario(f, rep, fmt.Sprintf("Readiness flips (%d pods, not ready then ready again, one at a time)", r.Size.Flips))
 	var ctrl, krt []time.Duration
-	for k := 0; k < r.sz.flips; k++ {
-		svc := serviceName((k * 7919) % r.sz.services)
-		pods := r.podsOf(svc)
+	for k := 0; k < r.Size.Flips; k++ {
+		svc := rig.ServiceName((k * 7919) % r.Size.Services)
+		pods := r.PodsOf(svc)
 		if len(pods) == 0 {
-			r.t.Fatalf("%s has no pods", svc)
+			r.T.Fatalf("%s has no pods", svc)
 		}
 		p := pods[k%len(pods)]
-		ip, _ := ipv4(p.Status.PodIP)
+		ip, _ := fleet.IPv4(p.Status.PodIP)
 		for _, ready := range []bool{false, true} {
 			t0 := time.Now()
 			r.patchReady(p.Name, ready)
 			t1, ok := r.truth.addressChanged(ip, ready, t0, time.Minute)
 			if !ok {
-				r.t.Fatalf("the slices never said %s (%s) ready=%v", p.Name, p.Status.PodIP, ready)
+				r.T.Fatalf("the slices never said %s (%s) ready=%v", p.Name, p.Status.PodIP, ready)
 			}
 			lag, ok := r.truth.waitState(svc, t0, time.Minute)
 			if !ok {
-				r.t.Fatalf("the clients never all held %s's change (%s ready=%v)", svc, p.Name, ready)
+				r.T.Fatalf("the clients never all held %s's change (%s ready=%v)", svc, p.Name, ready)
 			}
 			ctrl = append(ctrl, t1.Sub(t0))
 			krt = append(krt, lag)
@@ -524,72 +535,72 @@ func (r *rig) flips(f *fleet, rep *report) {
 	}
 	rep.note("pod Ready written → slice seen by the rig (the controller's own latency): p50 %v, p99 %v", pct(ctrl, 50), pct(ctrl, 99))
 	rep.note("slice seen → every client holds the CLA (krteds, all replicas): p50 %v, p99 %v, max %v", pct(krt, 50), pct(krt, 99), pct(krt, 100))
-	if r.sz.name != "small" && pct(krt, 99) > 100*time.Millisecond {
-		r.t.Errorf("readiness flips: p99 %v beyond the slice write (must be ≤ 100 ms)", pct(krt, 99))
+	if r.Size.Name != "small" && pct(krt, 99) > 100*time.Millisecond {
+		r.T.Errorf("readiness flips: p99 %v beyond the slice write (must be ≤ 100 ms)", pct(krt, 99))
 	}
 	sc.end()
 }
 
 // scaleUp scales a Deployment from 0 to scaleTo.
-func (r *rig) scaleUp(f *fleet, rep *report) {
-	r.t.Helper()
-	sc := r.scenario(f, rep, fmt.Sprintf("Scale a Deployment 0 → %d", r.sz.scaleTo))
+func (r *judged) scaleUp(f *clients, rep *report) {
+	r.T.Helper()
+	sc := r.scenario(f, rep, fmt.Sprintf("Scale a Deployment 0 → %d", r.Size.ScaleTo))
 	t0 := time.Now()
-	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, r.sz.scaleTo)
-	if _, err := r.admin.AppsV1().Deployments(namespace).Patch(context.Background(), scaler, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		r.t.Fatal(err)
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, r.Size.ScaleTo)
+	if _, err := r.Admin.AppsV1().Deployments(rig.Namespace).Patch(context.Background(), scaler, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		r.T.Fatal(err)
 	}
-	full, ok := r.truth.waitReadyCount(scaler, r.sz.scaleTo, 10*time.Minute)
+	full, ok := r.truth.waitReadyCount(scaler, r.Size.ScaleTo, 10*time.Minute)
 	if !ok {
-		r.t.Fatalf("%s never had %d ready endpoints in the slices", scaler, r.sz.scaleTo)
+		r.T.Fatalf("%s never had %d ready endpoints in the slices", scaler, r.Size.ScaleTo)
 	}
 	lag, ok := r.truth.waitHeld(full, time.Minute)
 	if !ok {
-		r.t.Errorf("the clients never all held %s's %d endpoints", scaler, r.sz.scaleTo)
+		r.T.Errorf("the clients never all held %s's %d endpoints", scaler, r.Size.ScaleTo)
 	}
 	rep.note("every pod ready in the slices %v after the scale (scheduler, kwok, controllers); every client held all %d %v after that",
-		full.at.Sub(t0).Round(time.Millisecond), r.sz.scaleTo, lag)
+		full.at.Sub(t0).Round(time.Millisecond), r.Size.ScaleTo, lag)
 	sc.end()
 }
 
 // startRollout changes the rollout Deployment's pod template to version v.
-func (r *rig) startRollout(v string) time.Time {
-	r.t.Helper()
+func (r *judged) startRollout(v string) time.Time {
+	r.T.Helper()
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"labels":{"version":%q}},"spec":{"containers":[{"name":"app","image":"app:%s"}]}}}}`, v, v)
 	t0 := time.Now()
-	if _, err := r.admin.AppsV1().Deployments(namespace).Patch(context.Background(), rollout, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		r.t.Fatal(err)
+	if _, err := r.Admin.AppsV1().Deployments(rig.Namespace).Patch(context.Background(), rollout, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		r.T.Fatal(err)
 	}
 	return t0
 }
 
 // rolloutProgress is how many of the rollout Deployment's pods are of the new template, and
 // whether the rollout is complete (every pod new and available, none old left).
-func (r *rig) rolloutProgress() (updated int, done bool) {
-	d, err := r.admin.AppsV1().Deployments(namespace).Get(context.Background(), rollout, metav1.GetOptions{})
+func (r *judged) rolloutProgress() (updated int, done bool) {
+	d, err := r.Admin.AppsV1().Deployments(rig.Namespace).Get(context.Background(), rollout, metav1.GetOptions{})
 	if err != nil {
 		return 0, false
 	}
 	s := d.Status
-	want := int32(r.sz.rollout)
+	want := int32(r.Size.Rollout)
 	return int(s.UpdatedReplicas), s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want && s.ReadyReplicas == want
 }
 
-func (r *rig) waitRollout(timeout time.Duration) time.Time {
-	r.t.Helper()
-	apiServer.Await(r.t, timeout, "the rollout complete", func() (bool, string) {
+func (r *judged) waitRollout(timeout time.Duration) time.Time {
+	r.T.Helper()
+	rig.APIServer.Await(r.T, timeout, "the rollout complete", func() (bool, string) {
 		u, done := r.rolloutProgress()
-		return done, fmt.Sprintf("%d of %d updated", u, r.sz.rollout)
+		return done, fmt.Sprintf("%d of %d updated", u, r.Size.Rollout)
 	})
 	return time.Now()
 }
 
 // rollingUpdate rolls the rollout Deployment to version v (maxUnavailable 0, maxSurge 25%: the
 // slices never hold fewer ready endpoints than its replicas, so no client may either).
-func (r *rig) rollingUpdate(f *fleet, rep *report, v string) {
-	r.t.Helper()
-	sc := r.scenario(f, rep, fmt.Sprintf("Rolling update of a %d-pod Deployment (maxSurge 25%%, maxUnavailable 0)", r.sz.rollout))
-	profiled := r.profile("rollout", 10*time.Second, -1)
+func (r *judged) rollingUpdate(f *clients, rep *report, v string) {
+	r.T.Helper()
+	sc := r.scenario(f, rep, fmt.Sprintf("Rolling update of a %d-pod Deployment (maxSurge 25%%, maxUnavailable 0)", r.Size.Rollout))
+	profiled := r.Profile("rollout", 10*time.Second, -1)
 	t0 := r.startRollout(v)
 	t1 := r.waitRollout(20 * time.Minute)
 	profiled()
@@ -601,14 +612,14 @@ func (r *rig) rollingUpdate(f *fleet, rep *report, v string) {
 // nodeNotReady kills the kubelet of a node (the kwok that plays it alone): the node lifecycle
 // controller marks it not ready and its pods not ready, the taint eviction controller evicts them
 // (they tolerate it 2 s), the ReplicaSets replace them elsewhere.
-func (r *rig) nodeNotReady(f *fleet, rep *report) {
-	r.t.Helper()
+func (r *judged) nodeNotReady(f *clients, rep *report) {
+	r.T.Helper()
 	sc := r.scenario(f, rep, "A node going NotReady (its kubelet killed), its pods going away")
 	ctx := context.Background()
-	node := doomedNode
-	pods, err := r.admin.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	node := rig.DoomedNode
+	pods, err := r.Admin.CoreV1().Pods(rig.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	before := map[string]int{}
 	var names []string
@@ -617,20 +628,19 @@ func (r *rig) nodeNotReady(f *fleet, rep *report) {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if ip, ok := ipv4(p.Status.PodIP); ok && slices.Contains(r.truth.readyOf(p.Labels["app"]), ip) {
+		if ip, ok := fleet.IPv4(p.Status.PodIP); ok && slices.Contains(r.truth.readyOf(p.Labels["app"]), ip) {
 			names = append(names, p.Name)
 		}
 		before[p.Labels["app"]] = len(r.truth.readyOf(p.Labels["app"]))
 	}
 	if len(names) == 0 {
-		r.t.Fatalf("%s runs no pods", node)
+		r.T.Fatalf("%s runs no pods", node)
 	}
 	t0 := time.Now()
-	kubelet, _ := r.procs.Load("kwok-doomed")
-	_ = kubelet.(*exec.Cmd).Process.Kill()
+	r.KillProcess("kwok-doomed")
 	var tNode time.Time
-	apiServer.Await(r.t, 3*time.Minute, node+" not ready", func() (bool, string) {
-		n, err := r.admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	rig.APIServer.Await(r.T, 3*time.Minute, node+" not ready", func() (bool, string) {
+		n, err := r.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -646,13 +656,13 @@ func (r *rig) nodeNotReady(f *fleet, rep *report) {
 	for _, p := range names {
 		at, ok := r.truth.podReadyChanged(p, false, t0, 3*time.Minute)
 		if !ok {
-			r.t.Fatalf("the slices never said %s not ready", p)
+			r.T.Fatalf("the slices never said %s not ready", p)
 		}
 		if at.After(tSlices) {
 			tSlices = at
 		}
 	}
-	r.truth.updates.Await(r.t, 5*time.Minute, "the pods replaced", func() (bool, string) {
+	r.truth.updates.Await(r.T, 5*time.Minute, "the pods replaced", func() (bool, string) {
 		for svc, n := range before {
 			if got := len(r.truth.readyOf(svc)); got < n {
 				return false, fmt.Sprintf("%s: %d of %d ready", svc, got, n)
@@ -666,30 +676,30 @@ func (r *rig) nodeNotReady(f *fleet, rep *report) {
 	// Nothing runs the node's pods any more: delete them and the node, as its owner would.
 	zero := int64(0)
 	for _, p := range pods.Items {
-		_ = r.admin.CoreV1().Pods(namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		_ = r.Admin.CoreV1().Pods(rig.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}
-	if err := r.admin.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
-		r.t.Fatal(err)
+	if err := r.Admin.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+		r.T.Fatal(err)
 	}
 	sc.end()
 }
 
 // restartAPI kills the API server with pods changed just before, and changes more once it is
 // back: every replica must relist, lose no update, and the clients end on the slices' state.
-func (r *rig) restartAPI(f *fleet, rep *report) {
-	r.t.Helper()
+func (r *judged) restartAPI(f *clients, rep *report) {
+	r.T.Helper()
 	sc := r.scenario(f, rep, "The API server restarted (killed), pods changed around it")
 	var before, after []string
 	for k := 0; k < 5; k++ {
-		before = append(before, r.podsOf(serviceName(k * 3))[0].Name)
-		after = append(after, r.podsOf(serviceName(k*3 + 1))[0].Name)
+		before = append(before, r.PodsOf(rig.ServiceName(k * 3))[0].Name)
+		after = append(after, r.PodsOf(rig.ServiceName(k*3 + 1))[0].Name)
 	}
 	for _, p := range before {
 		r.patchReady(p, false)
 	}
 	cpu0 := r.cpus()
 	t0 := time.Now()
-	r.restartAPIServer()
+	r.RestartAPIServer()
 	t1 := time.Now()
 	for _, p := range after {
 		r.patchReady(p, false)
@@ -700,7 +710,7 @@ func (r *rig) restartAPI(f *fleet, rep *report) {
 	for _, p := range after {
 		at, ok := r.truth.podReadyChanged(p, false, t1, 3*time.Minute)
 		if !ok {
-			r.t.Fatalf("after the API server's restart the rig's informer never saw %s not ready", p)
+			r.T.Fatalf("after the API server's restart the rig's informer never saw %s not ready", p)
 		}
 		rigBack = maxTime(rigBack, at)
 	}
@@ -709,7 +719,7 @@ func (r *rig) restartAPI(f *fleet, rep *report) {
 		r.patchReady(p, true)
 	}
 	if ok, detail := r.truth.waitCurrent(3 * time.Minute); !ok {
-		r.t.Fatalf("after the API server's restart the clients never held the slices' state: %s", detail)
+		r.T.Fatalf("after the API server's restart the clients never held the slices' state: %s", detail)
 	}
 	t2 := time.Now()
 	// Each watch comes back on its own backoff: until all have, a replica joins fresh objects of
@@ -719,7 +729,7 @@ func (r *rig) restartAPI(f *fleet, rep *report) {
 	cpu1 := r.cpus()
 	rep.note("API server down and back (ready) in %v; the rig's own informer saw a change written after it %v after it was back; every client held the slices' state %v after it was back",
 		t1.Sub(t0).Round(time.Millisecond), rigBack.Sub(t1).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond))
-	for i := range r.replicas {
+	for i := range r.Replicas {
 		rep.note("krteds-%d: every watch open again %v after the API server was back; CPU %v from the kill to then (the relist)", i, back[i].Round(time.Millisecond), (cpu1[i] - cpu0[i]).Round(10*time.Millisecond))
 	}
 	r.apiLoad(rep, t0, t3)
@@ -736,16 +746,16 @@ var watchedResources = []string{"customresourcedefinitions", "endpointslices", "
 
 // waitWatching waits until every replica holds each of its watches again after the API server
 // came back at since, read from the audit log; it returns, per replica, how long that took.
-func (r *rig) waitWatching(since time.Time, timeout time.Duration) []time.Duration {
-	r.t.Helper()
+func (r *judged) waitWatching(since time.Time, timeout time.Duration) []time.Duration {
+	r.T.Helper()
 	var users []string
-	for i := range r.replicas {
+	for i := range r.Replicas {
 		users = append(users, fmt.Sprintf("krteds-%d", i))
 	}
 	back := make([]time.Duration, len(users))
-	apiServer.Await(r.t, timeout, "every replica watching again after the API server's restart", func() (bool, string) {
+	rig.APIServer.Await(r.T, timeout, "every replica watching again after the API server's restart", func() (bool, string) {
 		now := time.Now()
-		loads := r.apiLoadOf(users, since, now)
+		loads := r.APILoadOf(users, since, now)
 		var missing []string
 		for i, u := range users {
 			if back[i] > 0 {
@@ -753,7 +763,7 @@ func (r *rig) waitWatching(since time.Time, timeout time.Duration) []time.Durati
 			}
 			var lack []string
 			for _, res := range watchedResources {
-				if loads[u].watching[res] == 0 {
+				if loads[u].Watching[res] == 0 {
 					lack = append(lack, res)
 				}
 			}
@@ -775,18 +785,18 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-func (r *rig) cpus() []time.Duration {
+func (r *judged) cpus() []time.Duration {
 	var out []time.Duration
-	for _, rp := range r.replicas {
-		out = append(out, rp.usage().cpu)
+	for _, rp := range r.Replicas {
+		out = append(out, rp.Usage().CPU)
 	}
 	return out
 }
 
 // checkSlicesAgain lists the slices afresh and fails unless the rig's informer (which the
 // clients are checked against) says the same: no update lost on the rig's side either.
-func (r *rig) checkSlicesAgain(rep *report) {
-	r.t.Helper()
+func (r *judged) checkSlicesAgain(rep *report) {
+	r.T.Helper()
 	// Changes may still be in flight (Pods of the scenarios before settle): a lost update stays
 	// lost, so the check is that they come to agree, and how soon.
 	t0 := time.Now()
@@ -800,21 +810,21 @@ func (r *rig) checkSlicesAgain(rep *report) {
 		})
 	rep.note("a fresh LIST of the slices and Pods agrees with what the clients hold on %d of %d services (%v after the first LIST)", of-differ, of, since(t0))
 	if differ > 0 {
-		r.t.Errorf("%d services' ready endpoints differ between a fresh LIST and the informer the clients were checked against, 30 s on", differ)
+		r.T.Errorf("%d services' ready endpoints differ between a fresh LIST and the informer the clients were checked against, 30 s on", differ)
 	}
 }
 
 // listDiffers is how many services' ready addresses (whose Pod exists, as the judge counts them)
 // differ between a fresh LIST of the slices and Pods and the rig's informers, of how many.
-func (r *rig) listDiffers() (differ, of int) {
-	r.t.Helper()
-	list, err := r.admin.DiscoveryV1().EndpointSlices(namespace).List(context.Background(), metav1.ListOptions{})
+func (r *judged) listDiffers() (differ, of int) {
+	r.T.Helper()
+	list, err := r.Admin.DiscoveryV1().EndpointSlices(rig.Namespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
-	pods, err := r.admin.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{})
+	pods, err := r.Admin.CoreV1().Pods(rig.Namespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	exists := map[string]bool{}
 	for _, p := range pods.Items {
@@ -832,7 +842,7 @@ func (r *rig) listDiffers() (differ, of int) {
 			}
 			if e.Conditions.Ready != nil && *e.Conditions.Ready && (e.Conditions.Terminating == nil || !*e.Conditions.Terminating) {
 				for _, a := range e.Addresses {
-					if ip, ok := ipv4(a); ok {
+					if ip, ok := fleet.IPv4(a); ok {
 						want[svc] = append(want[svc], ip)
 					}
 				}
@@ -850,30 +860,30 @@ func (r *rig) listDiffers() (differ, of int) {
 
 // killReplica kills replica 0 with SIGKILL in the middle of a rollout: its clients move to the
 // next replica, holding their versions.
-func (r *rig) killReplica(f *fleet, rep *report, v string) {
-	r.t.Helper()
+func (r *judged) killReplica(f *clients, rep *report, v string) {
+	r.T.Helper()
 	sc := r.scenario(f, rep, "A replica killed (-9) during a rollout")
 	moved := len(f.on(0))
 	r.startRollout(v)
-	apiServer.Await(r.t, 10*time.Minute, "the rollout a quarter done", func() (bool, string) {
+	rig.APIServer.Await(r.T, 10*time.Minute, "the rollout a quarter done", func() (bool, string) {
 		u, _ := r.rolloutProgress()
-		return u >= r.sz.rollout/4, fmt.Sprintf("%d updated", u)
+		return u >= r.Size.Rollout/4, fmt.Sprintf("%d updated", u)
 	})
 	tKill := time.Now()
-	r.replicas[0].kill()
-	<-r.replicas[0].done
+	r.Replicas[0].Kill()
+	<-r.Replicas[0].Done
 	if !r.truth.waitBack(time.Minute) {
-		r.t.Errorf("the clients of the killed replica were not all current again within a minute")
+		r.T.Errorf("the clients of the killed replica were not all current again within a minute")
 	}
 	tBack := time.Now()
-	rep.note("krteds-0 killed with %d of the %d clients on it; every one current again on krteds-1 %v after the kill", moved, r.sz.proxies, tBack.Sub(tKill).Round(time.Millisecond))
+	rep.note("krteds-0 killed with %d of the %d clients on it; every one current again on krteds-1 %v after the kill", moved, r.Size.Proxies, tBack.Sub(tKill).Round(time.Millisecond))
 	r.waitRollout(20 * time.Minute)
 	t0 := time.Now()
-	r.startReplica(0).waitReady(5 * time.Minute)
+	r.StartReplica(0).WaitReady(5 * time.Minute)
 	rep.note("krteds-0 started again: ready (synced, serving) in %v", since(t0))
 	f.rebalance()
 	if !r.truth.waitBack(time.Minute) {
-		r.t.Errorf("rebalancing: the clients were not all current again within a minute")
+		r.T.Errorf("rebalancing: the clients were not all current again within a minute")
 	}
 	sc.end()
 	r.checkVersions(f, rep, "after the kill and rebalancing")
@@ -881,29 +891,29 @@ func (r *rig) killReplica(f *fleet, rep *report, v string) {
 
 // rollingRestart restarts every replica in turn with SIGTERM, each back before the next, during a
 // rollout, as a Deployment's rolling restart does.
-func (r *rig) rollingRestart(f *fleet, rep *report, v string) {
-	r.t.Helper()
+func (r *judged) rollingRestart(f *clients, rep *report, v string) {
+	r.T.Helper()
 	sc := r.scenario(f, rep, "A rolling restart of every replica (SIGTERM, drain 2 s) during a rollout")
 	r.startRollout(v)
-	for i, rp := range r.replicas {
+	for i, rp := range r.Replicas {
 		n := len(f.on(i))
-		profiled := r.profile(fmt.Sprintf("restart-%d", i), 10*time.Second, i)
+		profiled := r.Profile(fmt.Sprintf("restart-%d", i), 10*time.Second, i)
 		t0 := time.Now()
-		rp.terminate(30 * time.Second)
+		rp.Terminate(30 * time.Second)
 		t1 := time.Now()
 		if !r.truth.waitBack(time.Minute) {
-			r.t.Errorf("the clients of krteds-%d were not all current again within a minute of its exit", i)
+			r.T.Errorf("the clients of krteds-%d were not all current again within a minute of its exit", i)
 		}
 		t2 := time.Now()
 		profiled()
-		r.startReplica(i).waitReady(5 * time.Minute)
+		r.StartReplica(i).WaitReady(5 * time.Minute)
 		rep.note("krteds-%d: exited %v after SIGTERM with %d clients; they were all current elsewhere %v after its exit; it was ready again %v later",
 			i, t1.Sub(t0).Round(time.Millisecond), n, t2.Sub(t1).Round(time.Millisecond), since(t2))
 	}
 	r.waitRollout(20 * time.Minute)
 	f.rebalance()
 	if !r.truth.waitBack(time.Minute) {
-		r.t.Errorf("rebalancing: the clients were not all current again within a minute")
+		r.T.Errorf("rebalancing: the clients were not all current again within a minute")
 	}
 	sc.end()
 	r.checkVersions(f, rep, "after the rolling restart and rebalancing")

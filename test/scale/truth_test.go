@@ -2,7 +2,6 @@ package scale
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/krteds/krteds/test/fixtures"
+	"github.com/krteds/krteds/test/fleet"
+	"github.com/krteds/krteds/test/scale/rig"
 )
 
 // truth is what the EndpointSlices say, joined with the Pods that exist, as the rig's own
@@ -157,19 +158,6 @@ type heldCLA struct {
 	current bool
 }
 
-func ipv4(s string) (uint32, bool) {
-	a, err := netip.ParseAddr(s)
-	if err != nil || !a.Is4() {
-		return 0, false
-	}
-	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]), true
-}
-
-func ipString(a uint32) string {
-	return netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}).String()
-}
-
 func newTruth() *truth {
 	tr := &truth{svcs: map[string]*svcTruth{}, changed: map[uint32]readyChange{}, addrReady: map[uint32]bool{},
 		pods: map[string]bool{}, podSvc: map[string]string{},
@@ -179,11 +167,11 @@ func newTruth() *truth {
 }
 
 // watchSlices starts the rig's informers on the mesh's EndpointSlices and Pods.
-func (r *rig) watchSlices() {
-	r.t.Helper()
+func (r *judged) watchSlices() {
+	r.T.Helper()
 	tr := newTruth()
 	r.truth = tr
-	f := informers.NewSharedInformerFactoryWithOptions(r.admin, 0, informers.WithNamespace(namespace))
+	f := informers.NewSharedInformerFactoryWithOptions(r.Admin, 0, informers.WithNamespace(rig.Namespace))
 	inf := f.Discovery().V1().EndpointSlices().Informer()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { tr.slice(o.(*discoveryv1.EndpointSlice), false) },
@@ -217,7 +205,7 @@ func (r *rig) watchSlices() {
 		},
 	})
 	stop := make(chan struct{})
-	r.t.Cleanup(func() { close(stop) })
+	r.T.Cleanup(func() { close(stop) })
 	f.Start(stop)
 	f.WaitForCacheSync(stop)
 }
@@ -241,7 +229,7 @@ func (tr *truth) slice(s *discoveryv1.EndpointSlice, deleted bool) {
 				}
 			}
 			for _, a := range e.Addresses {
-				ip, v4 := ipv4(a)
+				ip, v4 := fleet.IPv4(a)
 				if !v4 {
 					continue
 				}
@@ -709,7 +697,7 @@ func lacking(want, have []uint32, n int) []uint32 {
 
 // lag is how long a CLA may trail the slices, and run ahead of the rig's view of them, before
 // lacking an endpoint they hold counts as partial. The rig's informers run in a process that
-// shares the two cores with everything else and trail krteds' when the machine is busy: in a
+// shares the two cores with everything else and trail krteds' when the machine is rig.Busy: in a
 // medium rollout a CLA lacked a Pod that krteds had seen deleted and the rig saw gone 1.15 s
 // after the CLA arrived.
 const lagBehind, lagAhead = 5 * time.Second, 2 * time.Second
@@ -726,7 +714,7 @@ type violation struct {
 // accountOf says what the rig saw of a ready address the CLA lacked: when the slices last
 // changed its readiness, its Pod, and when that Pod arrived and went. The lock is held.
 func (tr *truth) accountOf(a uint32) string {
-	out := ipString(a)
+	out := fleet.IPString(a)
 	if c, ok := tr.changed[a]; ok {
 		out += fmt.Sprintf(" ready=%v in the slices since %s", c.ready, c.at.Format("15:04:05.000"))
 	}

@@ -1,4 +1,4 @@
-package scale
+package rig
 
 import (
 	"context"
@@ -17,37 +17,37 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 )
 
-// zoneOf is the region and zone of node n.
-func (sz size) zoneOf(n int) (string, string) {
-	z := n % sz.zones
-	r := z % sz.regions
+// ZoneOf is the region and zone of node n.
+func (sz Size) ZoneOf(n int) (string, string) {
+	z := n % sz.Zones
+	r := z % sz.Regions
 	return fmt.Sprintf("region-%d", r), fmt.Sprintf("region-%d-zone-%d", r, z)
 }
 
-func nodeName(n int) string { return fmt.Sprintf("node-%04d", n) }
+func NodeName(n int) string { return fmt.Sprintf("node-%04d", n) }
 
-// doomedNode is the node whose kubelet (a kwok of its own) the rig kills.
-const doomedNode = "node-0001"
+// DoomedNode is the node whose kubelet (a kwok of its own) the rig kills.
+const DoomedNode = "node-0001"
 
-// createNodes creates the fake nodes kwok manages, labelled with their zone.
-func (r *rig) createNodes() {
-	r.t.Helper()
+// CreateNodes creates the fake nodes kwok manages, labelled with their zone.
+func (r *Rig) CreateNodes() {
+	r.T.Helper()
 	ctx := context.Background()
-	for n := 0; n < r.sz.nodes; n++ {
-		region, zone := r.sz.zoneOf(n)
+	for n := 0; n < r.Size.Nodes; n++ {
+		region, zone := r.Size.ZoneOf(n)
 		kubelet := "fake"
-		if nodeName(n) == doomedNode {
+		if NodeName(n) == DoomedNode {
 			kubelet = "doomed"
 		}
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(n),
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName(n),
 			Annotations: map[string]string{kwokNode: kubelet, "node.alpha.kubernetes.io/ttl": "0"},
-			Labels:      map[string]string{"topology.kubernetes.io/region": region, "topology.kubernetes.io/zone": zone, "kubernetes.io/hostname": nodeName(n), "type": "kwok"}}}
-		if _, err := r.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			r.t.Fatal(err)
+			Labels:      map[string]string{"topology.kubernetes.io/region": region, "topology.kubernetes.io/zone": zone, "kubernetes.io/hostname": NodeName(n), "type": "kwok"}}}
+		if _, err := r.Admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			r.T.Fatal(err)
 		}
 	}
-	apiServer.Await(r.t, 2*time.Minute, "every node ready", func() (bool, string) {
-		nodes, err := r.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	APIServer.Await(r.T, 2*time.Minute, "every node ready", func() (bool, string) {
+		nodes, err := r.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -59,14 +59,14 @@ func (r *rig) createNodes() {
 				}
 			}
 		}
-		return ready == r.sz.nodes, fmt.Sprintf("%d of %d ready", ready, r.sz.nodes)
+		return ready == r.Size.Nodes, fmt.Sprintf("%d of %d ready", ready, r.Size.Nodes)
 	})
 }
 
-// apiServer polls what the rig reads from the API server (LIST, GET) and from its audit log: they
+// APIServer polls what the rig reads from the API server (LIST, GET) and from its audit log: they
 // signal nothing, and the tick is 100 ms so that the probes load little the machine under
 // measurement.
-var apiServer = fixtures.PollingEvery(100*time.Millisecond, "the API server is read by LIST, GET and its audit log, which signal nothing; 100 ms loads the machine under measurement little")
+var APIServer = fixtures.PollingEvery(100*time.Millisecond, "the API server is read by LIST, GET and its audit log, which signal nothing; 100 ms loads the machine under measurement little")
 
 var evictAfter int64 = 2
 
@@ -75,7 +75,7 @@ func deployment(name string, replicas int32, version string) *appsv1.Deployment 
 	zero, surge := intstr.FromInt32(0), intstr.FromString("25%")
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -101,23 +101,23 @@ func deployment(name string, replicas int32, version string) *appsv1.Deployment 
 
 func service(name string) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
 }
 
-// createMesh creates the namespace and the services, each with its Deployment, and waits until
+// CreateMesh creates the Namespace and the services, each with its Deployment, and waits until
 // the EndpointSlices hold every pod ready.
-func (r *rig) createMesh(extra map[string]int32) {
-	r.t.Helper()
+func (r *Rig) CreateMesh(extra map[string]int32) (pods int) {
+	r.T.Helper()
 	ctx := context.Background()
-	if _, err := r.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		r.t.Fatal(err)
+	if _, err := r.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		r.T.Fatal(err)
 	}
 	want := map[string]int32{}
-	for i := 0; i < r.sz.services; i++ {
-		want[serviceName(i)] = int32(r.sz.podsPerService)
+	for i := 0; i < r.Size.Services; i++ {
+		want[ServiceName(i)] = int32(r.Size.PodsPerService)
 	}
 	for name, n := range extra {
 		want[name] = n
@@ -131,11 +131,11 @@ func (r *rig) createMesh(extra map[string]int32) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if _, err := r.admin.CoreV1().Services(namespace).Create(ctx, service(name), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			if _, err := r.Admin.CoreV1().Services(Namespace).Create(ctx, service(name), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				errs <- err
 				return
 			}
-			if _, err := r.admin.AppsV1().Deployments(namespace).Create(ctx, deployment(name, n, "v1"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			if _, err := r.Admin.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, n, "v1"), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				errs <- err
 			}
 		}()
@@ -143,24 +143,21 @@ func (r *rig) createMesh(extra map[string]int32) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	total := 0
 	for _, n := range want {
 		total += int(n)
 	}
-	r.truth.updates.Await(r.t, 20*time.Minute, "every pod ready in the EndpointSlices", func() (bool, string) {
-		ready := r.truth.readyTotal()
-		return ready == total, fmt.Sprintf("%d of %d endpoints ready", ready, total)
-	})
+	return total
 }
 
-// podsOf lists a service's running pods, by name, with their IPs.
-func (r *rig) podsOf(svc string) []corev1.Pod {
-	r.t.Helper()
-	pods, err := r.admin.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + svc})
+// PodsOf lists a service's running pods, by name, with their IPs.
+func (r *Rig) PodsOf(svc string) []corev1.Pod {
+	r.T.Helper()
+	pods, err := r.Admin.CoreV1().Pods(Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + svc})
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	var out []corev1.Pod
 	for _, p := range pods.Items {

@@ -1,10 +1,10 @@
-// Package scale runs krteds against a real control loop at scale: etcd, kube-apiserver and
-// kube-controller-manager as the integration suite builds them (the Deployment, ReplicaSet,
-// EndpointSlice, node lifecycle and pod GC controllers on), kube-scheduler, and kwok playing the
-// kubelets of fake nodes; krteds as replicas (the binary, against a kubeconfig of its own), and
-// a fleet of ADS clients spread over them that move to the next replica when their stream breaks.
-// run.sh small|medium|large runs it; TestScale runs only with KRTEDS_SCALE_SIZE set.
-package scale
+// Package rig is the scale rig: krteds against a real control loop at scale, etcd,
+// kube-apiserver and kube-controller-manager as the integration suite builds them (the
+// Deployment, ReplicaSet, EndpointSlice, node lifecycle and pod GC controllers on),
+// kube-scheduler, and kwok playing the kubelets of fake nodes; krteds as replicas (the binary, against a kubeconfig of its own), and
+// the addresses a fleet of ADS clients (test/fleet) moves between. test/scale's TestScale
+// (run.sh small|medium|large) drives it and judges what the clients hold.
+package rig
 
 import (
 	"bufio"
@@ -32,33 +32,33 @@ import (
 	"github.com/krteds/krteds/test/fixtures"
 )
 
-// size is one shape of the rig.
-type size struct {
-	name                            string
-	services, podsPerService, nodes int
-	zones, regions                  int
-	// proxies are the ADS clients, half of them delta, half state of the world.
-	proxies, replicas int
-	// rollout is the Deployment rolled out; scaleTo the one scaled from 0.
-	rollout, scaleTo int
-	flips            int
+// Size is one shape of the rig.
+type Size struct {
+	Name                            string
+	Services, PodsPerService, Nodes int
+	Zones, Regions                  int
+	// Proxies are the ADS clients, half of them delta, half state of the world.
+	Proxies, Replicas int
+	// Rollout is the Deployment rolled out; ScaleTo the one scaled from 0.
+	Rollout, ScaleTo int
+	Flips            int
 }
 
-var sizes = map[string]size{
-	"small":  {name: "small", services: 50, podsPerService: 10, nodes: 20, zones: 4, regions: 2, proxies: 20, replicas: 2, rollout: 100, scaleTo: 100, flips: 40},
-	"medium": {name: "medium", services: 1000, podsPerService: 10, nodes: 200, zones: 6, regions: 3, proxies: 100, replicas: 2, rollout: 500, scaleTo: 500, flips: 200},
-	"large":  {name: "large", services: 3000, podsPerService: 10, nodes: 600, zones: 6, regions: 3, proxies: 100, replicas: 2, rollout: 500, scaleTo: 1000, flips: 200},
+var Sizes = map[string]Size{
+	"small":  {Name: "small", Services: 50, PodsPerService: 10, Nodes: 20, Zones: 4, Regions: 2, Proxies: 20, Replicas: 2, Rollout: 100, ScaleTo: 100, Flips: 40},
+	"medium": {Name: "medium", Services: 1000, PodsPerService: 10, Nodes: 200, Zones: 6, Regions: 3, Proxies: 100, Replicas: 2, Rollout: 500, ScaleTo: 500, Flips: 200},
+	"large":  {Name: "large", Services: 3000, PodsPerService: 10, Nodes: 600, Zones: 6, Regions: 3, Proxies: 100, Replicas: 2, Rollout: 500, ScaleTo: 1000, Flips: 200},
 }
 
 const (
-	namespace = "bench"
+	Namespace = "bench"
 	kwokNode  = "kwok.x-k8s.io/node"
 )
 
-func serviceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+func ServiceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
 
-func clusterName(svc string) string {
-	return fmt.Sprintf("outbound|80||%s.%s.svc.cluster.local", svc, namespace)
+func ClusterName(svc string) string {
+	return fmt.Sprintf("outbound|80||%s.%s.svc.cluster.local", svc, Namespace)
 }
 
 // binaries are where the rig's programs are: the integration suite's, and the scale rig's own.
@@ -69,7 +69,7 @@ func binaries(t *testing.T) (envtest, scale string) {
 	if envtest == "" {
 		envtest = filepath.Join(home, ".cache", "krteds", "envtest", "v1.37.2")
 	}
-	out, err := exec.Command("bash", filepath.Join(here(), "bin.sh")).Output()
+	out, err := exec.Command("bash", filepath.Join(here(), "..", "bin.sh")).Output()
 	if err != nil {
 		t.Fatalf("bin.sh: %v", err)
 	}
@@ -88,21 +88,22 @@ func here() string {
 	return filepath.Dir(file)
 }
 
-// rig is the control loop and the replicas.
-type rig struct {
-	t        *testing.T
-	sz       size
-	dir      string
+// Rig is the control loop and the replicas.
+type Rig struct {
+	T    *testing.T
+	Size Size
+	// Dir is the rig's folder: logs, the audit log, kubeconfigs.
+	Dir      string
 	envtest  string
 	scaleBin string
 	// kubeconfig is the admin's; tokens the replicas' users'.
 	kubeconfig string
-	admin      kubernetes.Interface
-	audit      string
-	procs      sync.Map // name → *exec.Cmd
-	replicas   []*replica
-	krteds     string // the binary
-	truth      *truth
+	// Admin is a client of the API server as its admin.
+	Admin    kubernetes.Interface
+	audit    string
+	procs    sync.Map // name → *exec.Cmd
+	Replicas []*Replica
+	krteds   string // the binary
 	// restarts are when the API server was restarted (the watches open before are gone).
 	restarts []time.Time
 	// mu guards the replicas' processes (a replica restarted is a new one) and the samples.
@@ -128,19 +129,21 @@ rules:
 `
 }
 
-func startRig(t *testing.T, sz size) *rig {
+// Start starts the control loop (etcd, the API server, the controllers, the scheduler, two kwoks)
+// for a rig of size sz; the test stops it.
+func Start(t *testing.T, sz Size) *Rig {
 	t.Helper()
 	envtest, scaleBin := binaries(t)
 	dir, err := os.MkdirTemp("", "krteds-scale-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, sz: sz, dir: dir, envtest: envtest, scaleBin: scaleBin, audit: filepath.Join(dir, "audit.log")}
-	if err := os.WriteFile(filepath.Join(dir, "audit-policy.yaml"), []byte(auditPolicy(sz.replicas)), 0o644); err != nil {
+	r := &Rig{T: t, Size: sz, Dir: dir, envtest: envtest, scaleBin: scaleBin, audit: filepath.Join(dir, "audit.log")}
+	if err := os.WriteFile(filepath.Join(dir, "audit-policy.yaml"), []byte(auditPolicy(sz.Replicas)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var tokens []string
-	for i := 0; i < sz.replicas; i++ {
+	for i := 0; i < sz.Replicas; i++ {
 		tokens = append(tokens, fmt.Sprintf(`krteds-%d-token,krteds-%d,krteds-%d-uid,"system:masters"`, i, i, i))
 	}
 	qps := "--kube-api-qps=2000 --kube-api-burst=4000"
@@ -156,7 +159,7 @@ func startRig(t *testing.T, sz size) *rig {
 		// a node heartbeat grace shorter than the default 50 s (kwok renews its leases every 10 s).
 		"KCM_EXTRA_ARGS="+qps+" --node-monitor-grace-period=40s --node-monitor-period=2s",
 		"ADMIN_TOKEN=krteds-scale-admin", "EXTRA_TOKENS="+strings.Join(tokens, "\n"), "READY_TIMEOUT=300")
-	cmd := exec.Command("bash", filepath.Join(here(), "..", "envtest", "start-apiserver.sh"))
+	cmd := exec.Command("bash", filepath.Join(here(), "..", "..", "envtest", "start-apiserver.sh"))
 	cmd.Env = env
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
@@ -177,7 +180,7 @@ func startRig(t *testing.T, sz size) *rig {
 		t.Fatal(err)
 	}
 	rc.QPS, rc.Burst = 2000, 4000
-	if r.admin, err = kubernetes.NewForConfig(rc); err != nil {
+	if r.Admin, err = kubernetes.NewForConfig(rc); err != nil {
 		t.Fatal(err)
 	}
 	r.start("kube-scheduler", filepath.Join(scaleBin, "kube-scheduler"), "--kubeconfig="+r.kubeconfig, "--authentication-kubeconfig="+r.kubeconfig,
@@ -201,38 +204,38 @@ func startRig(t *testing.T, sz size) *rig {
 // two for an application that exits on SIGTERM). The EndpointSlice controller marks a
 // terminating Pod's endpoint not ready meanwhile, as it does in a cluster; with no delay the Pod
 // is gone before its slice says so, a race no cluster runs.
-func (r *rig) kwokStages(from string) string {
-	r.t.Helper()
+func (r *Rig) kwokStages(from string) string {
+	r.T.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	const deleteStage = "  name: pod-delete\nspec:\n"
 	s := string(b)
 	if !strings.Contains(s, deleteStage) {
-		r.t.Fatalf("%s has no pod-delete stage", from)
+		r.T.Fatalf("%s has no pod-delete stage", from)
 	}
 	s = strings.Replace(s, deleteStage, deleteStage+"  delay:\n    durationMilliseconds: 1000\n    jitterDurationMilliseconds: 2000\n", 1)
-	out := filepath.Join(r.dir, "kwok-stages.yaml")
+	out := filepath.Join(r.Dir, "kwok-stages.yaml")
 	if err := os.WriteFile(out, []byte(s), 0o644); err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	return out
 }
 
 // start runs a program of the rig, its output in the rig's logs, killed with the test; done is
 // closed once it has exited.
-func (r *rig) start(name, bin string, args ...string) (cmd *exec.Cmd, done chan struct{}) {
-	r.t.Helper()
-	logf, err := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func (r *Rig) start(name, bin string, args ...string) (cmd *exec.Cmd, done chan struct{}) {
+	r.T.Helper()
+	logf, err := os.OpenFile(filepath.Join(r.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	cmd = exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		r.t.Fatalf("starting %s: %v", name, err)
+		r.T.Fatalf("starting %s: %v", name, err)
 	}
 	r.procs.Store(name, cmd)
 	done = make(chan struct{})
@@ -240,100 +243,102 @@ func (r *rig) start(name, bin string, args ...string) (cmd *exec.Cmd, done chan 
 	return cmd, done
 }
 
-func (r *rig) stop() {
-	for _, rep := range r.replicas {
-		rep.kill()
+func (r *Rig) stop() {
+	for _, rep := range r.Replicas {
+		rep.Kill()
 	}
 	r.procs.Range(func(_, v any) bool {
 		_ = v.(*exec.Cmd).Process.Kill()
 		return true
 	})
-	stop := exec.Command("bash", filepath.Join(here(), "..", "envtest", "start-apiserver.sh"), "stop", filepath.Join(r.dir, "kube"))
+	stop := exec.Command("bash", filepath.Join(here(), "..", "..", "envtest", "start-apiserver.sh"), "stop", filepath.Join(r.Dir, "kube"))
 	stop.Env = append(os.Environ(), "STOP_SIGNAL=KILL")
 	_ = stop.Run()
-	if os.Getenv("KRTEDS_SCALE_KEEP") != "" || r.t.Failed() {
-		r.t.Logf("the rig's folder (logs, audit log) is kept: %s", r.dir)
+	if os.Getenv("KRTEDS_SCALE_KEEP") != "" || r.T.Failed() {
+		r.T.Logf("the Rig's folder (logs, audit log) is kept: %s", r.Dir)
 		return
 	}
-	_ = os.RemoveAll(r.dir)
+	_ = os.RemoveAll(r.Dir)
 }
 
-// restartAPIServer kills the API server and starts it again with the same flags and data.
-func (r *rig) restartAPIServer() {
-	r.t.Helper()
-	kube := filepath.Join(r.dir, "kube")
-	b, err := os.ReadFile(filepath.Join(kube, "apiserver.pid"))
+// RestartAPIServer kills the API server and starts it again with the same flags and data.
+func (r *Rig) RestartAPIServer() {
+	r.T.Helper()
+	kube := filepath.Join(r.Dir, "kube")
+	b, err := os.ReadFile(filepath.Join(kube, "apiserver.PID"))
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	fixtures.Polling("the API server is no child of the test: its end is seen by signal 0").
-		Await(r.t, time.Minute, "the killed API server gone", func() (bool, string) {
+		Await(r.T, time.Minute, "the killed API server gone", func() (bool, string) {
 			return syscall.Kill(pid, 0) != nil, fmt.Sprintf("pid %d alive", pid)
 		})
 	r.restarts = append(r.restarts, time.Now())
 	cmd := exec.Command(filepath.Join(kube, "apiserver.sh"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
-	_ = os.WriteFile(filepath.Join(kube, "apiserver.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	_ = os.WriteFile(filepath.Join(kube, "apiserver.PID"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
 	go func() { _ = cmd.Wait() }()
-	apiServer.Await(r.t, 2*time.Minute, "the API server back", func() (bool, string) {
-		ok, err := r.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+	APIServer.Await(r.T, 2*time.Minute, "the API server back", func() (bool, string) {
+		ok, err := r.Admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		return string(ok) == "ok", fmt.Sprintf("/readyz: %q, %v", ok, err)
 	})
 }
 
 // kubeconfigFor writes a kubeconfig of replica i's own user (the admin's, another token).
-func (r *rig) kubeconfigFor(i int) string {
-	r.t.Helper()
+func (r *Rig) kubeconfigFor(i int) string {
+	r.T.Helper()
 	b, err := os.ReadFile(r.kubeconfig)
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
-	p := filepath.Join(r.dir, fmt.Sprintf("kubeconfig-%d", i))
+	p := filepath.Join(r.Dir, fmt.Sprintf("kubeconfig-%d", i))
 	if err := os.WriteFile(p, []byte(strings.Replace(string(b), "krteds-scale-admin", fmt.Sprintf("krteds-%d-token", i), 1)), 0o600); err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	return p
 }
 
-// replica is one krteds process.
-type replica struct {
-	r          *rig
-	i          int
-	xds, debug string
+// Replica is one krteds process.
+type Replica struct {
+	r     *Rig
+	Index int
+	// XDS and Debug are its addresses: ADS, and the debug server's (metrics, /ready).
+	XDS, Debug string
 	cmd        *exec.Cmd
-	done       chan struct{}
+	// Done is closed once its process has exited.
+	Done chan struct{}
 }
 
-// buildKrteds builds the binary once.
-func (r *rig) buildKrteds() string {
-	r.t.Helper()
+// BuildKrteds builds the binary once.
+func (r *Rig) BuildKrteds() string {
+	r.T.Helper()
 	if r.krteds != "" {
 		return r.krteds
 	}
-	bin := filepath.Join(r.dir, "krteds")
+	bin := filepath.Join(r.Dir, "krteds")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/krteds")
-	cmd.Dir = filepath.Join(here(), "..", "..")
+	cmd.Dir = filepath.Join(here(), "..", "..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		r.t.Fatalf("building krteds: %v\n%s", err, out)
+		r.T.Fatalf("building krteds: %v\n%s", err, out)
 	}
 	r.krteds = bin
 	return bin
 }
 
-// startReplica starts replica i (on the ports it had, when it is started again).
-func (r *rig) startReplica(i int) *replica {
-	r.t.Helper()
-	for len(r.replicas) <= i {
-		r.replicas = append(r.replicas, &replica{r: r, i: len(r.replicas), xds: fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(r.t)), debug: fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(r.t))})
+// StartReplica starts replica i (on the ports it had, when it is started again).
+func (r *Rig) StartReplica(i int) *Replica {
+	r.T.Helper()
+	for len(r.Replicas) <= i {
+		r.Replicas = append(r.Replicas, &Replica{r: r, Index: len(r.Replicas), XDS: fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(r.T)), Debug: fmt.Sprintf("127.0.0.1:%d", fixtures.FreePort(r.T))})
 	}
-	rep := r.replicas[i]
-	bin, args := r.buildKrteds(), []string{"serve", "--kubeconfig=" + r.kubeconfigFor(i), "--xds-addr=" + rep.xds,
-		"--debug-addr=" + rep.debug, "--cluster-secrets=false", "--drain-duration=2s", "--log-level=info"}
+	rep := r.Replicas[i]
+	bin, args := r.BuildKrteds(), []string{"serve", "--kubeconfig=" + r.kubeconfigFor(i), "--xds-addr=" + rep.XDS,
+		"--debug-addr=" + rep.Debug, "--cluster-secrets=false", "--drain-duration=2s", "--log-level=info"}
 	if n := os.Getenv("KRTEDS_SCALE_REPLICA_NICE"); n != "" {
 		// The replicas at another scheduling priority than the control loop and the clients they
 		// share the machine with (a cluster gives krteds cores of its own).
@@ -341,24 +346,24 @@ func (r *rig) startReplica(i int) *replica {
 	}
 	cmd, done := r.start(fmt.Sprintf("krteds-%d", i), bin, args...)
 	r.mu.Lock()
-	rep.cmd, rep.done = cmd, done
+	rep.cmd, rep.Done = cmd, done
 	r.mu.Unlock()
 	return rep
 }
 
-// waitReady waits until the replica's /ready answers 200.
-func (rep *replica) waitReady(timeout time.Duration) {
-	rep.r.t.Helper()
-	fixtures.Polling("a replica is another process: /ready is its HTTP endpoint").
-		Await(rep.r.t, timeout, fmt.Sprintf("krteds %d ready (its log: %s)", rep.i, filepath.Join(rep.r.dir, fmt.Sprintf("krteds-%d.log", rep.i))), func() (bool, string) {
+// WaitReady waits until the replica's /ready answers 200.
+func (rep *Replica) WaitReady(timeout time.Duration) {
+	rep.r.T.Helper()
+	fixtures.Polling("a Replica is another process: /ready is its HTTP endpoint").
+		Await(rep.r.T, timeout, fmt.Sprintf("krteds %d ready (its log: %s)", rep.Index, filepath.Join(rep.r.Dir, fmt.Sprintf("krteds-%d.log", rep.Index))), func() (bool, string) {
 			code := rep.status("/ready")
 			return code == http.StatusOK, fmt.Sprintf("/ready answers %d", code)
 		})
 }
 
-func (rep *replica) status(path string) int {
+func (rep *Replica) status(path string) int {
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + rep.debug + path)
+	resp, err := c.Get("http://" + rep.Debug + path)
 	if err != nil {
 		return 0
 	}
@@ -367,68 +372,68 @@ func (rep *replica) status(path string) int {
 	return resp.StatusCode
 }
 
-func (rep *replica) kill() {
+func (rep *Replica) Kill() {
 	if rep.cmd != nil && rep.cmd.Process != nil {
 		_ = rep.cmd.Process.Kill()
 	}
 }
 
-// terminate sends SIGTERM and waits until the process is gone.
-func (rep *replica) terminate(timeout time.Duration) {
-	rep.r.t.Helper()
+// Terminate sends SIGTERM and waits until the process is gone.
+func (rep *Replica) Terminate(timeout time.Duration) {
+	rep.r.T.Helper()
 	_ = rep.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-rep.done:
+	case <-rep.Done:
 	case <-time.After(timeout):
-		rep.r.t.Fatalf("krteds %d did not exit %v after SIGTERM", rep.i, timeout)
+		rep.r.T.Fatalf("krteds %d did not exit %v after SIGTERM", rep.Index, timeout)
 	}
 }
 
-// usage is a replica's CPU time, RSS and live heap (Go's accounting, from its metrics).
-type usage struct {
-	pid  int
-	cpu  time.Duration
-	rss  int64
-	heap int64
-	// pending is the replica's slice endpoints waiting for the Pod they name
+// Usage is a replica's CPU time, RSS and live heap (Go's accounting, from its metrics).
+type Usage struct {
+	PID  int
+	CPU  time.Duration
+	RSS  int64
+	Heap int64
+	// Pending is the replica's slice endpoints waiting for the Pod they name
 	// (pilot_k8s_endpoints_pending_pod).
-	pending int64
+	Pending int64
 }
 
-func (rep *replica) usage() usage {
-	var u usage
+func (rep *Replica) Usage() Usage {
+	var u Usage
 	rep.r.mu.Lock()
 	pid := rep.cmd.Process.Pid
 	rep.r.mu.Unlock()
-	u.pid = pid
+	u.PID = pid
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
 		f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
 		if len(f) > 13 {
 			ut, _ := strconv.ParseInt(f[11], 10, 64)
 			st, _ := strconv.ParseInt(f[12], 10, 64)
-			u.cpu = time.Duration(ut+st) * time.Second / 100 // clock ticks (USER_HZ 100)
+			u.CPU = time.Duration(ut+st) * time.Second / 100 // clock ticks (USER_HZ 100)
 		}
 	}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 				n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				u.rss = n << 10
+				u.RSS = n << 10
 			}
 		}
 	}
 	c := http.Client{Timeout: 2 * time.Second}
-	if resp, err := c.Get("http://" + rep.debug + "/metrics"); err == nil {
+	if resp, err := c.Get("http://" + rep.Debug + "/metrics"); err == nil {
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
 				f, _ := strconv.ParseFloat(v, 64)
-				u.heap = int64(f)
+				u.Heap = int64(f)
 			}
 			if v, ok := strings.CutPrefix(sc.Text(), "pilot_k8s_endpoints_pending_pod "); ok {
 				f, _ := strconv.ParseFloat(v, 64)
-				u.pending = int64(f)
+				u.Pending = int64(f)
 			}
 		}
 		resp.Body.Close()
@@ -436,21 +441,21 @@ func (rep *replica) usage() usage {
 	return u
 }
 
-// convergence reads the replica's histogram of its own part of a change (an input change to the
+// Convergence reads the replica's histogram of its own part of a change (an input change to the
 // response carrying it: krteds_xds_convergence_seconds for CLAs), as cumulative counts by upper
 // bound; nil when the replica does not answer.
-func (rep *replica) convergence() map[float64]float64 {
+func (rep *Replica) Convergence() map[float64]float64 {
 	return rep.histogram(`krteds_xds_convergence_seconds_bucket{type="ClusterLoadAssignment",le="`)
 }
 
-// programming reads the replica's network programming latency of slice changes, trigger → ACK
+// Programming reads the replica's network programming latency of slice changes, trigger → ACK
 // (krteds_network_programming_duration_seconds, stage total), as convergence does.
-func (rep *replica) programming() map[float64]float64 { return rep.programmingStage("total") }
+func (rep *Replica) Programming() map[float64]float64 { return rep.ProgrammingStage("total") }
 
-// programmingStage reads one stage of the replica's network programming latency of the changes
+// ProgrammingStage reads one stage of the replica's network programming latency of the changes
 // whose trigger time is a Pod's readiness, stamped on a slice by the EndpointSlice controller or
 // read off the Pod (kind EndpointSlice and Pod, summed): what the rig measures from the stamps.
-func (rep *replica) programmingStage(stage string) map[float64]float64 {
+func (rep *Replica) ProgrammingStage(stage string) map[float64]float64 {
 	out := rep.histogram(`krteds_network_programming_duration_seconds_bucket{kind="EndpointSlice",stage="` + stage + `",le="`)
 	for b, n := range rep.histogram(`krteds_network_programming_duration_seconds_bucket{kind="Pod",stage="` + stage + `",le="`) {
 		out[b] += n
@@ -458,17 +463,17 @@ func (rep *replica) programmingStage(stage string) map[float64]float64 {
 	return out
 }
 
-// programmingKind reads the network programming latency, trigger → ACK, of the changes whose
+// ProgrammingKind reads the network programming latency, trigger → ACK, of the changes whose
 // trigger is of one kind.
-func (rep *replica) programmingKind(kind string) map[float64]float64 {
+func (rep *Replica) ProgrammingKind(kind string) map[float64]float64 {
 	return rep.histogram(`krteds_network_programming_duration_seconds_bucket{kind="` + kind + `",stage="total",le="`)
 }
 
 // histogram reads the buckets of one series of the replica's metrics whose lines start with
 // prefix (up to the bound), as cumulative counts by upper bound; nil when it does not answer.
-func (rep *replica) histogram(prefix string) map[float64]float64 {
+func (rep *Replica) histogram(prefix string) map[float64]float64 {
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + rep.debug + "/metrics")
+	resp, err := c.Get("http://" + rep.Debug + "/metrics")
 	if err != nil {
 		return nil
 	}
@@ -494,10 +499,10 @@ func (rep *replica) histogram(prefix string) map[float64]float64 {
 	return out
 }
 
-// histogramQuantile is the upper bound of the bucket holding quantile q of the counts added
+// HistogramQuantile is the upper bound of the bucket holding quantile q of the counts added
 // between two readings of a cumulative histogram (from may be nil: a process started since), and
 // the number of observations.
-func histogramQuantile(from, to map[float64]float64, q float64) (bound float64, n float64) {
+func HistogramQuantile(from, to map[float64]float64, q float64) (bound float64, n float64) {
 	bounds := make([]float64, 0, len(to))
 	for b := range to {
 		bounds = append(bounds, b)
@@ -527,8 +532,8 @@ func histogramQuantile(from, to map[float64]float64, q float64) (bound float64, 
 	return bounds[len(bounds)-1], n
 }
 
-// selfCPU is the CPU the rig's own process (the clients and the judge) has used.
-func selfCPU() time.Duration {
+// SelfCPU is the CPU the rig's own process (the clients and the judge) has used.
+func SelfCPU() time.Duration {
 	b, err := os.ReadFile("/proc/self/stat")
 	if err != nil {
 		return 0
@@ -545,14 +550,14 @@ func selfCPU() time.Duration {
 // sample is one reading of a replica's usage.
 type sample struct {
 	at time.Time
-	usage
+	Usage
 }
 
-// sampleUsage reads every replica's usage every second until the test ends.
-func (r *rig) sampleUsage() {
+// SampleUsage reads every replica's usage every second until the test ends.
+func (r *Rig) SampleUsage() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	r.t.Cleanup(func() { close(stop); <-done })
+	r.T.Cleanup(func() { close(stop); <-done })
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(time.Second)
@@ -562,13 +567,13 @@ func (r *rig) sampleUsage() {
 			case <-stop:
 				return
 			case now := <-tick.C:
-				for i, rep := range r.replicas {
-					u := rep.usage()
+				for i, rep := range r.Replicas {
+					u := rep.Usage()
 					r.mu.Lock()
 					for len(r.samples) <= i {
 						r.samples = append(r.samples, nil)
 					}
-					r.samples[i] = append(r.samples[i], sample{at: now, usage: u})
+					r.samples[i] = append(r.samples[i], sample{at: now, Usage: u})
 					r.mu.Unlock()
 				}
 			}
@@ -576,26 +581,26 @@ func (r *rig) sampleUsage() {
 	}()
 }
 
-// window is a replica's usage over [from, to]: CPU used (in cores: seconds of CPU per second),
+// Window is a replica's usage over [from, to]: CPU used (in cores: seconds of CPU per second),
 // and the peak RSS and heap sampled.
-type window struct {
-	cores             float64
-	peakRSS, peakHeap int64
-	// peakPending is the most slice endpoints sampled waiting for their Pod.
-	peakPending int64
-	// samples is the readings in the window.
-	samples int
+type Window struct {
+	Cores             float64
+	PeakRSS, PeakHeap int64
+	// PeakPending is the most slice endpoints sampled waiting for their Pod.
+	PeakPending int64
+	// Samples is the readings in the window.
+	Samples int
 }
 
-func (r *rig) usageOver(i int, from, to time.Time) window {
+func (r *Rig) UsageOver(i int, from, to time.Time) Window {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var w window
+	var w Window
 	var cpu time.Duration
 	var prev *sample
 	for k := range r.samples[i] {
 		s := &r.samples[i][k]
-		if s.rss == 0 {
+		if s.RSS == 0 {
 			continue // the process was gone
 		}
 		if s.at.Before(from) || s.at.After(to) {
@@ -604,25 +609,25 @@ func (r *rig) usageOver(i int, from, to time.Time) window {
 			}
 			continue
 		}
-		w.samples++
-		w.peakRSS, w.peakHeap, w.peakPending = max(w.peakRSS, s.rss), max(w.peakHeap, s.heap), max(w.peakPending, s.pending)
+		w.Samples++
+		w.PeakRSS, w.PeakHeap, w.PeakPending = max(w.PeakRSS, s.RSS), max(w.PeakHeap, s.Heap), max(w.PeakPending, s.Pending)
 		switch {
 		case prev == nil:
-		case prev.pid != s.pid:
-			cpu += s.cpu // a new process: all its CPU is in the window
+		case prev.PID != s.PID:
+			cpu += s.CPU // a new process: all its CPU is in the window
 		default:
-			cpu += s.cpu - prev.cpu
+			cpu += s.CPU - prev.CPU
 		}
 		prev = s
 	}
 	if d := to.Sub(from); d > 0 {
-		w.cores = cpu.Seconds() / d.Seconds()
+		w.Cores = cpu.Seconds() / d.Seconds()
 	}
 	return w
 }
 
-// busy is the machine's CPU time, all cores, busy and in all, from /proc/stat.
-func busy() (busyTicks, allTicks int64) {
+// Busy is the machine's CPU time, all cores, Busy and in all, from /proc/stat.
+func Busy() (busyTicks, allTicks int64) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, 0
@@ -652,30 +657,30 @@ type auditEvent struct {
 	Stamp time.Time `json:"stageTimestamp"`
 }
 
-// apiLoad is one user's requests between two times: completed requests by verb, and the
+// APILoad is one user's requests between two times: completed requests by verb, and the
 // watches it opened and those still open at the end.
-type apiLoad struct {
-	byVerb map[string]int
-	// watchesOpened counts the watches opened in the window; watching is, per resource, the
+type APILoad struct {
+	ByVerb map[string]int
+	// WatchesOpened counts the watches opened in the window; Watching is, per resource, the
 	// watches open at its end.
-	watchesOpened int
-	watching      map[string]int
-	listsByKind   map[string]int
-	// watchLists counts the watches opened with sendInitialEvents: a list streamed over a watch
+	WatchesOpened int
+	Watching      map[string]int
+	ListsByKind   map[string]int
+	// WatchLists counts the watches opened with sendInitialEvents: a list streamed over a watch
 	// (client-go's watch-list), which the API server serves from its watch cache and which the
 	// audit log shows as a watch, not a list.
-	watchLists int
+	WatchLists int
 }
 
-// apiLoadOf reads the audit log for the users' requests between from and to.
-func (r *rig) apiLoadOf(users []string, from, to time.Time) map[string]*apiLoad {
-	out := map[string]*apiLoad{}
+// APILoadOf reads the audit log for the users' requests between from and to.
+func (r *Rig) APILoadOf(users []string, from, to time.Time) map[string]*APILoad {
+	out := map[string]*APILoad{}
 	for _, u := range users {
-		out[u] = &apiLoad{byVerb: map[string]int{}, listsByKind: map[string]int{}, watching: map[string]int{}}
+		out[u] = &APILoad{ByVerb: map[string]int{}, ListsByKind: map[string]int{}, Watching: map[string]int{}}
 	}
 	f, err := os.Open(r.audit)
 	if err != nil {
-		r.t.Logf("audit log: %v", err)
+		r.T.Logf("audit log: %v", err)
 		return out
 	}
 	defer f.Close()
@@ -702,9 +707,9 @@ func (r *rig) apiLoadOf(users []string, from, to time.Time) map[string]*apiLoad 
 			case "ResponseStarted":
 				open[watchOf{e.User.Username, e.ObjectRef.Resource}]++
 				if !e.Stamp.Before(from) {
-					l.watchesOpened++
+					l.WatchesOpened++
 					if strings.Contains(e.RequestURI, "sendInitialEvents=true") {
-						l.watchLists++
+						l.WatchLists++
 					}
 				}
 			case "ResponseComplete", "Panic":
@@ -715,24 +720,24 @@ func (r *rig) apiLoadOf(users []string, from, to time.Time) map[string]*apiLoad 
 		if e.Stage != "ResponseComplete" || e.Stamp.Before(from) {
 			continue
 		}
-		l.byVerb[e.Verb]++
+		l.ByVerb[e.Verb]++
 		if e.Verb == "list" {
-			l.listsByKind[e.ObjectRef.Resource]++
+			l.ListsByKind[e.ObjectRef.Resource]++
 		}
 	}
 	for w, n := range open {
 		if n > 0 {
-			out[w.user].watching[w.resource] = n
+			out[w.user].Watching[w.resource] = n
 		}
 	}
 	return out
 }
 
-// behind asks the replica which of its proxies are behind what it would send them
+// Behind asks the replica which of its proxies are behind what it would send them
 // (/debug/staleness); ok is false when it does not answer.
-func (rep *replica) behind() (s xdsdebug.Staleness, ok bool) {
+func (rep *Replica) Behind() (s xdsdebug.Staleness, ok bool) {
 	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + rep.debug + "/debug/staleness")
+	resp, err := c.Get("http://" + rep.Debug + "/debug/staleness")
 	if err != nil {
 		return s, false
 	}
@@ -741,4 +746,12 @@ func (rep *replica) behind() (s xdsdebug.Staleness, ok bool) {
 		return s, false
 	}
 	return s, true
+}
+
+// KillProcess kills one of the rig's programs by the name it was started with (kwok-doomed: the
+// kubelet of DoomedNode).
+func (r *Rig) KillProcess(name string) {
+	if cmd, ok := r.procs.Load(name); ok {
+		_ = cmd.(*exec.Cmd).Process.Kill()
+	}
 }

@@ -1,4 +1,4 @@
-package scale
+package fleet
 
 import (
 	"slices"
@@ -43,24 +43,27 @@ func TestDecodeCLAAgreesWithTheFullDecode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gotName, got, err := decodeCLA(b)
+			gotName, got, err := DecodeCLA(b)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if n := CLAName(b); n != gotName {
+				t.Fatalf("CLAName = %q, DecodeCLA's name %q", n, gotName)
 			}
 			full := &endpoint.ClusterLoadAssignment{}
 			if err := proto.Unmarshal(b, full); err != nil {
 				t.Fatal(err)
 			}
-			if want := healthyOf(full); gotName != full.ClusterName || !slices.Equal(got, want) {
+			if want := HealthyOf(full); gotName != full.ClusterName || !slices.Equal(got, want) {
 				t.Fatalf("decodeCLA = %q %v, the full decode %q %v", gotName, got, full.ClusterName, want)
 			}
 			for n := 1; n < len(b); n++ {
-				if _, set, err := decodeCLA(b[:n]); err == nil && n < len(b) {
+				if _, set, err := DecodeCLA(b[:n]); err == nil && n < len(b) {
 					// A cut at a field boundary reads as a shorter message: fine if it names no
 					// endpoint the whole does not.
 					for _, a := range set {
 						if _, ok := slices.BinarySearch(got, a); !ok {
-							t.Fatalf("cut at %d: decodeCLA invented %s", n, ipString(a))
+							t.Fatalf("cut at %d: decodeCLA invented %s", n, IPString(a))
 						}
 					}
 				}

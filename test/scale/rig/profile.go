@@ -1,4 +1,4 @@
-package scale
+package rig
 
 import (
 	"fmt"
@@ -16,12 +16,12 @@ import (
 // open) for the next d, into the rig's folder (kept with KRTEDS_SCALE_KEEP) as
 // <name>-rig.pprof and <name>-krteds-<i>.pprof, and returns at once; the returned func waits for
 // them. It is how a scenario's time is apportioned between krteds and the clients judging it.
-func (r *rig) profile(name string, d time.Duration, skip int) (wait func()) {
+func (r *Rig) Profile(name string, d time.Duration, skip int) (wait func()) {
 	if os.Getenv("KRTEDS_SCALE_PROFILE") == "" {
 		return func() {}
 	}
 	var wg sync.WaitGroup
-	if f, err := os.Create(filepath.Join(r.dir, name+"-rig.pprof")); err == nil {
+	if f, err := os.Create(filepath.Join(r.Dir, name+"-rig.pprof")); err == nil {
 		if err := pprof.StartCPUProfile(f); err == nil {
 			wg.Add(1)
 			go func() {
@@ -34,7 +34,7 @@ func (r *rig) profile(name string, d time.Duration, skip int) (wait func()) {
 			_ = f.Close()
 		}
 	}
-	for i, rep := range r.replicas {
+	for i, rep := range r.Replicas {
 		if i == skip {
 			continue
 		}
@@ -42,13 +42,13 @@ func (r *rig) profile(name string, d time.Duration, skip int) (wait func()) {
 		go func() {
 			defer wg.Done()
 			c := http.Client{Timeout: d + 10*time.Second}
-			resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", rep.debug, int(d.Seconds())))
+			resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", rep.Debug, int(d.Seconds())))
 			if err != nil {
-				r.t.Logf("profiling krteds-%d: %v", i, err)
+				r.T.Logf("profiling krteds-%d: %v", i, err)
 				return
 			}
 			defer resp.Body.Close()
-			f, err := os.Create(filepath.Join(r.dir, fmt.Sprintf("%s-krteds-%d.pprof", name, i)))
+			f, err := os.Create(filepath.Join(r.Dir, fmt.Sprintf("%s-krteds-%d.pprof", name, i)))
 			if err != nil {
 				return
 			}

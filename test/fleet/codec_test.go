@@ -1,6 +1,7 @@
-package bench
+package fleet
 
 import (
+	"sync/atomic"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -12,8 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// TestVersionsCodec: the fleet's codec decodes a delta response as the proto codec does, except
-// for the resources' bodies; other messages are the proto codec's.
+// TestVersionsCodec: the fleet's codec, skipping bodies, decodes a delta response as the proto
+// codec does, except for the resources' bodies, and counts its bytes; other messages are the proto
+// codec's, and a request a proxy encoded itself is sent as it is.
 func TestVersionsCodec(t *testing.T) {
 	full := &discovery.DeltaDiscoveryResponse{
 		SystemVersionInfo: "sys", TypeUrl: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", Nonce: "7",
@@ -36,10 +38,12 @@ func TestVersionsCodec(t *testing.T) {
 		data = append(data, mem.SliceBuffer(b[:n]))
 		b = b[n:]
 	}
+	var n atomic.Int64
+	c := codec{skipBodies: true, n: &n}
 	got := &discovery.DeltaDiscoveryResponse{}
 	for range 2 { // the second decode reuses the scratch buffers
 		got.Reset()
-		if err := (versionsCodec{}).Unmarshal(data, got); err != nil {
+		if err := c.Unmarshal(data, got); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,17 +54,35 @@ func TestVersionsCodec(t *testing.T) {
 	if !proto.Equal(got, want) {
 		t.Fatalf("decoded %v, want %v", got, want)
 	}
-	if err := (versionsCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x12, 0x05, 0x1a})}, &discovery.DeltaDiscoveryResponse{}); err == nil {
+	if n.Load() != int64(2*data.Len()) {
+		t.Errorf("counted %d bytes of two responses of %d", n.Load(), data.Len())
+	}
+	// With the bodies, the proto codec's decoding.
+	withBodies := &discovery.DeltaDiscoveryResponse{}
+	if err := (codec{}).Unmarshal(data, withBodies); err != nil || !proto.Equal(withBodies, full) {
+		t.Fatalf("decoded with the bodies: %v", err)
+	}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x12, 0x05, 0x1a})}, &discovery.DeltaDiscoveryResponse{}); err == nil {
 		t.Error("a truncated response decoded without an error")
 	}
 	// Anything else is the proto codec's.
 	req := &discovery.DeltaDiscoveryRequest{TypeUrl: "t", ResourceNamesSubscribe: []string{"a"}}
-	enc, err := (versionsCodec{}).Marshal(req)
+	enc, err := c.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	back := &discovery.DeltaDiscoveryRequest{}
 	if err := encoding.GetCodecV2("proto").Unmarshal(enc, back); err != nil || !proto.Equal(back, req) {
 		t.Fatalf("request round trip: %v %v", back, err)
+	}
+	// A state-of-the-world request the proxy encoded: as proto.Marshal would, field order aside.
+	enc, err = c.Marshal(sotwRequest(nil, encodeNames([]string{"a", "b"}), "t", "v1", "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sotw := &discovery.DiscoveryRequest{}
+	if err := encoding.GetCodecV2("proto").Unmarshal(enc, sotw); err != nil ||
+		!proto.Equal(sotw, &discovery.DiscoveryRequest{TypeUrl: "t", VersionInfo: "v1", ResponseNonce: "n1", ResourceNames: []string{"a", "b"}}) {
+		t.Fatalf("an encoded request decodes as %v (%v)", sotw, err)
 	}
 }
