@@ -56,60 +56,29 @@ type FilesOptions struct {
 // (only those whose bytes changed), compared with what the file contributed before, and only the
 // difference is written to the collections. When two files define the same object, the file
 // whose path sorts last wins.
+//
+// Files is the loop and the lock over four parts, each with fields of its own: the tree (what is
+// watched, and which paths a change concerns), the reader (a file's bytes to its objects), the
+// owners (which file defines which object, and so what to write and delete) and the problem set
+// (what Problems must say). The loop is the only writer; it holds mu while it calls a part, and
+// writes to the collections without it, so Status may read the parts meanwhile.
 type Files struct {
-	// given is the path the source was given, made absolute. When it is a symlink (link), the
-	// source serves its target and follows it when the link is re-pointed.
-	given string
-	link  bool
-	// root is what is served: given, or the target of the link (a folder or a file); rootReal
-	// is the folder it resolves to (a file's folder). They change, under mu, only in Run.
-	root     string
-	rootReal string
-	folder   bool
-	// fileDir is the folder watched for a file root.
-	fileDir string
-	// linkProblem says why the link resolves to nothing now (the last target is kept).
-	linkProblem *collections.Problem
-	o           FilesOptions
-	log         *zap.Logger
-	w           watcher
-
-	static   Static
+	o      FilesOptions
+	log    *zap.Logger
+	w      watcher
+	static Static
+	// problems is the collection the problem set writes.
 	problems krt.StaticCollection[collections.ObjectProblems]
+	reader   reader
 
-	mu      sync.Mutex
-	files   map[string]*fileState
-	objects map[string]*objectState
-	dirs    map[string]bool
-	// links maps the real path of a file to the symlinks in the folder that resolve to it: they
-	// are read again when it changes.
-	links map[string]map[string]bool
-	// linkTargets maps each symlink of links to its target.
-	linkTargets map[string]string
-	// dirty lists files whose problems must be recomputed at the end of a batch.
-	dirty map[string]bool
-	// orphans are the objects whose files went away, kept applied for RemoveGrace from when.
-	orphans map[string]time.Time
+	mu     sync.Mutex
+	tree   *tree
+	owners *owners
+	probs  *problemSet
 }
 
 // DefaultRemoveGrace is how long the objects of a file that went away are kept by default.
 const DefaultRemoveGrace = 500 * time.Millisecond
-
-type fileState struct {
-	hash    uint64 // the applied content; 0 before any
-	objects []Object
-	ignored map[string]int
-	cache   decodeCache
-	// problem says why the file's current content is not applied; failHash is that content.
-	problem  *collections.Problem
-	failHash uint64
-	// waiting: another process holds the file open for writing; it is read when closed.
-	waiting bool
-	// shadowed maps objects of this file that another file also defines, and wins, to that file.
-	shadowed map[string]string
-	// dups are objects defined twice in this file.
-	dups []string
-}
 
 // NewFiles reads every manifest under path (a folder, walked recursively without hidden entries,
 // or one file, or a symlink to either) and returns a source whose collections hold them. Files
@@ -140,26 +109,24 @@ func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, err
 	if err != nil {
 		return nil, fmt.Errorf("manifests: %w", err)
 	}
-	s := &Files{
-		given: abs, link: lst.Mode()&fs.ModeSymlink != 0, o: o, log: log,
-		files: map[string]*fileState{}, objects: map[string]*objectState{}, dirs: map[string]bool{}, dirty: map[string]bool{}, orphans: map[string]time.Time{},
-		links: map[string]map[string]bool{}, linkTargets: map[string]string{},
-	}
-	root, folder, err := s.locate()
+	s := &Files{o: o, log: log, reader: reader{max: o.MaxFileBytes}, owners: newOwners(o.RemoveGrace)}
+	s.tree = newTree(abs, lst.Mode()&fs.ModeSymlink != 0, nil)
+	root, folder, err := s.tree.locate()
 	if err != nil {
 		return nil, fmt.Errorf("manifests %s: %w", path, err)
 	}
 	if s.w, err = newWatcher(); err != nil {
 		return nil, fmt.Errorf("manifests %s: %w", path, err)
 	}
-	if s.link {
+	s.tree.w = s.w
+	if s.tree.link {
 		// The link's folder: a re-pointed link is a change there.
 		if err := s.w.add(filepath.Dir(abs)); err != nil {
 			_ = s.w.close()
 			return nil, fmt.Errorf("manifests %s: %w", path, err)
 		}
 	}
-	if err := s.setRoot(root, folder); err != nil {
+	if err := s.tree.setRoot(root, folder); err != nil {
 		_ = s.w.close()
 		return nil, fmt.Errorf("manifests %s: %w", path, err)
 	}
@@ -168,9 +135,14 @@ func NewFiles(path string, opts krt.OptionsBuilder, o FilesOptions) (*Files, err
 	// as it is then, where later its writer's close is waited for.
 	s.static = NewStatic(opts, nil)
 	s.problems = krt.NewStaticCollection[collections.ObjectProblems](nil, nil, opts.WithName(NameManifestProblems)...)
+	s.probs = newProblemSet(s.problems)
 	c := changes{asIs: true}
-	s.examine(s.root, &c)
-	s.waitForWriters(&c)
+	s.mu.Lock()
+	s.examine(root, &c)
+	ups := s.probs.pending(s.describe)
+	s.mu.Unlock()
+	s.probs.write(ups)
+	waitForWriters(c.read, time.Now().Add(o.StartupWait))
 	s.load(&c)
 	return s, nil
 }
@@ -229,9 +201,9 @@ func (s *Files) Run(stop <-chan struct{}) {
 			pending = map[string]bool{}
 			if full {
 				full = false
-				paths = map[string]bool{s.root: true}
 				s.mu.Lock()
-				for f := range s.files {
+				paths = map[string]bool{s.tree.root: true}
+				for _, f := range s.owners.paths() {
 					paths[f] = true
 				}
 				s.mu.Unlock()
@@ -263,16 +235,48 @@ func (s *Files) readOnCreate(path string) bool {
 // to the other without removing them.
 func (s *Files) apply(paths map[string]bool) {
 	var c changes
-	if s.link {
-		s.follow(&c)
+	s.mu.Lock()
+	linkWas := s.tree.linkProblem
+	var from string
+	var moved bool
+	if s.tree.link {
+		from, moved = s.tree.follow(&c, s.owners)
+		s.noteProblems(&c)
 	}
 	for _, p := range collections.SortedKeys(paths) {
 		s.examine(p, &c)
-		c.read = append(c.read, s.linksTo(p)...)
+		c.read = append(c.read, s.tree.linksTo(p)...)
 	}
+	var link []problemUpdate
+	if !sameProblem(linkWas, s.tree.linkProblem) {
+		link = []problemUpdate{{key: KindManifestFile + "/" + s.tree.name(), op: linkProblems(s.tree.name(), s.tree.linkProblem)}}
+	}
+	ups := s.probs.pending(s.describe)
+	root, given := s.tree.root, s.tree.given
+	s.mu.Unlock()
+	if moved {
+		s.log.Info("manifests link re-pointed", zap.String("link", given), zap.String("from", from), zap.String("to", root))
+	}
+	s.probs.write(link)
+	s.probs.write(ups)
 	s.load(&c)
 	if c.retargeted {
 		// Problems are named from the root: those of the old target go.
 		s.reconcileProblems()
 	}
+}
+
+// examine has the tree examine p and records the problems it met (s.mu held).
+func (s *Files) examine(p string, c *changes) {
+	s.tree.examine(p, c, s.owners)
+	s.noteProblems(c)
+}
+
+// noteProblems records the problems the tree met on the files they concern (s.mu held).
+func (s *Files) noteProblems(c *changes) {
+	for _, pp := range c.problems {
+		s.owners.setProblem(pp.path, pp.problem, 0)
+		s.probs.mark(pp.path)
+	}
+	c.problems = nil
 }

@@ -1,16 +1,43 @@
 package sources
 
 import (
-	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-	"istio.io/istio/pkg/kube/krt"
-
 	"github.com/krteds/krteds/collections"
 )
+
+// owners is the part of a manifests source that knows which file defines which object: it turns
+// a file's new content (or its removal) into the writes and deletes to apply to the collections.
+// When two files define the same object, the file whose path sorts last wins; the objects of a
+// file that went away are kept for the grace, in case a file defines them again. It is not safe
+// for concurrent use: Files' lock guards it.
+type owners struct {
+	files   map[string]*fileState
+	objects map[string]*objectState
+	// orphans are the objects whose files went away, kept applied for grace from when.
+	orphans map[string]time.Time
+	// grace is how long orphans are kept (RemoveGrace; negative or zero: not at all).
+	grace time.Duration
+}
+
+type fileState struct {
+	hash    uint64 // the applied content; 0 before any
+	objects []Object
+	ignored map[string]int
+	cache   decodeCache
+	// problem says why the file's current content is not applied; failHash is that content.
+	problem  *collections.Problem
+	failHash uint64
+	// waiting: another process holds the file open for writing; it is read when closed.
+	waiting bool
+	// shadowed maps objects of this file that another file also defines, and wins, to that file.
+	shadowed map[string]string
+	// dups are objects defined twice in this file.
+	dups []string
+}
 
 type owner struct {
 	file string
@@ -22,169 +49,232 @@ type objectState struct {
 	applied *Object // what the collections hold
 }
 
+// fileContent is a file's new content: what it decoded to, and its hash.
+type fileContent struct {
+	decoded *Decoded
+	hash    uint64
+}
+
+// written is what a commit changed: the objects to write and to delete, the files whose
+// problems may have changed, and the files that are gone.
+type written struct {
+	ups, dels []Object
+	changed   []string
+	gone      []string
+}
+
+func newOwners(grace time.Duration) *owners {
+	return &owners{files: map[string]*fileState{}, objects: map[string]*objectState{}, orphans: map[string]time.Time{}, grace: grace}
+}
+
+// file returns the state of a file, creating it.
+func (o *owners) file(p string) *fileState {
+	fs := o.files[p]
+	if fs == nil {
+		fs = &fileState{}
+		o.files[p] = fs
+	}
+	return fs
+}
+
+// held is what the owners hold of a file, for the reader.
+func (o *owners) held(p string) held {
+	fs := o.files[p]
+	if fs == nil {
+		return held{}
+	}
+	h := held{known: true, hash: fs.hash, cache: fs.cache}
+	if fs.problem != nil {
+		h.hash = fs.failHash
+	}
+	return h
+}
+
+func (o *owners) has(p string) bool { return o.files[p] != nil }
+
+func (o *owners) under(p string) []string {
+	var out []string
+	for f := range o.files {
+		if within(f, p) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (o *owners) in(dir string) []string {
+	var out []string
+	for f := range o.files {
+		if filepath.Dir(f) == dir {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// paths lists the files held, sorted.
+func (o *owners) paths() []string { return collections.SortedKeys(o.files) }
+
+// setProblem records why a file's current content (hash; 0: unread) is not applied; it keeps
+// its objects.
+func (o *owners) setProblem(p string, prob *collections.Problem, hash uint64) {
+	fs := o.file(p)
+	fs.problem, fs.failHash, fs.waiting = prob, hash, false
+}
+
+// setWaiting notes that another process is writing the file.
+func (o *owners) setWaiting(p string) { o.file(p).waiting = true }
+
+// unchanged notes that a file read again holds what was applied: a problem reading it, or a
+// writer, is gone. It reports whether that changed the file's state.
+func (o *owners) unchanged(p string, hash uint64) bool {
+	fs := o.files[p]
+	if fs == nil || !(fs.waiting || (fs.problem != nil && fs.failHash != hash)) {
+		return false
+	}
+	fs.waiting, fs.problem, fs.failHash = false, nil, 0
+	return true
+}
+
 // commit makes the listed files contribute what next says (a file missing from next contributes
-// nothing and is forgotten), and writes the difference to the collections.
-func (s *Files) commit(paths []string, next map[string]*Decoded) {
-	s.mu.Lock()
-	now := time.Now()
+// nothing and is forgotten), and returns the difference to write to the collections. now stamps
+// the objects written and starts the grace of those orphaned.
+func (o *owners) commit(paths []string, next map[string]fileContent, now time.Time) written {
+	var out written
 	touched := map[string]bool{}
 	// vanished are the objects a file that went away defined: another file (or the same path,
 	// as an editor saves it) may define them again.
 	vanished := map[string]bool{}
-	var gone []string
 	for _, p := range paths {
-		fs := s.files[p]
-		d := next[p]
+		fs := o.files[p]
+		c, ok := next[p]
 		var old []Object
 		if fs != nil {
 			old = fs.objects
 		}
 		oldByKey := make(map[string]Object, len(old))
-		for _, o := range old {
-			oldByKey[o.Key] = o
+		for _, ob := range old {
+			oldByKey[ob.Key] = ob
 		}
 		var objs []Object
-		if d != nil {
-			objs = d.Objects
+		if ok {
+			objs = c.decoded.Objects
 		}
-		for _, o := range objs {
-			if prev, ok := oldByKey[o.Key]; ok && prev.Hash == o.Hash {
-				delete(oldByKey, o.Key)
+		for _, ob := range objs {
+			if prev, ok := oldByKey[ob.Key]; ok && prev.Hash == ob.Hash {
+				delete(oldByKey, ob.Key)
 				continue
 			}
-			delete(oldByKey, o.Key)
-			o.Obj = stamped(o.Obj, d.ModTime, now)
-			s.setOwner(o.Key, p, &o)
-			touched[o.Key] = true
+			delete(oldByKey, ob.Key)
+			ob.Obj = stamped(ob.Obj, c.decoded.ModTime, now)
+			o.setOwner(ob.Key, p, &ob)
+			touched[ob.Key] = true
 		}
 		for k := range oldByKey {
-			s.setOwner(k, p, nil)
+			o.setOwner(k, p, nil)
 			touched[k] = true
-			vanished[k] = d == nil
+			vanished[k] = !ok
 			if fs != nil {
 				delete(fs.shadowed, k)
 			}
 		}
-		if d == nil {
+		out.changed = append(out.changed, p)
+		if !ok {
 			if fs != nil {
 				for k := range fs.shadowed {
 					touched[k] = true
 				}
 			}
-			delete(s.files, p)
-			s.dirty[p] = true
-			gone = append(gone, p)
+			delete(o.files, p)
+			out.gone = append(out.gone, p)
 			continue
 		}
-		fs = s.file(p)
-		fs.objects, fs.ignored, fs.cache, fs.dups = d.Objects, d.Ignored, d.cache(), d.Duplicates
+		fs = o.file(p)
+		d := c.decoded
+		fs.hash, fs.objects, fs.ignored, fs.cache, fs.dups = c.hash, d.Objects, d.Ignored, d.cache(), d.Duplicates
 		fs.problem, fs.failHash, fs.waiting = nil, 0, false
-		s.dirty[p] = true
 	}
-	for _, p := range gone {
-		s.setLink(p, "") // a symlink that is gone no longer follows its target
-	}
-	var ups, dels []Object
 	for k := range touched {
-		st := s.objects[k]
+		st := o.objects[k]
 		var win *Object
 		if st != nil && len(st.owners) > 0 {
-			win = &st.owners[len(st.owners)-1].obj
-			for i, o := range st.owners {
-				if fs := s.files[o.file]; fs != nil {
+			last := len(st.owners) - 1
+			win = &st.owners[last].obj
+			for i, ow := range st.owners {
+				if fs := o.files[ow.file]; fs != nil {
 					if fs.shadowed == nil {
 						fs.shadowed = map[string]string{}
 					}
-					if i < len(st.owners)-1 {
-						fs.shadowed[k] = st.owners[len(st.owners)-1].file
+					if i < last {
+						fs.shadowed[k] = st.owners[last].file
 					} else {
 						delete(fs.shadowed, k)
 					}
-					s.dirty[o.file] = true
+					out.changed = append(out.changed, ow.file)
 				}
 			}
 		}
 		if win != nil {
-			delete(s.orphans, k)
+			delete(o.orphans, k)
 		}
 		switch {
-		case win == nil && st != nil && st.applied != nil && vanished[k] && s.o.RemoveGrace > 0:
+		case win == nil && st != nil && st.applied != nil && vanished[k] && o.grace > 0:
 			// Kept until the grace ends, unless a file defines it again meanwhile.
-			if _, held := s.orphans[k]; !held {
-				s.orphans[k] = now
+			if _, kept := o.orphans[k]; !kept {
+				o.orphans[k] = now
 			}
 		case win == nil && st != nil && st.applied != nil:
-			dels = append(dels, *st.applied)
-			delete(s.objects, k)
-			delete(s.orphans, k)
+			out.dels = append(out.dels, *st.applied)
+			delete(o.objects, k)
+			delete(o.orphans, k)
 		case win == nil:
-			delete(s.objects, k)
+			delete(o.objects, k)
 		case st.applied == nil || st.applied.Hash != win.Hash:
 			w := *win
 			st.applied = &w
-			ups = append(ups, w)
+			out.ups = append(out.ups, w)
 		}
 	}
-	s.mu.Unlock()
-	files := make([]string, len(paths))
-	for i, p := range paths {
-		files[i] = s.rel(p)
-	}
-	s.writeSorted(ups, dels, files)
-	s.flushProblems()
+	return out
 }
 
-// expireOrphans deletes the objects whose files went away more than the grace before now and
-// that no file has defined since; it returns when the next of those left expires (zero: none).
-func (s *Files) expireOrphans(now time.Time) time.Time {
-	s.mu.Lock()
-	var dels []Object
-	var next time.Time
-	for k, at := range s.orphans {
-		if until := at.Add(s.o.RemoveGrace); now.Before(until) {
+// expire returns the objects to delete whose files went away more than the grace before now and
+// that no file has defined since, and when the next of those left expires (zero: none).
+func (o *owners) expire(now time.Time) (dels []Object, next time.Time) {
+	for k, at := range o.orphans {
+		if until := at.Add(o.grace); now.Before(until) {
 			if next.IsZero() || until.Before(next) {
 				next = until
 			}
 			continue
 		}
-		delete(s.orphans, k)
-		if st := s.objects[k]; st != nil && len(st.owners) == 0 && st.applied != nil {
+		delete(o.orphans, k)
+		if st := o.objects[k]; st != nil && len(st.owners) == 0 && st.applied != nil {
 			dels = append(dels, *st.applied)
-			delete(s.objects, k)
+			delete(o.objects, k)
 		}
 	}
-	s.mu.Unlock()
-	s.writeSorted(nil, dels, nil)
-	return next
+	return dels, next
 }
 
-// writeSorted writes upserts and deletions, referenced kinds first, so that an EndpointSlice
-// finds the Pods written with it (deletions in the opposite order), and logs what the files
-// changed.
-func (s *Files) writeSorted(ups, dels []Object, files []string) {
-	slices.SortFunc(ups, func(a, b Object) int {
-		if a.Kind != b.Kind {
-			return int(a.Kind - b.Kind)
+// setOwner records (obj non-nil) or removes that file p defines key.
+func (o *owners) setOwner(key, p string, obj *Object) {
+	st := o.objects[key]
+	if st == nil {
+		if obj == nil {
+			return
 		}
-		return strings.Compare(a.Key, b.Key)
-	})
-	slices.SortFunc(dels, func(a, b Object) int {
-		if a.Kind != b.Kind {
-			return int(b.Kind - a.Kind)
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
-	s.write(ups, dels)
-	if len(ups)+len(dels) > 0 {
-		names := make([]string, 0, len(ups)+len(dels))
-		for _, o := range ups {
-			names = append(names, o.Key)
-		}
-		for _, o := range dels {
-			names = append(names, "-"+o.Key)
-		}
-		s.log.Info("manifests applied", zap.Int("files", len(files)), zap.String("paths", summarize(files)), zap.Int("written", len(ups)),
-			zap.Int("deleted", len(dels)), zap.String("objects", summarize(names)))
+		st = &objectState{}
+		o.objects[key] = st
+	}
+	i, found := slices.BinarySearchFunc(st.owners, p, func(ow owner, f string) int { return strings.Compare(ow.file, f) })
+	switch {
+	case obj == nil && found:
+		st.owners = slices.Delete(st.owners, i, i+1)
+	case obj != nil && found:
+		st.owners[i].obj = *obj
+	case obj != nil:
+		st.owners = slices.Insert(st.owners, i, owner{file: p, obj: *obj})
 	}
 }
 
@@ -209,69 +299,4 @@ func stamped(obj any, modTime int64, now time.Time) any {
 		return &cp
 	}
 	return obj
-}
-
-// setOwner records (obj non-nil) or removes that file p defines key (s.mu held).
-func (s *Files) setOwner(key, p string, obj *Object) {
-	st := s.objects[key]
-	if st == nil {
-		if obj == nil {
-			return
-		}
-		st = &objectState{}
-		s.objects[key] = st
-	}
-	i, found := slices.BinarySearchFunc(st.owners, p, func(o owner, f string) int { return strings.Compare(o.file, f) })
-	switch {
-	case obj == nil && found:
-		st.owners = slices.Delete(st.owners, i, i+1)
-	case obj != nil && found:
-		st.owners[i].obj = *obj
-	case obj != nil:
-		st.owners = slices.Insert(st.owners, i, owner{file: p, obj: *obj})
-	}
-}
-
-// batchMin is the number of changes of one kind from which they are written as one batch.
-const batchMin = 16
-
-// write applies the changes in order, kind by kind (upserts, then deletions): a run of at least
-// batchMin changes of one kind is one batch (one event batch downstream, at the cost of the
-// collection's size), a shorter one a write per object.
-func (s *Files) write(ups, dels []Object) {
-	for k, objs := range [][]Object{ups, dels} {
-		del := k == 1
-		for len(objs) > 0 {
-			n := 1
-			for n < len(objs) && objs[n].Kind == objs[0].Kind {
-				n++
-			}
-			run := objs[:n]
-			objs = objs[n:]
-			if n < batchMin {
-				for _, o := range run {
-					s.static.Apply(o.Obj, del)
-				}
-				continue
-			}
-			var vals []any
-			var keys []string
-			for _, o := range run {
-				if del {
-					keys = append(keys, krt.GetKey(o.Obj))
-				} else {
-					vals = append(vals, o.Obj)
-				}
-			}
-			s.static.Batch(run[0].Kind, vals, keys)
-		}
-	}
-}
-
-// summarize lists at most eight names, and how many more there are.
-func summarize(names []string) string {
-	if len(names) <= 8 {
-		return strings.Join(names, ", ")
-	}
-	return strings.Join(names[:8], ", ") + fmt.Sprintf(", and %d more", len(names)-8)
 }

@@ -1,6 +1,11 @@
 // Package sources builds the input collections of krteds' graph: informers over a Kubernetes
 // client, a folder of manifests watched on disk, or static collections written by hand (tests,
 // benchmarks). Whatever the source, the graph sees the same krt collections of the same objects.
+//
+// The manifests folder (Files) is a loop and a lock over four parts, each a type of its own with
+// its own tests: the tree (the folder, its watches and symlinks), the reader (one file's bytes to
+// its objects, without state), the owners (which file defines which object: a file's new content
+// to writes and deletes) and the problem set (the Problems collection).
 package sources
 
 import (
