@@ -248,7 +248,7 @@ func (sc *scenario) end() {
 	}
 	b, a := rig.Busy()
 	if a > sc.all {
-		rep.note("machine: %.0f%% of its %d cores rig.Busy over %v; the rig's own process (clients and judge) %.2f cores", 100*float64(b-sc.busy)/float64(a-sc.all), runtime.NumCPU(),
+		rep.note("machine: %.0f%% of its %d cores busy over %v; the rig's own process (clients and judge) %.2f cores", 100*float64(b-sc.busy)/float64(a-sc.all), runtime.NumCPU(),
 			to.Sub(sc.from).Round(time.Second), (rig.SelfCPU()-sc.self).Seconds()/to.Sub(sc.from).Seconds())
 	}
 }

@@ -697,7 +697,7 @@ func lacking(want, have []uint32, n int) []uint32 {
 
 // lag is how long a CLA may trail the slices, and run ahead of the rig's view of them, before
 // lacking an endpoint they hold counts as partial. The rig's informers run in a process that
-// shares the two cores with everything else and trail krteds' when the machine is rig.Busy: in a
+// shares the two cores with everything else and trail krteds' when the machine is busy: in a
 // medium rollout a CLA lacked a Pod that krteds had seen deleted and the rig saw gone 1.15 s
 // after the CLA arrived.
 const lagBehind, lagAhead = 5 * time.Second, 2 * time.Second

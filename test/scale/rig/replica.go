@@ -66,7 +66,7 @@ func (r *Rig) StartReplica(i int) *Replica {
 // WaitReady waits until the replica's /ready answers 200.
 func (rep *Replica) WaitReady(timeout time.Duration) {
 	rep.r.T.Helper()
-	fixtures.Polling("a Replica is another process: /ready is its HTTP endpoint").
+	fixtures.Polling("a replica is another process: /ready is its HTTP endpoint").
 		Await(rep.r.T, timeout, fmt.Sprintf("krteds %d ready (its log: %s)", rep.Index, filepath.Join(rep.r.Dir, fmt.Sprintf("krteds-%d.log", rep.Index))), func() (bool, string) {
 			code := rep.status("/ready")
 			return code == http.StatusOK, fmt.Sprintf("/ready answers %d", code)

@@ -231,7 +231,7 @@ func (r *Rig) stop() {
 	stop.Env = append(os.Environ(), "STOP_SIGNAL=KILL")
 	_ = stop.Run()
 	if os.Getenv("KRTEDS_SCALE_KEEP") != "" || r.T.Failed() {
-		r.T.Logf("the Rig's folder (logs, audit log) is kept: %s", r.Dir)
+		r.T.Logf("the rig's folder (logs, audit log) is kept: %s", r.Dir)
 		return
 	}
 	_ = os.RemoveAll(r.Dir)
@@ -241,7 +241,7 @@ func (r *Rig) stop() {
 func (r *Rig) RestartAPIServer() {
 	r.T.Helper()
 	kube := filepath.Join(r.Dir, "kube")
-	b, err := os.ReadFile(filepath.Join(kube, "apiserver.PID"))
+	b, err := os.ReadFile(filepath.Join(kube, "apiserver.pid"))
 	if err != nil {
 		r.T.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func (r *Rig) RestartAPIServer() {
 	if err := cmd.Start(); err != nil {
 		r.T.Fatal(err)
 	}
-	_ = os.WriteFile(filepath.Join(kube, "apiserver.PID"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	_ = os.WriteFile(filepath.Join(kube, "apiserver.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
 	go func() { _ = cmd.Wait() }()
 	APIServer.Await(r.T, 2*time.Minute, "the API server back", func() (bool, string) {
 		ok, err := r.Admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())

@@ -248,7 +248,7 @@ func (r *Rig) UsageOver(i int, from, to time.Time) Window {
 	return w
 }
 
-// Busy is the machine's CPU time, all cores, Busy and in all, from /proc/stat.
+// Busy is the machine's CPU time, all cores, busy and in all, from /proc/stat.
 func Busy() (busyTicks, allTicks int64) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
