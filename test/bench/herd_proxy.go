@@ -66,6 +66,17 @@ func (p *herdProxy) Received(r *fleet.Response) {
 	}
 }
 
+// holds is the version the proxy holds of cluster idx (0: none, or not one of its clusters).
+func (p *herdProxy) holds(idx int) uint64 {
+	k := p.pos(idx)
+	if k < 0 {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held[k]
+}
+
 // hold records the version the proxy holds of a cluster (0: none).
 func (p *herdProxy) hold(name string, v uint64) {
 	idx, ok := p.h.index[name]

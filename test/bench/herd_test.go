@@ -132,6 +132,15 @@ func TestHerdServer(t *testing.T) {
 		}
 		stats(w, r)
 	})
+	// The version of a service's shared CLA the graph holds now (0: none, or not shared).
+	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
+		i, _ := strconv.Atoi(r.URL.Query().Get("service"))
+		var v uint64
+		if set := a.Graph.CLAs.GetKey(ClusterName(i)); set != nil && set.Shared != nil {
+			v = set.Shared.Version
+		}
+		fmt.Fprintf(w, "%x", v)
+	})
 	mux.HandleFunc("/flip", func(w http.ResponseWriter, r *http.Request) {
 		i, _ := strconv.Atoi(r.URL.Query().Get("service"))
 		flipMu.Lock()
@@ -413,7 +422,11 @@ func flipAndWait(srv *herdServer, h *Herd, idx int, kind string) (took, graph ti
 		return w.Latency(at), graph, w.Tracked(), nil
 	case <-time.After(time.Minute):
 		missing := w.Missing()
-		return 0, 0, 0, &missedError{service: idx, missing: missing, tracked: w.Tracked(), srv: srv}
+		held := make([]uint64, 0, min(len(missing), 10))
+		for _, p := range missing[:cap(held)] {
+			held = append(held, h.proxies[p].holds(idx))
+		}
+		return 0, 0, 0, &missedError{service: idx, missing: missing, tracked: w.Tracked(), srv: srv, want: v, held: held}
 	}
 }
 
@@ -425,11 +438,26 @@ type missedError struct {
 	missing []int
 	tracked int
 	srv     *herdServer
+	// want is the version the flip made; held what the first missing proxies hold of it.
+	want uint64
+	held []uint64
 }
 
 func (e *missedError) Error() string {
-	return fmt.Sprintf("a flip of service %d did not reach %d of the %d complete proxies in a minute: %v; the server's own view: %s", e.service, len(e.missing), e.tracked,
-		e.missing[:min(len(e.missing), 10)], e.srv.staleness())
+	return fmt.Sprintf("a flip of service %d did not reach %d of the %d complete proxies in a minute: %v, holding %x of the version %x the flip made (the graph's now: %s); the server's own view: %s",
+		e.service, len(e.missing), e.tracked, e.missing[:min(len(e.missing), 10)], e.held, e.want, e.srv.version(e.service), e.srv.staleness())
+}
+
+// version is the version of a service's shared CLA the server's graph holds now, as text.
+func (s *herdServer) version(service int) string {
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://%s/version?service=%d", s.control, service))
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // staleness is the server's /debug/staleness, summed up: how many proxies it has behind, and
