@@ -122,7 +122,7 @@ type Spec struct {
 
 // Add makes a proxy, connected (lazily) to every server; Start starts it.
 func (f *Fleet) Add(s Spec) (*Proxy, error) {
-	p := &Proxy{f: f, i: len(f.proxies), spec: s, cur: s.Home, target: -1, last: -1, subs: s.Subs, turn: make(chan struct{})}
+	p := &Proxy{f: f, i: len(f.proxies), spec: s, cur: s.Home, target: -1, last: -1, subs: s.Subs, turn: make(chan struct{}), ended: make(chan struct{})}
 	p.node = s.Node.Proto()
 	if !s.Delta {
 		p.names = encodeNames(s.Subs)

@@ -89,6 +89,9 @@ type Proxy struct {
 	// turn is closed once the first stream sent its subscription, or failed (Options.InTurn).
 	turn     chan struct{}
 	turnOnce sync.Once
+	// ended is closed when the proxy stops: its fleet closed, or, without a backoff, its stream
+	// broke.
+	ended chan struct{}
 	// version is the version of the last state-of-the-world response; resp the response being
 	// handed to the holder (the run goroutine's own).
 	version string
@@ -105,6 +108,9 @@ type Proxy struct {
 	names  []byte          // SotW: subs, encoded
 	send   func(any) error // the open stream's (nil: none)
 }
+
+// Ended is closed once the proxy has stopped and opens no more streams.
+func (p *Proxy) Ended() <-chan struct{} { return p.ended }
 
 // Index is the proxy's position in its fleet.
 func (p *Proxy) Index() int { return p.i }
@@ -172,6 +178,7 @@ var errMoved = errors.New("moved")
 func (p *Proxy) run() {
 	f := p.f
 	defer f.wg.Done()
+	defer close(p.ended)
 	defer p.turnOnce.Do(func() { close(p.turn) })
 	if f.opts.InTurn && p.i > 0 {
 		select {

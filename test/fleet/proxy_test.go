@@ -195,7 +195,13 @@ func TestWithoutBackoffAProxyStops(t *testing.T) {
 			r.await(t, "bar held too", func() bool { return r.held[bar] != "" && r.held[fooCluster] != "" })
 			s.Close()
 			r.await(t, "the break told", func() bool { return len(r.breaks) == 1 && r.breaks[0].Err != nil })
-			time.Sleep(200 * time.Millisecond) // what must not happen: another stream
+			// The barrier: the proxy's loop has returned without closing the fleet, so it opens no
+			// stream after this one.
+			select {
+			case <-p.Ended():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the proxy goes on after its stream broke, without a backoff")
+			}
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if len(r.opened) != 1 || len(r.breaks) != 1 || f.Retries.Load() != 0 {
