@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -156,6 +157,40 @@ serviceSettings:
 				if cfg.IsClusterLocal(h) {
 					t.Errorf("%s is cluster-local", h)
 				}
+			}
+		})
+	}
+}
+
+// TestXDSLimitsDurationFlags: a duration flag whose 0 turns its limit off gives -1 for 0, itself
+// when positive, and an error naming the flag when negative.
+func TestXDSLimitsDurationFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		sendTimeout, stale  time.Duration
+		wantSend, wantStale time.Duration
+		wantErr             string
+	}{
+		{name: "positive", sendTimeout: 3 * time.Second, stale: time.Minute, wantSend: 3 * time.Second, wantStale: time.Minute},
+		{name: "zero turns off", wantSend: -1, wantStale: -1},
+		{name: "negative send timeout", sendTimeout: -time.Second, stale: time.Minute, wantErr: "--xds-send-timeout"},
+		{name: "negative stale threshold", sendTimeout: time.Second, stale: -time.Second, wantErr: "--stale-threshold"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &serveOptions{responseBytes: "1Mi", sendTimeout: tc.sendTimeout, staleAfter: tc.stale}
+			o.limits.StreamsPerIdentity = 1
+			l, err := xdsLimits(o, 0)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.SendTimeout != tc.wantSend || l.StaleAfter != tc.wantStale {
+				t.Fatalf("send timeout %v, stale after %v; want %v, %v", l.SendTimeout, l.StaleAfter, tc.wantSend, tc.wantStale)
 			}
 		})
 	}

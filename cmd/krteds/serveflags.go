@@ -116,22 +116,12 @@ func xdsLimits(o *serveOptions, memLimit int64) (xds.Limits, error) {
 		return l, fmt.Errorf("--xds-max-response-bytes %q: want a positive size up to 1Gi, such as 1Mi", o.responseBytes)
 	}
 	l.ResponseBytes = int(q.Value())
-	switch {
-	case o.sendTimeout < 0:
-		return l, fmt.Errorf("--xds-send-timeout %s: want a positive duration, or 0 for none", o.sendTimeout)
-	case o.sendTimeout == 0:
-		l.SendTimeout = -1
-	default:
-		l.SendTimeout = o.sendTimeout
+	if l.SendTimeout, err = offOrPositive("--xds-send-timeout", o.sendTimeout, "none"); err != nil {
+		return l, err
 	}
 	l.StreamRate = o.streamRate
-	switch {
-	case o.staleAfter < 0:
-		return l, fmt.Errorf("--stale-threshold %s: want a positive duration, or 0 for never", o.staleAfter)
-	case o.staleAfter == 0:
-		l.StaleAfter = -1
-	default:
-		l.StaleAfter = o.staleAfter
+	if l.StaleAfter, err = offOrPositive("--stale-threshold", o.staleAfter, "never"); err != nil {
+		return l, err
 	}
 	if l.StreamsPerIdentity <= 0 {
 		return l, fmt.Errorf("--max-streams-per-identity %d: want a positive number", l.StreamsPerIdentity)
@@ -229,4 +219,16 @@ func historySize(n int) int {
 		return -1
 	}
 	return n
+}
+
+// offOrPositive reads a duration flag whose 0 turns the thing off: -1 (off) for 0, the duration
+// for a positive one, an error naming the flag for a negative one.
+func offOrPositive(flag string, d time.Duration, zero string) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("%s %s: want a positive duration, or 0 for %s", flag, d, zero)
+	case d == 0:
+		return -1, nil
+	}
+	return d, nil
 }
