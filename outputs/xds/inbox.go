@@ -94,11 +94,24 @@ func (in *inbox) recycle(t typ, m map[nameID]int64, peak int) {
 }
 
 // setQuiet sets the types whose marks do not wake the stream (a bit each), on the stream's
-// goroutine, which takes every mark left at its next turn.
+// goroutine, which takes every mark left at its next turn. A type made loud again whose marks
+// were left quietly since the stream last took its inbox (during the turn that ends now: the
+// names it found being computed were announced while it ran) wakes the stream: nothing else
+// would, and the marks would wait for an unrelated event.
 func (in *inbox) setQuiet(types uint8) {
 	in.mu.Lock()
+	loud := in.quiet &^ types
 	in.quiet = types
+	left := false
+	for t := range numTypes {
+		if loud&(1<<t) != 0 && (len(in.ids[t]) > 0 || in.all[t]) {
+			left = true
+		}
+	}
 	in.mu.Unlock()
+	if left {
+		in.kick()
+	}
 }
 
 // setView leaves the stream's new view.

@@ -35,7 +35,24 @@ func TestQuietTypesDoNotWakeTheStream(t *testing.T) {
 	if !woken(&in) {
 		t.Fatal("a new view did not wake a stream with a quiet type")
 	}
+	// Marks left quietly and not taken wake the stream as their type is made loud again; a type
+	// left quiet, or one made loud with nothing left, does not.
+	in.setQuiet(1<<tEndpoint | 1<<tCluster)
+	in.mark(tEndpoint, []nameID{5}, 0)
+	in.setQuiet(1 << tEndpoint)
+	if woken(&in) {
+		t.Fatal("made loud with no marks of its own, a type woke the stream for another's quiet marks")
+	}
 	in.setQuiet(0)
+	if !woken(&in) {
+		t.Fatal("a type made loud again did not wake the stream for the marks it left quietly")
+	}
+	in.take()
+	in.setQuiet(1 << tEndpoint)
+	in.setQuiet(0)
+	if woken(&in) {
+		t.Fatal("a type made loud again with no marks left woke the stream")
+	}
 	in.mark(tEndpoint, []nameID{4}, 0)
 	if !woken(&in) {
 		t.Fatal("a mark of a type no longer quiet did not wake the stream")
