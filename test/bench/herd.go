@@ -103,3 +103,20 @@ func (h *Herd) LastComplete() time.Time {
 	}
 	return last
 }
+
+// Timeline is, for each proxy, how long after start it first held a cluster and held every
+// cluster (in proxy order; zero where it has not yet).
+func (h *Herd) Timeline(start time.Time) (first, complete []time.Duration) {
+	since := func(t time.Time) time.Duration {
+		if t.IsZero() {
+			return 0
+		}
+		return t.Sub(start)
+	}
+	for _, p := range h.proxies {
+		p.mu.Lock()
+		first, complete = append(first, since(p.firstAt)), append(complete, since(p.completeAt))
+		p.mu.Unlock()
+	}
+	return first, complete
+}

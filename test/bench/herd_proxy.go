@@ -20,8 +20,9 @@ type herdProxy struct {
 	mu   sync.Mutex
 	held []uint64 // by position in subs
 	n    int      // clusters held
-	// completeAt is when the proxy first held every cluster (zero before).
-	completeAt time.Time
+	// firstAt is when the proxy first held a cluster, completeAt when it first held every
+	// cluster (zero before).
+	firstAt, completeAt time.Time
 }
 
 // pos is the position of cluster idx in the proxy's subscriptions (-1: not one of them).
@@ -93,6 +94,9 @@ func (p *herdProxy) hold(name string, v uint64) {
 	switch {
 	case was == 0 && v != 0:
 		p.n++
+		if p.firstAt.IsZero() {
+			p.firstAt = time.Now()
+		}
 	case was != 0 && v == 0:
 		p.n--
 	}

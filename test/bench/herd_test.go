@@ -517,7 +517,10 @@ func (s *herdServer) stop() {
 
 // herdResult is one herd's figures.
 type herdResult struct {
-	took                  time.Duration
+	took time.Duration
+	// firstCLA is when each proxy first held a CLA, complete when it held every one (from the
+	// herd's start).
+	firstCLA, complete    []time.Duration
 	steadyHeap, steadyRSS int64
 	// servedHeap and servedRSS are the server's once every proxy is served (after a GC).
 	servedHeap, servedRSS     int64
@@ -598,6 +601,7 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 		tb.Fatal(err)
 	}
 	res.took = h.LastComplete().Sub(start)
+	res.firstCLA, res.complete = h.Timeline(start)
 	if st, err := srv.stats("stats"); err == nil {
 		srv.peak(st)
 	}
@@ -693,6 +697,10 @@ func (s *herdServer) convergence() (p50, p99 float64, err error) {
 
 func (r herdResult) report(b *testing.B) {
 	b.ReportMetric(float64(r.took.Milliseconds()), "ms/herd")
+	// Where the herd's time goes: the first answer's arrival, then the proxies completing.
+	b.ReportMetric(ms(percentileOr(r.firstCLA, 0)), "ms-first-cla-min")
+	b.ReportMetric(ms(percentileOr(r.firstCLA, 0.5)), "ms-first-cla-p50")
+	b.ReportMetric(ms(percentileOr(r.complete, 0.5)), "ms-complete-p50")
 	b.ReportMetric(float64(r.steadyHeap>>20), "MB-steady-heap")
 	b.ReportMetric(float64(r.servedHeap>>20), "MB-served-heap")
 	b.ReportMetric(float64(r.servedRSS>>20), "MB-served-rss")
