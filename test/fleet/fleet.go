@@ -107,6 +107,9 @@ func New(opts Options) *Fleet {
 	return f
 }
 
+// EnvoyWindow is Envoy's default HTTP/2 stream and connection receive window (256 MiB).
+const EnvoyWindow = 256 << 20
+
 // Spec is one proxy.
 type Spec struct {
 	Node adsclient.Node
@@ -131,6 +134,10 @@ func (f *Fleet) Add(s Spec) (*Proxy, error) {
 		cc, err := adsclient.Dial("passthrough:///replica-"+strconv.Itoa(i),
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec{skipBodies: !f.opts.Bodies, n: &f.Bytes}), grpc.MaxCallRecvMsgSize(64<<20)),
 			grpc.WithContextDialer(f.dialer(i)),
+			// Envoy's HTTP/2 receive windows (Http2ProtocolOptions' defaults, which Istio's
+			// bootstrap keeps for its ADS cluster), not grpc-go's 64 KiB grown by pings: a
+			// megabyte's first answer is read as Envoy reads it.
+			grpc.WithInitialWindowSize(EnvoyWindow), grpc.WithInitialConnWindowSize(EnvoyWindow),
 			grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second,
 				Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
 		if err != nil {
