@@ -79,23 +79,38 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 	defer tick.Stop()
 	start := time.Now()
 	next := 0
+	// The large Deployments are rolled, and only rolled; the small services take the other kinds.
+	big := rolled(size)
+	nextBig, k := 0, 0
 	for seq := 0; time.Since(start) < d; seq++ {
 		<-tick.C
+		kind := kinds[k%len(kinds)]
+		k++
 		idx := -1
 		mu.Lock()
-		for tries := 0; tries < size.Services; tries++ {
-			i := flipService(size, next)
-			next++
-			if !busy[i] {
-				idx, busy[i] = i, true
-				break
+		if kind == "roll" {
+			for tries := 0; tries < len(big); tries++ {
+				i := big[nextBig%len(big)]
+				nextBig++
+				if !busy[i] {
+					idx, busy[i] = i, true
+					break
+				}
+			}
+		} else {
+			for tries := 0; tries < size.Services; tries++ {
+				i := flipService(size, next)
+				next++
+				if !busy[i] && !slices.Contains(big, i) {
+					idx, busy[i] = i, true
+					break
+				}
 			}
 		}
 		mu.Unlock()
 		if idx < 0 {
-			continue // every service's change is still on its way: this tick makes none
+			continue // every such service's change is still on its way: this tick makes none
 		}
-		kind := kinds[res.changes%len(kinds)]
 		wg.Add(1)
 		go func(seq, idx int) {
 			defer wg.Done()
@@ -174,16 +189,16 @@ func churnRates() []int {
 }
 
 // churnKinds reads KRTEDS_CHURN_KINDS: the kinds of change made in turn (comma-separated, of
-// ready, replace and scale: see herdServer.flip; default ready).
+// ready, replace, scale and roll: see changer.change; default ready).
 func churnKinds(tb testing.TB) []string {
 	var out []string
 	for _, f := range strings.Split(os.Getenv("KRTEDS_CHURN_KINDS"), ",") {
 		switch k := strings.TrimSpace(f); k {
 		case "":
-		case "ready", "replace", "scale":
+		case "ready", "replace", "scale", "roll":
 			out = append(out, k)
 		default:
-			tb.Fatalf("KRTEDS_CHURN_KINDS: %q is not ready, replace or scale", k)
+			tb.Fatalf("KRTEDS_CHURN_KINDS: %q is not ready, replace, scale or roll", k)
 		}
 	}
 	if len(out) == 0 {
@@ -195,7 +210,7 @@ func churnKinds(tb testing.TB) []string {
 // byKindText is each kind's count, p50 and p99, for the log.
 func (r churnResult) byKindText() string {
 	var parts []string
-	for _, k := range []string{"ready", "replace", "scale"} {
+	for _, k := range []string{"ready", "replace", "scale", "roll"} {
 		if l := r.byKind[k]; len(l) > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d: p50 %v p99 %v", k, len(l), percentile(l, 0.5).Round(time.Millisecond), percentile(l, 0.99).Round(time.Millisecond)))
 		}
@@ -230,6 +245,20 @@ func serveHerd(tb testing.TB, size Size, proxies, per int, delta bool, env ...st
 	return srv, h
 }
 
+// growRolled grows the services the churn rolls to their size (rollSizes), each change followed
+// to every proxy, if the kinds roll any.
+func growRolled(tb testing.TB, srv *herdServer, h *Herd, size Size, kinds []string) {
+	tb.Helper()
+	if !slices.Contains(kinds, "roll") {
+		return
+	}
+	for _, i := range rolled(size) {
+		if _, _, _, err := flipAndWait(srv, h, i, "grow"); err != nil {
+			tb.Fatalf("growing service %d to roll it: %v", i, err)
+		}
+	}
+}
+
 // BenchmarkChurn: the proxies of the herd (KRTEDS_HERD_PROXIES, KRTEDS_HERD_CLUSTERS, delta
 // unless KRTEDS_BENCH_PROTOCOL says otherwise) connected and complete against a server in its
 // own process, then a steady stream of changes at each rate of KRTEDS_CHURN_RATES for
@@ -244,6 +273,7 @@ func BenchmarkChurn(b *testing.B) {
 	kinds := churnKinds(b)
 	for i := 0; i < b.N; i++ {
 		srv, h := serveHerd(b, size, proxies, per, Protocol() == "delta")
+		growRolled(b, srv, h, size, kinds)
 		for _, rate := range churnRates() {
 			r := churn(b, srv, h, size, rate, churnFor(), kinds)
 			at := fmt.Sprintf("@%d/s", rate)
@@ -274,15 +304,16 @@ func BenchmarkChurn(b *testing.B) {
 
 // TestChurnSmall: a hundred delta proxies each asking for every cluster of the small mesh, then
 // 20 changes a second for 3 s, of every kind in turn (a readiness flip, a Pod replaced with a new
-// address, a service scaled up or back down): every change reaches every proxy (none missed),
-// and the server is measured doing it.
+// address, a service scaled up or back down, a Pod of a large Deployment rolled): every change
+// reaches every proxy (none missed), and the server is measured doing it.
 func TestChurnSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a server process and a hundred proxies")
 	}
 	size := Sizes["small"]
 	srv, h := serveHerd(t, size, 100, 0, true)
-	kinds := []string{"ready", "replace", "scale"}
+	kinds := []string{"ready", "replace", "scale", "roll"}
+	growRolled(t, srv, h, size, kinds)
 	r := churn(t, srv, h, size, 20, 3*time.Second, kinds)
 	t.Logf("%d changes in %v: p50 %v, p99 %v, max %v, trend %.2f, by kind: %s; server %.2f cores", r.changes, r.took.Round(time.Millisecond),
 		percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1), r.trend(), r.byKindText(), r.cores)

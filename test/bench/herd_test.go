@@ -21,9 +21,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/krteds/krteds/cmd/krteds/app"
 	"github.com/krteds/krteds/collections"
@@ -104,13 +101,8 @@ func TestHerdServer(t *testing.T) {
 	}
 	// A flip's answer waits for its CLA on the CLAs' events.
 	clas := fixtures.WakeOn(t, fixtures.NewWaker(), a.Graph.CLAs)
-	slices := map[string]*discovery.EndpointSlice{}
-	for _, s := range m.Slices {
-		slices[s.Labels["kubernetes.io/service-name"]] = s
-	}
-	var flipMu sync.Mutex
-	// The Pods replaced and the services scaled up so far, by service (under flipMu).
-	replaced, scaled := map[int]int{}, map[int]bool{}
+	changes := newChanger(m)
+	var flipMu sync.Mutex // held by a change
 	mux := http.NewServeMux()
 	stats := func(w http.ResponseWriter, _ *http.Request) {
 		inFlight, peak, budget := a.XDS.SendBudget()
@@ -145,65 +137,49 @@ func TestHerdServer(t *testing.T) {
 		i, _ := strconv.Atoi(r.URL.Query().Get("service"))
 		flipMu.Lock()
 		defer flipMu.Unlock()
-		s := slices[ServiceName(i)]
-		if s == nil {
-			http.Error(w, "no such service", http.StatusNotFound)
+		// What changes, and how: changer.change.
+		kind := r.URL.Query().Get("kind")
+		before, ss, after, err := changes.change(i, kind)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		s = s.DeepCopy()
-		// What changes (kind): the first endpoint's readiness (ready, the default); its Pod
-		// replaced by one with a new address, as a rollout does (replace); or one endpoint
-		// more, then one less again, as a Deployment scaled up and down (scale). The objects
-		// are written in the order Kubernetes writes them: a new Pod before the slice that
-		// names it, a Pod deleted after the slice that named it.
-		var before, after []any
-		switch r.URL.Query().Get("kind") {
-		case "replace":
-			old := s.Endpoints[0].TargetRef.Name
-			gen := replaced[i]
-			replaced[i] = gen + 1
-			pod := Pod(i, firstReplacement+gen%replacements, *s.Endpoints[0].NodeName)
-			s.Endpoints[0].Addresses = []string{pod.Status.PodIP}
-			s.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-			before = append(before, pod)
-			after = append(after, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: old}})
-		case "scale":
-			extra := len(s.Endpoints) - 1
-			if !scaled[i] {
-				e := s.Endpoints[extra]
-				pod := Pod(i, len(s.Endpoints), *e.NodeName)
-				e.Addresses = []string{pod.Status.PodIP}
-				e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-				s.Endpoints = append(s.Endpoints, e)
-				before = append(before, pod)
-			} else {
-				after = append(after, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Endpoints[extra].TargetRef.Name}})
-				s.Endpoints = s.Endpoints[:extra]
+		shared := func() *collections.Resource {
+			if set := a.Graph.CLAs.GetKey(ClusterName(i)); set != nil {
+				return set.Shared
 			}
-			scaled[i] = !scaled[i]
-		default:
-			ready := !*s.Endpoints[0].Conditions.Ready
-			s.Endpoints[0].Conditions.Ready = &ready
+			return nil
 		}
-		slices[ServiceName(i)] = s
 		version := func() uint64 {
-			if set := a.Graph.CLAs.GetKey(ClusterName(i)); set != nil && set.Shared != nil {
-				return set.Shared.Version
+			if r := shared(); r != nil {
+				return r.Version
 			}
 			return 0
+		}
+		// A change of one slice makes one version of the CLA; growing writes several slices,
+		// each its own version on the way: the answer is the last, with every endpoint.
+		endpoints := -1
+		if kind == "grow" {
+			endpoints = endpointsOf(changes.slices[ServiceName(i)])
 		}
 		was := version()
 		start := time.Now()
 		for _, o := range before {
 			a.Static.Apply(o, false)
 		}
-		a.Static.Apply(s, false)
+		for _, o := range ss {
+			a.Static.Apply(o, false)
+		}
 		for _, o := range after {
 			a.Static.Apply(o, true)
 		}
 		// The answer is the CLA's version once the graph has computed the change (a service
 		// whose CLA is shared by every proxy: no PreferClose).
 		if err := clas.Wait(10*time.Second, "the flip's change computed", func() (bool, string) {
+			r := shared()
+			if endpoints >= 0 && (r == nil || r.Endpoints != endpoints) {
+				return false, fmt.Sprintf("not yet %d endpoints", endpoints)
+			}
 			return version() != was, fmt.Sprintf("version %x still", was)
 		}); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
