@@ -233,6 +233,7 @@ func serveHerd(tb testing.TB, size Size, proxies, per int, delta bool, env ...st
 	srv := startHerdServer(tb, append(env, "KRTEDS_BENCH_SIZE="+size.Name)...)
 	tb.Cleanup(srv.kill)
 	h := NewHerd(size, proxies, per, delta)
+	srv.herd.Store(h)
 	tb.Cleanup(h.Close)
 	if err := h.Start(srv.xds); err != nil {
 		tb.Fatal(err)

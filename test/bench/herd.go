@@ -35,6 +35,8 @@ type Herd struct {
 	// watches are the changes followed now, by cluster (one each; a new one replaces it).
 	watches  sync.Map // int → *herdWatch
 	watching atomic.Int64
+	// aborted says why the herd's waits end without their condition (nil: they do not).
+	aborted atomic.Pointer[string]
 }
 
 // NewHerd makes n proxies of the mesh of size s, each asking for per of its clusters (0: all): a
@@ -85,10 +87,20 @@ func (h *Herd) Complete() int { return int(h.complete.Load()) }
 
 // WaitComplete blocks until n proxies hold every cluster, or the timeout passes.
 func (h *Herd) WaitComplete(n int, timeout time.Duration) error {
-	return h.completed.Wait(timeout, fmt.Sprintf("%d proxies holding every cluster", n), func() (bool, string) {
+	err := h.completed.Wait(timeout, fmt.Sprintf("%d proxies holding every cluster", n), func() (bool, string) {
 		c := h.Complete()
-		return c >= n, fmt.Sprintf("%d hold every cluster", c)
+		return c >= n || h.aborted.Load() != nil, fmt.Sprintf("%d hold every cluster", c)
 	})
+	if why := h.aborted.Load(); err == nil && why != nil && h.Complete() < n {
+		return fmt.Errorf("%d of %d proxies hold every cluster: %s", h.Complete(), n, *why)
+	}
+	return err
+}
+
+// Abort ends the herd's waits now, saying why (the server they wait on is gone).
+func (h *Herd) Abort(why string) {
+	h.aborted.Store(&why)
+	h.completed.Wake()
 }
 
 // LastComplete is when the last proxy became complete.

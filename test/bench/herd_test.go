@@ -231,15 +231,17 @@ func TestHerdServer(t *testing.T) {
 // herdServer is the server process, sampled every 100 ms: its peaks, and a watchdog that kills
 // it (and fails the benchmark) past maxRSS.
 type herdServer struct {
-	cmd           *exec.Cmd
-	stdin         io.WriteCloser
-	xds, control  string
-	debug         string
-	peakRSS       atomic.Int64
-	peakHeap      atomic.Int64
-	peakInFlight  atomic.Int64
-	overBudget    atomic.Int64
-	killed        atomic.Bool
+	cmd          *exec.Cmd
+	stdin        io.WriteCloser
+	xds, control string
+	debug        string
+	peakRSS      atomic.Int64
+	peakHeap     atomic.Int64
+	peakInFlight atomic.Int64
+	overBudget   atomic.Int64
+	killed       atomic.Bool
+	// herd, when set, is told when the watchdog kills the server: its waits end then.
+	herd          atomic.Pointer[Herd]
 	stopSampling  chan struct{}
 	samplingEnded sync.WaitGroup
 }
@@ -326,6 +328,9 @@ func startHerdServer(tb testing.TB, env ...string) *herdServer {
 			if st.RSS > maxRSS || procStatus("VmRSS") > maxClientRSS {
 				s.killed.Store(true)
 				_ = s.cmd.Process.Kill()
+				if h := s.herd.Load(); h != nil {
+					h.Abort("the watchdog killed the server")
+				}
 				return
 			}
 		}
@@ -531,6 +536,7 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 	var res herdResult
 	res.steadyHeap, res.steadyRSS, res.budget = steady.HeapLive, steady.RSS, steady.Budget
 	h := NewHerd(size, proxies, per, delta)
+	srv.herd.Store(h)
 	defer h.Close()
 	phase := os.Getenv("KRTEDS_HERD_PROFILE_PHASE")
 	if phase == "herd" {
@@ -619,12 +625,16 @@ func runHerd(tb testing.TB, size Size, proxies, per int, delta, restart bool, ti
 	before, beforeRes := h.Bytes.Load(), h.Resources.Load()
 	fixtures.PollingEvery(50*time.Millisecond, "the server is another process, read through its control port; a tick of 50 ms loads it little while the proxies come back").
 		Await(tb, timeout, "every proxy back on the restarted server, nothing in flight", func() (bool, string) {
+			if next.killed.Load() {
+				return true, "the watchdog killed the server"
+			}
 			st, err := next.stats("stats")
 			if err != nil {
 				return false, err.Error()
 			}
 			return st.Streams == proxies && st.InFlight == 0, fmt.Sprintf("%d of %d streams, %d bytes in flight", st.Streams, proxies, st.InFlight)
 		})
+	next.failIfKilled(tb, h)
 	res.restartTook = time.Since(t0)
 	res.restartBytes, res.restartResources = h.Bytes.Load()-before, h.Resources.Load()-beforeRes
 	// A flip proves every proxy subscribes again (its bytes are not the restart's).
