@@ -46,11 +46,11 @@ func TestToldStampsOnlyTheNameLookedUp(t *testing.T) {
 	if a != b {
 		t.Fatalf("the table did not reuse the id (a=%d, b=%d): the test needs it to", a, b)
 	}
-	nt.setTold(a, "a", tEndpoint, 42)
+	nt.setTold([]nameID{a}, []string{"a"}, tEndpoint, 42)
 	if got := nt.told(b, tEndpoint); got != 0 {
 		t.Fatalf("\"b\" was stamped with the change of \"a\": %d", got)
 	}
-	nt.setTold(b, "b", tEndpoint, 43)
+	nt.setTold([]nameID{b}, []string{"b"}, tEndpoint, 43)
 	if got := nt.told(b, tEndpoint); got != 43 {
 		t.Fatalf("\"b\" told at %d, want 43", got)
 	}

@@ -130,12 +130,17 @@ func (t *nameTable) release(id nameID) {
 
 func (t *nameTable) name(id nameID) string { return t.key(id) }
 
-// setTold records the change time of a name, if id still stands for it: the stream holding it
-// may have let it go since it was looked up, and its id then stands for another name.
-func (t *nameTable) setTold(id nameID, name string, ty typ, at int64) {
+// setTold records the change time of names (ids[i] looked up for names[i]), for each id that
+// still stands for its name: the stream holding it may have let it go since, and its id then
+// stands for another name. One hold of the lock for them all: the change handler that calls it
+// must not queue behind the streams' subscriptions (a herd's, ten thousand names each) once per
+// name.
+func (t *nameTable) setTold(ids []nameID, names []string, ty typ, at int64) {
 	t.mu.Lock()
-	if e := &t.entries[id]; e.refs > 0 && e.key == name {
-		e.data.toldAt[ty] = at
+	for i, id := range ids {
+		if e := &t.entries[id]; e.refs > 0 && e.key == names[i] {
+			e.data.toldAt[ty] = at
+		}
 	}
 	t.mu.Unlock()
 }

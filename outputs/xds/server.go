@@ -191,9 +191,7 @@ func (s *Server) onChange(ch collections.Change) {
 	}
 	// Recorded once every stream holding the names has been told (LastChange says so), for the
 	// names their ids still stand for.
-	for i, id := range ids {
-		s.names.setTold(id, idNames[i], t, at)
-	}
+	s.names.setTold(ids, idNames, t, at)
 }
 
 // pushed records a response in the metrics.
