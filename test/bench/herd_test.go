@@ -175,14 +175,20 @@ func TestHerdServer(t *testing.T) {
 		}
 		// The answer is the CLA's version once the graph has computed the change (a service
 		// whose CLA is shared by every proxy: no PreferClose).
-		if err := clas.Wait(10*time.Second, "the flip's change computed", func() (bool, string) {
+		// As long as a proxy is given to hold a change (flipAndWait): under a herd the graph's
+		// part is measured, not cut short.
+		if err := clas.Wait(time.Minute, "the flip's change computed", func() (bool, string) {
 			r := shared()
 			if endpoints >= 0 && (r == nil || r.Endpoints != endpoints) {
 				return false, fmt.Sprintf("not yet %d endpoints", endpoints)
 			}
 			return version() != was, fmt.Sprintf("version %x still", was)
 		}); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
+			// What the graph's goroutines were doing, in the server's log, for whoever reads why.
+			buf := make([]byte, 64<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			fmt.Fprintf(os.Stderr, "the flip of service %d was not computed in a minute; every goroutine:\n%s\n", i, buf)
+			http.Error(w, err.Error()+" (the server's goroutines are in its log)", http.StatusInternalServerError)
 			return
 		}
 		fmt.Fprintf(w, "%x %d", version(), time.Since(start).Microseconds())
@@ -235,6 +241,8 @@ type herdServer struct {
 	stdin        io.WriteCloser
 	xds, control string
 	debug        string
+	// log is the file of the server's standard error.
+	log          string
 	peakRSS      atomic.Int64
 	peakHeap     atomic.Int64
 	peakInFlight atomic.Int64
@@ -286,7 +294,7 @@ func startHerdServer(tb testing.TB, env ...string) *herdServer {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	s := &herdServer{cmd: cmd, stdin: stdin, stopSampling: make(chan struct{})}
+	s := &herdServer{cmd: cmd, stdin: stdin, log: logf.Name(), stopSampling: make(chan struct{})}
 	ready := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -368,7 +376,7 @@ func (s *herdServer) stats(path string) (herdStats, error) {
 // returns the version of the service's CLA that carries the change (the service's CLA is shared
 // by every proxy: not a PreferClose one), and how long the graph took to compute it.
 func (s *herdServer) flip(service int, kind string) (uint64, time.Duration, error) {
-	c := http.Client{Timeout: 15 * time.Second}
+	c := http.Client{Timeout: 75 * time.Second} // the server waits a minute for the graph
 	resp, err := c.Get(fmt.Sprintf("http://%s/flip?service=%d&kind=%s", s.control, service, kind))
 	if err != nil {
 		return 0, 0, err
@@ -376,7 +384,7 @@ func (s *herdServer) flip(service int, kind string) (uint64, time.Duration, erro
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("flip %d: %s: %s", service, resp.Status, b)
+		return 0, 0, fmt.Errorf("flip %d: %s: %s (the server's log: %s)", service, resp.Status, b, s.log)
 	}
 	var v uint64
 	var us int64
