@@ -21,6 +21,14 @@ import (
 // that proxies complete one after another rather than all at the end, and the few goroutines at
 // work leave the cores to the flips. It takes no new response while small ones are at work.
 //
+// An answer in parts keeps its claim on the large lane between its parts: a part written, its
+// client's ACK and the next part's plan take a round trip, during which a new answer would take
+// the place; with clients reading as fast as they are written to, every proxy of a herd then
+// had its answer started and all completed together at the end. A new answer starts only while
+// the answers at work and those claimed are fewer than the places. A claim lasts claimLease from
+// the part's write: a client slow to ACK loses it (its next part still goes ahead of new
+// answers), so a client that never ACKs holds nobody's place for longer.
+//
 // Places are shared, not first-come. Waiters are served in turn by caller (an identity, or a
 // connection on the plaintext port), so one caller's many streams do not push another's back.
 // A response whose client reads nothing of it for a while is parked: it gives back its place (its
@@ -52,15 +60,36 @@ type budgetLane struct {
 	atWork   int
 	resuming fairQueue
 	waiting  fairQueue
+	// claims are the answers in parts between two parts, by holder (its stream), each until
+	// its expiry; claimOrder the same in order of expiry (an entry whose holder claimed again
+	// since, or resumed, is stale); claimLease how long a claim lasts; claimTimer wakes the lane
+	// as the first claim left expires.
+	claims     map[string]time.Time
+	claimOrder []claim
+	claimLease time.Duration
+	claimTimer *time.Timer
 	// parked are the granted tickets whose client stopped reading, oldest first.
 	parked []*ticket
 }
 
+// claim is an answer's claim on its next part's place: its holder, until when.
+type claim struct {
+	holder string
+	until  time.Time
+}
+
+// claimLease is how long an answer in parts keeps its place between two parts.
+const claimLease = time.Second
+
 // ticket is one response's place in the budget, from its request to its release.
 type ticket struct {
-	lane     *budgetLane
-	n        int64
-	caller   string
+	lane   *budgetLane
+	n      int64
+	caller string
+	// holder is the stream the response goes to, and more says that a next part of its answer
+	// follows it (the lane keeps that part's claim once this one is written).
+	holder   string
+	more     bool
 	resuming bool
 	// delivers: the response carries changes to names its client holds, not an answer to a
 	// request or a look at every name (delivery).
@@ -93,7 +122,7 @@ func newSendBudget(total int64, largeResponses int, m *Metrics) *sendBudget {
 	small := max(total/smallLaneShare, 4*smallResponseBytes)
 	b := &sendBudget{smallMax: smallResponseBytes, metrics: m}
 	b.small = &budgetLane{name: "small", capacity: small, metrics: m, budget: b}
-	b.large = &budgetLane{name: "large", capacity: max(total-small, 4*smallResponseBytes), slots: max(largeResponses, 0), metrics: m, budget: b}
+	b.large = &budgetLane{name: "large", capacity: max(total-small, 4*smallResponseBytes), slots: max(largeResponses, 0), metrics: m, budget: b, claimLease: claimLease}
 	m.SendBudget.Set(float64(b.small.capacity + b.large.capacity))
 	return b
 }
@@ -115,8 +144,17 @@ func (b *sendBudget) inFlight() int64 { return b.taken.Load() }
 // request asks for n bytes and a place for a response of caller's: the ticket is granted at once
 // when it fits and nobody waits before it, else it waits its turn (ready is closed then).
 func (l *budgetLane) request(n int64, caller string, resuming, delivers bool, evict func()) *ticket {
-	t := &ticket{lane: l, n: n, caller: caller, resuming: resuming, delivers: delivers, ready: make(chan struct{}), evict: evict, asked: time.Now()}
+	return l.requestPart(n, caller, "", resuming, delivers, false, evict)
+}
+
+// requestPart is request for a response to holder's stream; more says a next part of its answer
+// follows it. A resuming part takes its answer's claim.
+func (l *budgetLane) requestPart(n int64, caller, holder string, resuming, delivers, more bool, evict func()) *ticket {
+	t := &ticket{lane: l, n: n, caller: caller, holder: holder, more: more, resuming: resuming, delivers: delivers, ready: make(chan struct{}), evict: evict, asked: time.Now()}
 	l.mu.Lock()
+	if resuming && holder != "" {
+		delete(l.claims, holder)
+	}
 	if l.resuming.empty() && (resuming || l.waiting.empty()) && l.fits(t) {
 		l.grantLocked(t)
 		l.mu.Unlock()
@@ -134,13 +172,16 @@ func (l *budgetLane) request(n int64, caller string, resuming, delivers bool, ev
 	return t
 }
 
-// fits reports whether t's bytes and a place fit (l.mu held); anything fits a lane that holds
-// nothing. The large lane takes no new answer while small responses are at work (a flip going
+// fits reports whether t's bytes and a place fit (l.mu held); a new answer needs a place neither
+// at work nor claimed by an answer in parts, and then anything fits a lane that holds nothing. The large lane takes no new answer while small responses are at work (a flip going
 // out to every proxy): those before it finish, and the cores go to the small ones. A large
 // delivery (the changes of a client far behind, folded) is let in as its places allow: it is a
 // flip too, many of them, and under a steady stream of changes small responses are always at
 // work — holding deliveries to one at a time then starved every client behind.
 func (l *budgetLane) fits(t *ticket) bool {
+	if l.slots > 0 && !t.resuming && !t.delivers && l.atWork+l.liveClaimsLocked() >= l.slots {
+		return false // a new answer: the places are at work or claimed by answers in parts
+	}
 	if l.taken == 0 {
 		return true
 	}
@@ -148,6 +189,49 @@ func (l *budgetLane) fits(t *ticket) bool {
 		return false
 	}
 	return l.taken+t.n <= l.capacity && (l.slots == 0 || l.atWork < l.slots)
+}
+
+// liveClaimsLocked is the number of claims not yet expired, dropping the expired ones (l.mu held).
+func (l *budgetLane) liveClaimsLocked() int {
+	now := time.Now()
+	for len(l.claimOrder) > 0 && !l.claimOrder[0].until.After(now) {
+		c := l.claimOrder[0]
+		l.claimOrder = l.claimOrder[1:]
+		if until, ok := l.claims[c.holder]; ok && until.Equal(c.until) {
+			delete(l.claims, c.holder)
+		}
+	}
+	if len(l.claims) == 0 {
+		l.claimOrder = nil // no stale entries kept once nothing is claimed
+	}
+	return len(l.claims)
+}
+
+// claimLocked keeps the place of the next part of holder's answer for the lease, and wakes the
+// lane as the first claim left expires (l.mu held).
+func (l *budgetLane) claimLocked(holder string) {
+	if l.claims == nil {
+		l.claims = map[string]time.Time{}
+	}
+	until := time.Now().Add(l.claimLease)
+	l.claims[holder] = until
+	l.claimOrder = append(l.claimOrder, claim{holder: holder, until: until})
+	l.armClaimTimerLocked()
+}
+
+// armClaimTimerLocked wakes the lane when the first claim left expires, if any (l.mu held).
+func (l *budgetLane) armClaimTimerLocked() {
+	if l.liveClaimsLocked() == 0 || l.claimTimer != nil {
+		return
+	}
+	l.claimTimer = time.AfterFunc(time.Until(l.claimOrder[0].until), func() {
+		l.mu.Lock()
+		l.claimTimer = nil
+		victim := l.grantWaitersLocked()
+		l.armClaimTimerLocked()
+		l.mu.Unlock()
+		victim.evictNow()
+	})
 }
 
 // grantLocked gives t its bytes and place (l.mu held).
@@ -250,6 +334,9 @@ func (t *ticket) release() {
 	l.budget.taken.Add(-t.n)
 	l.metrics.InFlight.Sub(float64(t.n))
 	wasAtWork := !t.parked
+	if t.more && t.holder != "" && l.slots > 0 {
+		l.claimLocked(t.holder) // its next part's place, for the round trip to it
+	}
 	if wasAtWork {
 		l.atWork--
 	} else {
@@ -266,6 +353,20 @@ func (t *ticket) release() {
 	if wasAtWork && l == l.budget.small && l.budget.smallAtWork.Add(-1) == 0 {
 		l.budget.large.wake()
 	}
+}
+
+// unclaim forgets the claim of holder's answer (its stream has ended), letting in the waiters
+// that then fit.
+func (l *budgetLane) unclaim(holder string) {
+	l.mu.Lock()
+	if _, ok := l.claims[holder]; !ok {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.claims, holder)
+	victim := l.grantWaitersLocked()
+	l.mu.Unlock()
+	victim.evictNow()
 }
 
 // wake lets in the waiters that now fit.

@@ -344,3 +344,56 @@ func TestOnlyChangesAreDeliveries(t *testing.T) {
 		}
 	}
 }
+
+// TestAnAnswerInPartsKeepsItsPlace: between two parts of an answer (the part written, its ACK,
+// the next part decided) the large lane keeps the answer's place: a new answer waits and the
+// next part is let in at once, so that a herd's proxies complete one after another rather than
+// all together at the end; a delivery nothing waits before is not held by the claim. A claim lasts its lease (a
+// client slow to ACK holds nobody's place for longer): past it, a new answer is let in with no
+// other event. A stream's end gives its claim back.
+func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
+	newLarge := func(lease time.Duration) *budgetLane {
+		b := newSendBudget(64<<20, 1, NewMetrics(prometheus.NewRegistry()))
+		b.large.claimLease = lease
+		return b.large
+	}
+	large := newLarge(time.Hour)
+	part1 := large.requestPart(200<<10, "a", "s1", false, false, true, nil)
+	granted(t, part1, true)
+	part1.release() // written; its client's ACK and the next part's plan follow
+	delivery := large.requestPart(200<<10, "c", "s3", false, true, false, nil)
+	granted(t, delivery, true)
+	delivery.release()
+	fresh := large.requestPart(200<<10, "b", "s2", false, false, true, nil)
+	granted(t, fresh, false)
+	last := large.requestPart(200<<10, "a", "s1", true, false, false, nil)
+	granted(t, last, true)
+	last.release() // the answer's last part: no claim left
+	granted(t, fresh, true)
+	fresh.release()
+
+	// A claim nobody takes lapses: the waiter is let in by the lease's end alone.
+	lapsing := newLarge(20 * time.Millisecond)
+	p := lapsing.requestPart(200<<10, "a", "s1", false, false, true, nil)
+	p.release()
+	waiter := lapsing.requestPart(200<<10, "b", "s2", false, false, false, nil)
+	select {
+	case <-waiter.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a claim nobody took still held the place 10 s after its lease")
+	}
+	waiter.release()
+
+	// A stream that ends between its parts gives its claim back.
+	ending := newLarge(time.Hour)
+	p = ending.requestPart(200<<10, "a", "s1", false, false, true, nil)
+	p.release()
+	waiter = ending.requestPart(200<<10, "b", "s2", false, false, false, nil)
+	granted(t, waiter, false)
+	ending.unclaim("s1")
+	granted(t, waiter, true)
+	waiter.release()
+	if n := ending.liveClaimsLocked(); n != 0 || ending.taken != 0 {
+		t.Fatalf("%d claims and %d bytes left", n, ending.taken)
+	}
+}

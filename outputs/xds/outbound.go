@@ -50,7 +50,11 @@ func (o *outbound) paid() <-chan time.Time {
 func (o *outbound) take(st *stream, r *response) {
 	n := encodedSize(r, st.delta)
 	o.resp = r
-	o.ticket = st.srv.budget.lane(n).request(int64(n), st.caller, r.resuming, r.delivers, st.evict)
+	lane := st.srv.budget.lane(n)
+	o.ticket = lane.requestPart(int64(n), st.caller, st.id, r.resuming, r.delivers, r.more, st.evict)
+	if r.resuming && lane != st.srv.budget.large {
+		st.srv.budget.large.unclaim(st.id) // a last part small enough for the small lane
+	}
 }
 
 // holds reports whether a response is in hand and not handed over yet.

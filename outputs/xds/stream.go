@@ -293,6 +293,7 @@ func (st *stream) quietTypes() uint8 {
 func (st *stream) end() {
 	st.inbox.close()
 	st.out.abandon()
+	st.srv.budget.large.unclaim(st.id) // after the abandon, which may claim a next part
 	st.forgetStale()
 	if st.auditTimer != nil {
 		st.auditTimer.Stop()
