@@ -372,6 +372,24 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 	granted(t, fresh, true)
 	fresh.release()
 
+	// With two places, three answers may be in progress: the places one leaves idle between its
+	// parts carry another's.
+	b := newSendBudget(64<<20, 2, NewMetrics(prometheus.NewRegistry()))
+	b.large.claimLease = time.Hour
+	var started []*ticket
+	for _, s := range []string{"s1", "s2", "s3", "s4"} {
+		started = append(started, b.large.requestPart(200<<10, s, s, false, false, true, nil))
+	}
+	granted(t, started[2], false)
+	started[0].release()
+	started[1].release()
+	granted(t, started[2], true)
+	granted(t, started[3], false)
+	for _, s := range []string{"s1", "s2"} {
+		b.large.unclaim(s)
+	}
+	granted(t, started[3], true)
+
 	// A claim nobody takes lapses: the waiter is let in by the lease's end alone.
 	lapsing := newLarge(20 * time.Millisecond)
 	p := lapsing.requestPart(200<<10, "a", "s1", false, false, true, nil)
