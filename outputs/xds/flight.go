@@ -176,11 +176,12 @@ func (l *budgetLane) requestPart(n int64, caller, holder string, resuming, deliv
 }
 
 // fits reports whether t's bytes and a place fit (l.mu held); a new answer needs fewer answers
-// at work or claimed than inProgress, and then anything fits a lane that holds nothing. The large lane takes no new answer while small responses are at work (a flip going
-// out to every proxy): those before it finish, and the cores go to the small ones. A large
-// delivery (the changes of a client far behind, folded) is let in as its places allow: it is a
-// flip too, many of them, and under a steady stream of changes small responses are always at
-// work — holding deliveries to one at a time then starved every client behind.
+// at work or claimed than inProgress, and then anything fits a lane that holds nothing. The
+// large lane takes no new answer while small responses are at work (a flip going out to every
+// proxy): those before it finish, and the cores go to the small ones. A large delivery (the
+// changes of a client far behind, folded) is let in as its places allow: it is a flip too, many
+// of them, and under a steady stream of changes small responses are always at work — holding
+// deliveries to one at a time then starved every client behind.
 func (l *budgetLane) fits(t *ticket) bool {
 	if l.slots > 0 && !t.resuming && !t.delivers && l.atWork+l.liveClaimsLocked() >= l.inProgress() {
 		return false // a new answer: as many answers at work or between their parts as allowed
