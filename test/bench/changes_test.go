@@ -153,39 +153,23 @@ func (c *changer) change(i int, kind string) (before []any, ss []*discovery.Endp
 }
 
 // grow adds endpoints to a rolled service's slices (the first a copy already), sliceSize to a
-// slice, up to want: new Pods on the nodes of the mesh in turn, at the rolled services'
-// addresses.
+// slice, up to want: new Pods placed as the mesh's are, at the rolled services' addresses.
 func (c *changer) grow(i, rank int, ss []*discovery.EndpointSlice, want int) ([]*discovery.EndpointSlice, []any) {
 	var pods []any
-	tmpl := ss[0].Endpoints[0]
 	for j := endpointsOf(ss); j < want; j++ {
 		last := ss[len(ss)-1]
 		if len(last.Endpoints) == sliceSize {
-			last = &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", ServiceName(i), len(ss)), Namespace: meshNamespace,
-				Labels: ss[0].Labels}, AddressType: ss[0].AddressType, Ports: ss[0].Ports}
+			last = newSlice(i, len(ss))
 			ss = append(ss, last)
 		}
-		// The endpoints of the mesh's services sit on nodes (i + j) mod nodes; the zone follows
-		// the node as Generate sets it.
-		e := tmpl
-		node := (i + j) % c.size.Nodes
-		nodeName := fmt.Sprintf("node-%04d", node)
-		_, zone := c.size.ZoneOf(node % c.size.Zones)
-		e.NodeName, e.Zone = &nodeName, &zone
-		pod := Pod(i, j, nodeName)
+		node, zone := c.size.placement(i, j)
+		pod := Pod(i, j, node)
 		ip := bigPodIP(rank, j)
 		pod.Status.PodIP, pod.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
-		setPod(&e, pod)
-		last.Endpoints = append(last.Endpoints, e)
+		last.Endpoints = append(last.Endpoints, endpointOf(pod, zone))
 		pods = append(pods, pod)
 	}
 	return ss, pods
-}
-
-// setPod makes an endpoint the Pod's: its address and reference.
-func setPod(e *discovery.Endpoint, pod *corev1.Pod) {
-	e.Addresses = []string{pod.Status.PodIP}
-	e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 }
 
 func endpointsOf(ss []*discovery.EndpointSlice) int {

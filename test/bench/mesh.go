@@ -99,10 +99,9 @@ func Generate(s Size) *Mesh {
 	m.Namespaces = []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: meshNamespace}}}
 	for n := 0; n < s.Nodes; n++ {
 		region, zone := s.ZoneOf(n % s.Zones)
-		m.Nodes = append(m.Nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%04d", n),
+		m.Nodes = append(m.Nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName(n),
 			Labels: map[string]string{"topology.kubernetes.io/region": region, "topology.kubernetes.io/zone": zone}}})
 	}
-	ready := true
 	for i := 0; i < s.Services; i++ {
 		name := ServiceName(i)
 		svc := &corev1.Service{
@@ -117,29 +116,52 @@ func Generate(s Size) *Mesh {
 		m.Services = append(m.Services, svc)
 		var slice *discovery.EndpointSlice
 		for j := 0; j < s.EndpointsPerService; j++ {
-			nodeIndex := (i + j) % len(m.Nodes)
-			pod := Pod(i, j, m.Nodes[nodeIndex].Name)
+			node, zone := s.placement(i, j)
+			pod := Pod(i, j, node)
 			m.Pods = append(m.Pods, pod)
 			if j%sliceSize == 0 {
-				slice = &discovery.EndpointSlice{
-					ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, j/sliceSize), Namespace: meshNamespace, Labels: map[string]string{"kubernetes.io/service-name": name}},
-					AddressType: discovery.AddressTypeIPv4,
-					Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr(int32(targetPort)), Protocol: ptr(corev1.ProtocolTCP)}},
-				}
+				slice = newSlice(i, j/sliceSize)
 				m.Slices = append(m.Slices, slice)
 			}
-			// As the EndpointSlice controller writes an endpoint; the sources reduce it.
-			_, zone := s.ZoneOf(nodeIndex % s.Zones)
-			slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{
-				Addresses:  []string{pod.Status.PodIP},
-				Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ptr(false)},
-				NodeName:   ptr(pod.Spec.NodeName),
-				Zone:       ptr(zone),
-				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: meshNamespace, Name: pod.Name, UID: pod.UID},
-			})
+			slice.Endpoints = append(slice.Endpoints, endpointOf(pod, zone))
 		}
 	}
 	return m
+}
+
+// NodeName is the name of the n-th node.
+func NodeName(n int) string { return fmt.Sprintf("node-%04d", n) }
+
+// placement is the node endpoint j of service i runs on, and its zone.
+func (s Size) placement(i, j int) (node, zone string) {
+	n := (i + j) % s.Nodes
+	_, zone = s.ZoneOf(n % s.Zones)
+	return NodeName(n), zone
+}
+
+// newSlice is the k-th EndpointSlice of service i, without endpoints.
+func newSlice(i, k int) *discovery.EndpointSlice {
+	name := ServiceName(i)
+	return &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, k), Namespace: meshNamespace, Labels: map[string]string{"kubernetes.io/service-name": name}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr(int32(targetPort)), Protocol: ptr(corev1.ProtocolTCP)}},
+	}
+}
+
+// endpointOf is a ready Pod's endpoint in a slice, as the EndpointSlice controller writes it
+// (the sources reduce it).
+func endpointOf(pod *corev1.Pod, zone string) discovery.Endpoint {
+	e := discovery.Endpoint{Conditions: discovery.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
+		NodeName: ptr(pod.Spec.NodeName), Zone: ptr(zone)}
+	setPod(&e, pod)
+	return e
+}
+
+// setPod makes an endpoint the Pod's: its address and reference.
+func setPod(e *discovery.Endpoint, pod *corev1.Pod) {
+	e.Addresses = []string{pod.Status.PodIP}
+	e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 }
 
 // Pod is endpoint j of service i, running on node.
