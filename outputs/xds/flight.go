@@ -151,8 +151,12 @@ func (l *budgetLane) request(n int64, caller string, resuming, delivers bool, ev
 }
 
 // requestPart is request for a response to holder's stream; more says a next part of its answer
-// follows it. A resuming part takes its answer's claim.
+// follows it. A resuming part takes its answer's claim, whichever lane it goes to (a last part
+// may be small).
 func (l *budgetLane) requestPart(n int64, caller, holder string, resuming, delivers, more bool, evict func()) *ticket {
+	if large := l.budget.large; resuming && holder != "" && l != large {
+		large.unclaim(holder)
+	}
 	t := &ticket{lane: l, n: n, caller: caller, holder: holder, more: more, resuming: resuming, delivers: delivers, ready: make(chan struct{}), evict: evict, asked: time.Now()}
 	l.mu.Lock()
 	if resuming && holder != "" {
@@ -365,8 +369,8 @@ func (t *ticket) release() {
 	}
 }
 
-// unclaim forgets the claim of holder's answer (its stream has ended), letting in the waiters
-// that then fit.
+// unclaim forgets the claim of holder's answer (its stream has ended, or its next part went to
+// the small lane), letting in the waiters that then fit.
 func (l *budgetLane) unclaim(holder string) {
 	l.mu.Lock()
 	if _, ok := l.claims[holder]; !ok {

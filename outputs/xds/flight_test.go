@@ -402,6 +402,19 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 	}
 	waiter.release()
 
+	// A last part small enough for the small lane gives the large lane's claim back.
+	smallLast := newSendBudget(64<<20, 1, NewMetrics(prometheus.NewRegistry()))
+	smallLast.large.claimLease = time.Hour
+	p = smallLast.large.requestPart(200<<10, "a", "s1", false, false, true, nil)
+	p.release()
+	waiter = smallLast.large.requestPart(200<<10, "b", "s2", false, false, false, nil)
+	granted(t, waiter, false)
+	tail := smallLast.small.requestPart(10<<10, "a", "s1", true, false, false, nil)
+	granted(t, tail, true)
+	granted(t, waiter, true)
+	tail.release()
+	waiter.release()
+
 	// A stream that ends between its parts gives its claim back.
 	ending := newLarge(time.Hour)
 	p = ending.requestPart(200<<10, "a", "s1", false, false, true, nil)

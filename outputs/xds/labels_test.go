@@ -55,3 +55,23 @@ func TestToldStampsOnlyTheNameLookedUp(t *testing.T) {
 		t.Fatalf("\"b\" told at %d, want 43", got)
 	}
 }
+
+// TestToldStampsABatch: one call stamps every name of a change's batch whose id still stands for
+// it, and skips, within the same batch, an id handed to another name since.
+func TestToldStampsABatch(t *testing.T) {
+	nt := newNameTable(0)
+	gone := nt.acquire("gone")
+	nt.release(gone)
+	reused := nt.acquire("reused") // takes gone's id
+	kept := nt.acquire("kept")
+	if gone != reused {
+		t.Fatalf("the table did not reuse the id (gone=%d, reused=%d): the test needs it to", gone, reused)
+	}
+	nt.setTold([]nameID{gone, kept}, []string{"gone", "kept"}, tEndpoint, 44)
+	if got := nt.told(reused, tEndpoint); got != 0 {
+		t.Errorf("\"reused\" was stamped with the change of \"gone\": %d", got)
+	}
+	if got := nt.told(kept, tEndpoint); got != 44 {
+		t.Errorf("\"kept\" told at %d, want 44", got)
+	}
+}

@@ -50,11 +50,7 @@ func (o *outbound) paid() <-chan time.Time {
 func (o *outbound) take(st *stream, r *response) {
 	n := encodedSize(r, st.delta)
 	o.resp = r
-	lane := st.srv.budget.lane(n)
-	o.ticket = lane.requestPart(int64(n), st.caller, st.id, r.resuming, r.delivers, r.more, st.evict)
-	if r.resuming && lane != st.srv.budget.large {
-		st.srv.budget.large.unclaim(st.id) // a last part small enough for the small lane
-	}
+	o.ticket = st.srv.budget.lane(n).requestPart(int64(n), st.caller, st.id, r.resuming, r.delivers, r.more, st.evict)
 }
 
 // holds reports whether a response is in hand and not handed over yet.
