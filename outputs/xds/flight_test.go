@@ -428,3 +428,30 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 		t.Fatalf("%d claims and %d bytes left", n, ending.taken)
 	}
 }
+
+// TestAClientThatNeverACKsHoldsNoPlace: with one large place, a client that reads the first part
+// of its answer and never ACKs it keeps that answer's claim only for the lease; another client's
+// answer, in parts too, then goes out whole.
+func TestAClientThatNeverACKsHoldsNoPlace(t *testing.T) {
+	fs := startFake(t, func(o *Options) { o.Limits = Limits{StreamRate: -1, ResponseBytes: 128 << 10, LargeResponses: 1} })
+	names := fs.src.setBig(tEndpoint.url(), 300, 1<<10) // 300 KB of CLAs: three parts of the large lane
+	mute, err := adsclient.OpenDelta(context.Background(), fs.cc, sidecarNode(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	_ = mute.Subscribe(tEndpoint.url(), names, nil)
+	if r := recvDeltaType(t, mute, tEndpoint.url()); len(r.Resources) == len(names) {
+		t.Fatalf("the first answer came whole (%d CLAs): the test needs it in parts", len(r.Resources))
+	}
+	// It never ACKs that part. Another client asks for the same.
+	other, err := adsclient.OpenDelta(context.Background(), fs.cc, sidecarNode(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_ = other.Subscribe(tEndpoint.url(), names, nil)
+	if parts := recvDeltaCLAs(t, other, names, "another client's answer beside one that never ACKs"); parts < 2 {
+		t.Fatalf("the other answer in %d parts: the test wants several", parts)
+	}
+}
