@@ -1,7 +1,10 @@
 package xds
 
 import (
+	"encoding/binary"
 	"errors"
+	"io"
+	"math"
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
@@ -215,26 +218,42 @@ func mapEntry(value []byte, lookup func([]byte) (string, bool)) (k, v string, er
 // list's hash (listHash, computed here from the bytes as they came) without reading a name.
 type sotwRequest struct {
 	req discovery.DiscoveryRequest
-	// hash is listHash of the names, n their number; raw holds the request's bytes until names
-	// has read them.
+	// hash is listHash of the names, n their number; data holds the request's bytes, in the
+	// pieces gRPC received them in, until names has read them or the request is released.
 	hash uint64
 	n    int
-	raw  []byte
+	data mem.BufferSlice
 	// list holds the names once read.
 	list []string
 	read bool
 }
 
 // decodeSotwRequest decodes a request but for its names, which it counts and hashes: the hash
-// (rawListHash) is of their fields as encoded, written a run of consecutive name fields at a
-// time (a client writes them all in a row).
+// (rawListHash) is of their fields as encoded, in order. The request's bytes are read in the
+// pieces they came in and kept, not copied: a client of ten thousand clusters repeats 700 KB of
+// names with every ACK, and the stream reads them only when they differ from the list it holds.
+// A request the piecewise reader does not take (a group, a malformed field) is read whole, as
+// before.
 func decodeSotwRequest(data mem.BufferSlice, m *sotwRequest) error {
-	m.raw = data.Materialize()
+	s := requestScan{h: xxhash.New()}
+	if s.pieces(data) {
+		m.n, m.hash = s.n, s.h.Sum64()
+		if err := proto.Unmarshal(s.rest, &m.req); err != nil {
+			return err
+		}
+		if m.n > 0 {
+			data.Ref()
+			m.data = data
+		}
+		return nil
+	}
+	*m = sotwRequest{}
+	raw := data.Materialize()
 	var rest []byte
 	h := xxhash.New()
 	run := -1 // where the current run of name fields starts
 	at := 0
-	err := eachField(m.raw, func(num protowire.Number, typ protowire.Type, field, _ []byte) error {
+	err := eachField(raw, func(num protowire.Number, typ protowire.Type, field, _ []byte) error {
 		if num == fSotwReqResourceNames && typ == protowire.BytesType {
 			if run < 0 {
 				run = at
@@ -244,7 +263,7 @@ func decodeSotwRequest(data mem.BufferSlice, m *sotwRequest) error {
 			return nil
 		}
 		if run >= 0 {
-			_, _ = h.Write(m.raw[run:at])
+			_, _ = h.Write(raw[run:at])
 			run = -1
 		}
 		rest = append(rest, field...)
@@ -255,10 +274,144 @@ func decodeSotwRequest(data mem.BufferSlice, m *sotwRequest) error {
 		return err
 	}
 	if run >= 0 {
-		_, _ = h.Write(m.raw[run:at])
+		_, _ = h.Write(raw[run:at])
 	}
 	m.hash = h.Sum64()
+	if m.n > 0 {
+		m.data = mem.BufferSlice{mem.SliceBuffer(raw)}
+	}
 	return proto.Unmarshal(rest, &m.req)
+}
+
+// requestScan reads a state-of-the-world request piece by piece: it hashes and counts the name
+// fields, copies every other field to rest, and carries a field begun in one piece into the next.
+type requestScan struct {
+	h     *xxhash.Digest
+	n     int
+	rest  []byte
+	carry []byte
+}
+
+// maxFieldHead is the longest a field's tag and length can be: two varints.
+const maxFieldHead = 2 * binary.MaxVarintLen64
+
+// pieces reads every piece of a request; false if it met what only the whole-message reader
+// takes (a group, a malformed or truncated field).
+func (s *requestScan) pieces(data mem.BufferSlice) bool {
+	for _, buf := range data {
+		b := buf.ReadOnlyData()
+		for len(s.carry) > 0 && len(b) > 0 {
+			size, _, _, state := fieldAt(s.carry)
+			if state == fieldBad {
+				return false
+			}
+			take := min(len(b), maxFieldHead)
+			if state == fieldShort && size > 0 {
+				take = min(len(b), size-len(s.carry))
+			}
+			s.carry = append(s.carry, b[:take]...)
+			b = b[take:]
+			rem, ok := s.fields(s.carry)
+			if !ok {
+				return false
+			}
+			s.carry = s.carry[:copy(s.carry, rem)]
+		}
+		rem, ok := s.fields(b)
+		if !ok {
+			return false
+		}
+		s.carry = append(s.carry, rem...)
+	}
+	return len(s.carry) == 0
+}
+
+// fields reads the complete fields at the start of b, and returns what is left: the start of a
+// field that continues in the next piece.
+func (s *requestScan) fields(b []byte) (rem []byte, ok bool) {
+	run := -1 // where the current run of name fields starts
+	i := 0
+	for i < len(b) {
+		size, num, typ, state := fieldAt(b[i:])
+		if state == fieldBad {
+			return nil, false
+		}
+		if state == fieldShort {
+			break
+		}
+		if num == fSotwReqResourceNames && typ == protowire.BytesType {
+			if run < 0 {
+				run = i
+			}
+			s.n++
+		} else {
+			if run >= 0 {
+				_, _ = s.h.Write(b[run:i])
+				run = -1
+			}
+			s.rest = append(s.rest, b[i:i+size]...)
+		}
+		i += size
+	}
+	if run >= 0 {
+		_, _ = s.h.Write(b[run:i])
+	}
+	return b[i:], true
+}
+
+// What fieldAt found at the start of a piece.
+const (
+	fieldWhole = iota // a whole field
+	fieldShort        // a field that continues past the piece (its size, when known)
+	fieldBad          // a group, a malformed field: for the whole-message reader
+)
+
+// fieldAt reads the field at the start of b: its size (tag, length and value), number and type.
+func fieldAt(b []byte) (size int, num protowire.Number, typ protowire.Type, state int) {
+	tag, n := protowire.ConsumeVarint(b)
+	if n < 0 {
+		return 0, 0, 0, shortOrBad(n)
+	}
+	num, typ = protowire.DecodeTag(tag)
+	if num < protowire.MinValidNumber {
+		return 0, 0, 0, fieldBad
+	}
+	switch typ {
+	case protowire.VarintType:
+		_, m := protowire.ConsumeVarint(b[n:])
+		if m < 0 {
+			return 0, num, typ, shortOrBad(m)
+		}
+		size = n + m
+	case protowire.Fixed32Type:
+		size = n + 4
+	case protowire.Fixed64Type:
+		size = n + 8
+	case protowire.BytesType:
+		l, m := protowire.ConsumeVarint(b[n:])
+		if m < 0 {
+			return 0, num, typ, shortOrBad(m)
+		}
+		if l > math.MaxInt32 {
+			return 0, num, typ, fieldBad
+		}
+		size = n + m + int(l)
+	default:
+		return 0, num, typ, fieldBad
+	}
+	if size > len(b) {
+		return size, num, typ, fieldShort
+	}
+	return size, num, typ, fieldWhole
+}
+
+// shortOrBad says what a varint's error code (n < 0) makes of a field: short if the varint was
+// cut at the piece's end.
+func shortOrBad(n int) int {
+	if protowire.ParseError(n) == io.ErrUnexpectedEOF {
+		return fieldShort
+	}
+	return fieldBad
 }
 
 // rawListHash is the hash decodeSotwRequest makes of a list of names: of their fields encoded.
@@ -281,12 +434,19 @@ func (m *sotwRequest) names(table *nameTable) ([]string, error) {
 	}
 	m.read = true
 	if m.n == 0 {
-		m.raw = nil
+		m.release()
 		return nil, nil
 	}
+	var raw []byte
+	if len(m.data) == 1 {
+		raw = m.data[0].ReadOnlyData()
+	} else {
+		raw = m.data.Materialize()
+	}
+	defer m.release()
 	m.list = make([]string, 0, m.n)
 	err := table.reading(func(lookup func([]byte) (string, bool)) error {
-		return eachField(m.raw, func(num protowire.Number, typ protowire.Type, _, value []byte) error {
+		return eachField(raw, func(num protowire.Number, typ protowire.Type, _, value []byte) error {
 			if num != fSotwReqResourceNames || typ != protowire.BytesType {
 				return nil
 			}
@@ -298,12 +458,19 @@ func (m *sotwRequest) names(table *nameTable) ([]string, error) {
 			return nil
 		})
 	})
-	m.raw = nil
 	if err != nil {
 		m.list = nil
 		return nil, err
 	}
 	return m.list, nil
+}
+
+// release gives back the request's bytes, once the stream has applied it.
+func (m *sotwRequest) release() {
+	if m != nil && m.data != nil {
+		m.data.Free()
+		m.data = nil
+	}
 }
 
 // parseVersion reads a version krteds sent (hexadecimal, at most 16 digits).

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -119,8 +121,121 @@ func FuzzRequestDecoding(f *testing.F) {
 				t.Fatalf("the state-of-the-world request decodes otherwise than proto's decoder:\n%s", d)
 			}
 		}
+		// The same in pieces, as gRPC hands over a request received in several frames.
+		for _, size := range []int{1, 2, 3, 7, 64} {
+			var split sotwRequest
+			err := decodeSotwRequest(inPieces(b, size), &split)
+			if err == nil {
+				split.req.ResourceNames, err = split.names(names)
+			}
+			if (werr == nil) != (err == nil) {
+				t.Fatalf("in pieces of %d: proto's decoder: %v; the state-of-the-world request: %v", size, werr, err)
+			}
+			if werr == nil {
+				if split.hash != lazy.hash || split.n != lazy.n {
+					t.Fatalf("in pieces of %d: hash %x of %d names, whole %x of %d", size, split.hash, split.n, lazy.hash, lazy.n)
+				}
+				if d := cmp.Diff(want, &split.req, protocmp.Transform()); d != "" {
+					t.Fatalf("in pieces of %d, decodes otherwise than proto's decoder:\n%s", size, d)
+				}
+			}
+		}
 	})
 }
+
+// inPieces is b in pieces of size bytes (the last shorter), each its own buffer.
+func inPieces(b []byte, size int) mem.BufferSlice {
+	var s mem.BufferSlice
+	for len(b) > 0 {
+		n := min(size, len(b))
+		s = append(s, mem.SliceBuffer(slices.Clone(b[:n])))
+		b = b[n:]
+	}
+	return s
+}
+
+// TestSotwRequestIsReadInPieces: a request received in pieces (gRPC's frames, down to a byte
+// each) is read without joining them, whatever piece a field starts or ends in, and decodes as the
+// whole request does; its bytes are kept until the stream releases the request.
+func TestSotwRequestIsReadInPieces(t *testing.T) {
+	big := &discovery.DiscoveryRequest{TypeUrl: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+		VersionInfo: "1f", ResponseNonce: "2a", Node: &core.Node{Id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local"}}
+	for i := range 3000 {
+		big.ResourceNames = append(big.ResourceNames, fmt.Sprintf("outbound|%d||svc-%d.ns-%d.svc.cluster.local", 80+i%3, i, i%40))
+	}
+	names := newNameTable(0)
+	for _, m := range append(requestSeeds(), big) {
+		want, ok := m.(*discovery.DiscoveryRequest)
+		if !ok {
+			continue
+		}
+		b, err := proto.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, size := range []int{1, 5, 16 << 10, len(b) + 1} {
+			s := requestScan{h: xxhash.New()}
+			if !s.pieces(inPieces(b, size)) {
+				t.Fatalf("pieces of %d: a well-formed request was left to the whole-message reader", size)
+			}
+			var got sotwRequest
+			if err := decodeSotwRequest(inPieces(b, size), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.hash != rawListHash(want.ResourceNames) || got.n != len(want.ResourceNames) {
+				t.Fatalf("pieces of %d: hash %x of %d names, want %x of %d", size, got.hash, got.n, rawListHash(want.ResourceNames), len(want.ResourceNames))
+			}
+			list, err := got.names(names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.req.ResourceNames = list
+			if d := cmp.Diff(want, &got.req, protocmp.Transform()); d != "" {
+				t.Fatalf("pieces of %d: decodes otherwise than proto's decoder:\n%s", size, d)
+			}
+		}
+	}
+
+	// The request's pieces stay the request's until it is released, though gRPC frees its own
+	// reference once the codec returns; a request whose names were read gives them back then.
+	b, _ := proto.Marshal(big)
+	for _, read := range []bool{false, true} {
+		pool := &countingPool{}
+		var data mem.BufferSlice
+		for len(b) > 0 {
+			n := min(16<<10, len(b))
+			piece := slices.Clone(b[:n])
+			data = append(data, mem.NewBuffer(&piece, pool))
+			b = b[n:]
+		}
+		b, _ = proto.Marshal(big)
+		var got sotwRequest
+		if err := decodeSotwRequest(data, &got); err != nil {
+			t.Fatal(err)
+		}
+		data.Free() // gRPC's reference, after Unmarshal
+		if pool.put != 0 {
+			t.Fatalf("%d pieces given back while the request holds them", pool.put)
+		}
+		if read {
+			if _, err := got.names(names); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			got.release()
+		}
+		if pool.put != len(data) {
+			t.Fatalf("names read %v: %d of %d pieces given back", read, pool.put, len(data))
+		}
+		got.release() // twice is harmless
+	}
+}
+
+// countingPool counts the buffers given back to it.
+type countingPool struct{ put int }
+
+func (p *countingPool) Get(n int) *[]byte { b := make([]byte, n); return &b }
+func (p *countingPool) Put(*[]byte)       { p.put++ }
 
 // TestSotwRequestNamesAreReadWhenNeeded: a state-of-the-world request decodes as proto's decoder
 // decodes it, its names read when asked for (interned), its hash that of its names, and a name

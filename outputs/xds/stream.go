@@ -203,7 +203,9 @@ func (st *stream) run(v variant, reqs <-chan received) error {
 			if r.err != nil {
 				return endOfReading(r.err)
 			}
-			if err := st.handle(r.req); err != nil {
+			err := st.handle(r.req)
+			r.req.list.release()
+			if err != nil {
 				return err
 			}
 		case <-st.inbox.wake:
