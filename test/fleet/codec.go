@@ -25,7 +25,7 @@ func (codec) Name() string { return "proto" }
 
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	if r, ok := v.(*encodedRequest); ok {
-		return mem.BufferSlice{mem.SliceBuffer(r.b)}, nil
+		return mem.BufferSlice{mem.SliceBuffer(r.head), mem.SliceBuffer(r.names)}, nil
 	}
 	return encoding.GetCodecV2("proto").Marshal(v)
 }
@@ -39,21 +39,32 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if c.n != nil {
 		c.n.Add(int64(data.Len()))
 	}
+	if r, ok := v.(*sotwResponse); ok {
+		// Read in place: the bodies stay slices of the scratch buffer until the proxy releases it.
+		r.buf = scratchPool.Get().(*scratch)
+		r.buf.in = grow(r.buf.in, data.Len())
+		data.CopyTo(r.buf.in)
+		return r.decode(r.buf.in)
+	}
 	resp, ok := v.(*discovery.DeltaDiscoveryResponse)
 	if !ok || !c.skipBodies {
 		return encoding.GetCodecV2("proto").Unmarshal(data, v)
 	}
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
-	if n := data.Len(); cap(s.in) < n {
-		s.in = make([]byte, n)
-	} else {
-		s.in = s.in[:n]
-	}
+	s.in = grow(s.in, data.Len())
 	data.CopyTo(s.in)
 	var err error
 	if s.out, s.res, err = withoutBodies(s.out[:0], s.res[:0], s.in); err != nil {
 		return err
 	}
 	return proto.Unmarshal(s.out, resp) // copies what it keeps out of the scratch buffers
+}
+
+// grow is b with length n, reallocated only if it has not the room.
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
 }

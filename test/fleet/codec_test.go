@@ -86,3 +86,35 @@ func TestVersionsCodec(t *testing.T) {
 		t.Fatalf("an encoded request decodes as %v (%v)", sotw, err)
 	}
 }
+
+// TestSotwResponseReadInPlace: a state-of-the-world response read by the proxies' codec carries
+// what proto's decoder reads of it: version, type, nonce and each resource's body, in order.
+func TestSotwResponseReadInPlace(t *testing.T) {
+	full := &discovery.DiscoveryResponse{VersionInfo: "v7", TypeUrl: "t", Nonce: "n3", Canary: true,
+		ControlPlane: &core.ControlPlane{Identifier: "krteds"},
+		Resources: []*anypb.Any{{TypeUrl: "t", Value: []byte("one")}, {TypeUrl: "t"}, {TypeUrl: "t", Value: []byte("three")}}}
+	b, err := proto.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := codec{n: &atomic.Int64{}}
+	var r sotwResponse
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b[:5]), mem.SliceBuffer(b[5:])}, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.version != "v7" || r.typeURL != "t" || r.nonce != "n3" || len(r.values) != 3 ||
+		string(r.values[0]) != "one" || len(r.values[1]) != 0 || string(r.values[2]) != "three" {
+		t.Fatalf("read %q %q %q %q", r.version, r.typeURL, r.nonce, r.values)
+	}
+	if c.n.Load() != int64(len(b)) {
+		t.Errorf("counted %d bytes of %d", c.n.Load(), len(b))
+	}
+	r.release()
+	if r.values != nil || r.buf != nil {
+		t.Error("a released response still refers to its buffer")
+	}
+	var bad sotwResponse
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x12, 0x05, 0x12})}, &bad); err == nil {
+		t.Error("a truncated response decoded without an error")
+	}
+}

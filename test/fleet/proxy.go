@@ -46,7 +46,7 @@ type Break struct {
 type Response struct {
 	At    time.Time
 	delta *discovery.DeltaDiscoveryResponse
-	sotw  *discovery.DiscoveryResponse
+	sotw  *sotwResponse
 }
 
 // Len is the number of resources it carries.
@@ -54,7 +54,7 @@ func (r *Response) Len() int {
 	if r.delta != nil {
 		return len(r.delta.Resources)
 	}
-	return len(r.sotw.Resources)
+	return len(r.sotw.values)
 }
 
 // Resource is its k-th resource: its name, version and body (nil when the fleet skips bodies). A
@@ -65,7 +65,7 @@ func (r *Response) Resource(k int) (name, version string, body []byte) {
 		res := r.delta.Resources[k]
 		return res.Name, res.Version, res.Resource.GetValue()
 	}
-	b := r.sotw.Resources[k].Value
+	b := r.sotw.values[k]
 	return CLAName(b), strconv.FormatUint(xxhash.Sum64(b), 16), b
 }
 
@@ -282,18 +282,19 @@ func ended[T any](err error, recv func() (T, error)) error {
 }
 
 // exchange sends a stream's first request, saying the proxy holds held, then hands each
-// response (wrapped) to the holder and ACKs it (ack(resp, names)), until the stream breaks.
-func exchange[Req, Resp any](p *Proxy, s grpc.BidiStreamingClient[Req, Resp], first func(subs []string, names []byte) any, held map[string]string,
-	wrap func(*Resp) Response, ack func(resp *Resp, names []byte) any,
+// response (recv's, wrapped) to the holder and ACKs it (ack(resp, names)), until the stream
+// breaks; done, if not nil, is called with each response once it is ACKed.
+func exchange[Resp any](p *Proxy, s grpc.ClientStream, recv func() (*Resp, error), first func(subs []string, names []byte) any, held map[string]string,
+	wrap func(*Resp) Response, ack func(resp *Resp, names []byte) any, done func(*Resp),
 ) (opened, got bool, err error) {
 	h := p.spec.Holder
 	if err := p.open(s, first); err != nil {
-		return false, false, ended(err, s.Recv)
+		return false, false, ended(err, recv)
 	}
 	p.turnOnce.Do(func() { close(p.turn) })
 	h.Opened(held)
 	for {
-		resp, err := s.Recv()
+		resp, err := recv()
 		if err != nil {
 			return true, got, err
 		}
@@ -303,23 +304,27 @@ func exchange[Req, Resp any](p *Proxy, s grpc.BidiStreamingClient[Req, Resp], fi
 		p.f.Responses.Add(1)
 		p.f.Resources.Add(int64(p.resp.Len()))
 		h.Received(&p.resp)
+		p.resp = Response{}
 		p.sendMu.Lock()
 		err = s.SendMsg(ack(resp, p.names))
 		p.sendMu.Unlock()
+		if done != nil {
+			done(resp)
+		}
 		if err != nil {
-			return true, got, ended(err, s.Recv)
+			return true, got, ended(err, recv)
 		}
 	}
 }
 
 func (p *Proxy) delta(s grpc.BidiStreamingClient[discovery.DeltaDiscoveryRequest, discovery.DeltaDiscoveryResponse]) (opened, got bool, err error) {
 	held := p.spec.Holder.Held()
-	return exchange(p, s, func(subs []string, _ []byte) any {
+	return exchange(p, s, s.Recv, func(subs []string, _ []byte) any {
 		return &discovery.DeltaDiscoveryRequest{Node: p.node, TypeUrl: adsclient.TypeCLA, ResourceNamesSubscribe: subs, InitialResourceVersions: held}
 	}, held, func(r *discovery.DeltaDiscoveryResponse) Response { return Response{delta: r} },
 		func(r *discovery.DeltaDiscoveryResponse, _ []byte) any {
 			return &discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce}
-		})
+		}, nil)
 }
 
 func (p *Proxy) sotw(s grpc.BidiStreamingClient[discovery.DiscoveryRequest, discovery.DiscoveryResponse]) (opened, got bool, err error) {
@@ -327,12 +332,21 @@ func (p *Proxy) sotw(s grpc.BidiStreamingClient[discovery.DiscoveryRequest, disc
 	if err != nil {
 		return false, false, err
 	}
+	// Responses are read by the proxies' codec, their bodies left in place (sotwResponse).
+	recv := func() (*sotwResponse, error) {
+		r := &sotwResponse{}
+		if err := s.RecvMsg(r); err != nil {
+			r.release()
+			return nil, err
+		}
+		return r, nil
+	}
 	// As Envoy does: the version it last accepted, no nonce, every name; each ACK repeats them.
-	return exchange(p, s, func(_ []string, names []byte) any {
+	return exchange(p, s, recv, func(_ []string, names []byte) any {
 		return sotwRequest(node, names, adsclient.TypeCLA, p.version, "")
-	}, nil, func(r *discovery.DiscoveryResponse) Response { return Response{sotw: r} },
-		func(r *discovery.DiscoveryResponse, names []byte) any {
-			p.version = r.VersionInfo
-			return sotwRequest(nil, names, r.TypeUrl, r.VersionInfo, r.Nonce)
-		})
+	}, nil, func(r *sotwResponse) Response { return Response{sotw: r} },
+		func(r *sotwResponse, names []byte) any {
+			p.version = r.version
+			return sotwRequest(nil, names, r.typeURL, r.version, r.nonce)
+		}, (*sotwResponse).release)
 }

@@ -216,8 +216,9 @@ func withoutBodies(out, res, b []byte) ([]byte, []byte, error) {
 }
 
 // encodedRequest is a DiscoveryRequest a proxy encoded itself: a state-of-the-world proxy repeats
-// its whole list of names with every ACK, and encodes the list once.
-type encodedRequest struct{ b []byte }
+// its whole list of names with every ACK, encodes the list once and sends it as it is, after the
+// request's other fields (head).
+type encodedRequest struct{ head, names []byte }
 
 // encodeNames is the names' fields of a DiscoveryRequest.
 func encodeNames(names []string) []byte {
@@ -230,10 +231,10 @@ func encodeNames(names []string) []byte {
 }
 
 // sotwRequest encodes a request of the resources of typeURL named by names (encoded by
-// encodeNames), answering a response (version, nonce), with node (encoded; nil but on a stream's
-// first request).
+// encodeNames, never changed after: the request refers to them), answering a response (version,
+// nonce), with node (encoded; nil but on a stream's first request).
 func sotwRequest(node, names []byte, typeURL, version, nonce string) *encodedRequest {
-	b := make([]byte, 0, len(node)+len(names)+256)
+	b := make([]byte, 0, len(node)+256)
 	if node != nil {
 		b = protowire.AppendTag(b, reqNode, protowire.BytesType)
 		b = protowire.AppendBytes(b, node)
@@ -247,5 +248,63 @@ func sotwRequest(node, names []byte, typeURL, version, nonce string) *encodedReq
 			b = protowire.AppendString(b, f.v)
 		}
 	}
-	return &encodedRequest{b: append(b, names...)}
+	return &encodedRequest{head: b, names: names}
+}
+
+// Field numbers of DiscoveryResponse and google.protobuf.Any.
+const (
+	respVersion, respResources, respTypeURL, respNonce = 1, 2, 4, 5
+	anyValue                                           = 2
+)
+
+var errMalformedSotw = errors.New("malformed DiscoveryResponse")
+
+// sotwResponse is a DiscoveryResponse as a proxy reads it: the fields it answers with, and each
+// resource's body, a slice of the message's bytes (buf: scratch, given back by release once the
+// holder has read the response and the proxy ACKed it).
+type sotwResponse struct {
+	version, typeURL, nonce string
+	values                  [][]byte
+	buf                     *scratch
+}
+
+// decode reads the encoded response b (the response's own scratch buffer).
+func (r *sotwResponse) decode(b []byte) error {
+	err := eachField(b, func(f field) error {
+		if f.typ != protowire.BytesType {
+			return nil
+		}
+		switch f.num {
+		case respVersion:
+			r.version = string(f.v)
+		case respTypeURL:
+			r.typeURL = string(f.v)
+		case respNonce:
+			r.nonce = string(f.v)
+		case respResources:
+			var value []byte
+			if err := eachField(f.v, func(af field) error {
+				if af.num == anyValue && af.typ == protowire.BytesType {
+					value = af.v
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			r.values = append(r.values, value)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errMalformedSotw, err)
+	}
+	return nil
+}
+
+// release gives back the response's scratch buffer: its bodies are not to be read after.
+func (r *sotwResponse) release() {
+	if r.buf != nil {
+		scratchPool.Put(r.buf)
+		r.buf, r.values = nil, nil
+	}
 }
