@@ -199,11 +199,13 @@ func (l *budgetLane) fits(t *ticket) bool {
 	return l.taken+t.n <= l.capacity && (l.slots == 0 || l.atWork < l.slots)
 }
 
-// inProgress bounds the answers at work or between two parts when a new answer starts: half
-// again as many as the places, so that the places one answer leaves idle for its round trip
-// carry another's part (the medium herd took 608–624 ms with exactly the places, 523–570 with
-// half again).
-func (l *budgetLane) inProgress() int { return l.slots + l.slots/2 }
+// inProgress bounds the answers at work or between two parts when a new answer starts: three
+// times the places, so that the places an answer leaves idle for its client's round trip carry
+// others' parts. A delta client's round trip is short (the medium herd took 608–624 ms with
+// exactly the places, 523–570 with half again); a state-of-the-world client's is long, its ACK
+// repeating every name it subscribes to (700 KB for ten thousand clusters): with half again the
+// large SotW herd took 67 s and left the places idle, with three times 54–55 s.
+func (l *budgetLane) inProgress() int { return 3 * l.slots }
 
 // liveClaimsLocked is the number of claims not yet expired, dropping the expired ones (l.mu held).
 func (l *budgetLane) liveClaimsLocked() int {

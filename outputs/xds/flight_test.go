@@ -357,14 +357,22 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 		b.large.claimLease = lease
 		return b.large
 	}
+	// claimed starts answers on l until as many are in progress as it lets start (one at work
+	// per place, each written and keeping its claim), the first by holder s1.
+	claimed := func(l *budgetLane) {
+		t.Helper()
+		for i := range l.inProgress() {
+			p := l.requestPart(200<<10, "a", fmt.Sprint("s", i+1), false, false, true, nil)
+			granted(t, p, true)
+			p.release() // written; its client's ACK and the next part's plan follow
+		}
+	}
 	large := newLarge(time.Hour)
-	part1 := large.requestPart(200<<10, "a", "s1", false, false, true, nil)
-	granted(t, part1, true)
-	part1.release() // written; its client's ACK and the next part's plan follow
-	delivery := large.requestPart(200<<10, "c", "s3", false, true, false, nil)
+	claimed(large)
+	delivery := large.requestPart(200<<10, "c", "d", false, true, false, nil)
 	granted(t, delivery, true)
 	delivery.release()
-	fresh := large.requestPart(200<<10, "b", "s2", false, false, true, nil)
+	fresh := large.requestPart(200<<10, "b", "new", false, false, true, nil)
 	granted(t, fresh, false)
 	last := large.requestPart(200<<10, "a", "s1", true, false, false, nil)
 	granted(t, last, true)
@@ -372,29 +380,37 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 	granted(t, fresh, true)
 	fresh.release()
 
-	// With two places, three answers may be in progress: the places one leaves idle between its
-	// parts carry another's.
+	// More answers may be in progress than there are places: the places one leaves idle between
+	// its parts carry another's.
 	b := newSendBudget(64<<20, 2, NewMetrics(prometheus.NewRegistry()))
 	b.large.claimLease = time.Hour
+	n := b.large.inProgress()
+	if n <= b.large.slots {
+		t.Fatalf("%d answers in progress on %d places", n, b.large.slots)
+	}
 	var started []*ticket
-	for _, s := range []string{"s1", "s2", "s3", "s4"} {
+	for i := range n + 1 {
+		s := fmt.Sprint("s", i)
 		started = append(started, b.large.requestPart(200<<10, s, s, false, false, true, nil))
 	}
-	granted(t, started[2], false)
-	started[0].release()
-	started[1].release()
-	granted(t, started[2], true)
-	granted(t, started[3], false)
-	for _, s := range []string{"s1", "s2"} {
-		b.large.unclaim(s)
+	for i, tk := range started[:n] {
+		if i >= b.large.slots {
+			granted(t, tk, false) // the places are at work
+			started[i-b.large.slots].release()
+		}
+		granted(t, tk, true)
 	}
-	granted(t, started[3], true)
+	for _, tk := range started[n-b.large.slots : n] {
+		tk.release()
+	}
+	granted(t, started[n], false)
+	b.large.unclaim("s0")
+	granted(t, started[n], true)
 
 	// A claim nobody takes lapses: the waiter is let in by the lease's end alone.
 	lapsing := newLarge(20 * time.Millisecond)
-	p := lapsing.requestPart(200<<10, "a", "s1", false, false, true, nil)
-	p.release()
-	waiter := lapsing.requestPart(200<<10, "b", "s2", false, false, false, nil)
+	claimed(lapsing)
+	waiter := lapsing.requestPart(200<<10, "b", "new", false, false, false, nil)
 	select {
 	case <-waiter.ready:
 	case <-time.After(10 * time.Second):
@@ -405,9 +421,8 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 	// A last part small enough for the small lane gives the large lane's claim back.
 	smallLast := newSendBudget(64<<20, 1, NewMetrics(prometheus.NewRegistry()))
 	smallLast.large.claimLease = time.Hour
-	p = smallLast.large.requestPart(200<<10, "a", "s1", false, false, true, nil)
-	p.release()
-	waiter = smallLast.large.requestPart(200<<10, "b", "s2", false, false, false, nil)
+	claimed(smallLast.large)
+	waiter = smallLast.large.requestPart(200<<10, "b", "new", false, false, false, nil)
 	granted(t, waiter, false)
 	tail := smallLast.small.requestPart(10<<10, "a", "s1", true, false, false, nil)
 	granted(t, tail, true)
@@ -417,41 +432,46 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 
 	// A stream that ends between its parts gives its claim back.
 	ending := newLarge(time.Hour)
-	p = ending.requestPart(200<<10, "a", "s1", false, false, true, nil)
-	p.release()
-	waiter = ending.requestPart(200<<10, "b", "s2", false, false, false, nil)
+	claimed(ending)
+	waiter = ending.requestPart(200<<10, "b", "new", false, false, false, nil)
 	granted(t, waiter, false)
 	ending.unclaim("s1")
 	granted(t, waiter, true)
 	waiter.release()
+	for i := 2; i <= ending.inProgress(); i++ {
+		ending.unclaim(fmt.Sprint("s", i))
+	}
 	if n := ending.liveClaimsLocked(); n != 0 || ending.taken != 0 {
 		t.Fatalf("%d claims and %d bytes left", n, ending.taken)
 	}
 }
 
-// TestAClientThatNeverACKsHoldsNoPlace: with one large place, a client that reads the first part
-// of its answer and never ACKs it keeps that answer's claim only for the lease; another client's
-// answer, in parts too, then goes out whole.
+// TestAClientThatNeverACKsHoldsNoPlace: with one large place, clients that read the first part
+// of their answers and never ACK them keep those answers' claims only for the lease, however many
+// they are; another client's answer, in parts too, then goes out whole.
 func TestAClientThatNeverACKsHoldsNoPlace(t *testing.T) {
 	fs := startFake(t, func(o *Options) { o.Limits = Limits{StreamRate: -1, ResponseBytes: 128 << 10, LargeResponses: 1} })
 	names := fs.src.setBig(tEndpoint.url(), 300, 1<<10) // 300 KB of CLAs: three parts of the large lane
-	mute, err := adsclient.OpenDelta(context.Background(), fs.cc, sidecarNode(1))
-	if err != nil {
-		t.Fatal(err)
+	// As many clients as answers may be in progress read the first part of theirs and never ACK it.
+	for i := range fs.srv.budget.large.inProgress() {
+		mute, err := adsclient.OpenDelta(context.Background(), fs.cc, sidecarNode(10+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mute.Close()
+		_ = mute.Subscribe(tEndpoint.url(), names, nil)
+		if r := recvDeltaType(t, mute, tEndpoint.url()); len(r.Resources) == len(names) {
+			t.Fatalf("the first answer came whole (%d CLAs): the test needs it in parts", len(r.Resources))
+		}
 	}
-	defer mute.Close()
-	_ = mute.Subscribe(tEndpoint.url(), names, nil)
-	if r := recvDeltaType(t, mute, tEndpoint.url()); len(r.Resources) == len(names) {
-		t.Fatalf("the first answer came whole (%d CLAs): the test needs it in parts", len(r.Resources))
-	}
-	// It never ACKs that part. Another client asks for the same.
+	// Another client asks for the same.
 	other, err := adsclient.OpenDelta(context.Background(), fs.cc, sidecarNode(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
 	_ = other.Subscribe(tEndpoint.url(), names, nil)
-	if parts := recvDeltaCLAs(t, other, names, "another client's answer beside one that never ACKs"); parts < 2 {
+	if parts := recvDeltaCLAs(t, other, names, "another client's answer beside ones that never ACK"); parts < 2 {
 		t.Fatalf("the other answer in %d parts: the test wants several", parts)
 	}
 }
