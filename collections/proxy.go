@@ -146,6 +146,24 @@ func (k ProxyGroupKeys) ResourceName() string { return k.ConnID }
 // Equals compares every field.
 func (k ProxyGroupKeys) Equals(o ProxyGroupKeys) bool { return k == o }
 
+// GroupShard is one shard of a group of proxies (a class or a view): the group's value as a
+// member of the shard has it. Proxies are grouped in two steps, into shards of a group and the
+// shards into the group, so that a proxy joining or leaving touches its shard's members only.
+type GroupShard[T interface{ Equals(T) bool }] struct {
+	// Key is the group's key and the shard's number ("<group>#7").
+	Key   string `json:"key"`
+	Group string `json:"group"`
+	Value T      `json:"value"`
+}
+
+// ResourceName is Key.
+func (s GroupShard[T]) ResourceName() string { return s.Key }
+
+// Equals compares every field.
+func (s GroupShard[T]) Equals(o GroupShard[T]) bool {
+	return s.Key == o.Key && s.Group == o.Group && s.Value.Equals(o.Value)
+}
+
 // Equals compares every field.
 func (p Proxy) Equals(o Proxy) bool {
 	return p.ConnectedProxy.Equals(o.ConnectedProxy) && p.Pod == o.Pod && p.Class == o.Class &&

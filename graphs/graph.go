@@ -17,42 +17,46 @@ import (
 
 // Names of the derived collections, as /debug/krt and /debug/krtz show them.
 const (
-	NameSystemNetwork    = "SystemNetwork"
-	NameNodeLocalities   = "NodeLocalities"
-	NameKubeServices     = "KubernetesServices"
-	NameAllKubeServices  = "AllKubernetesServices"
-	NameServiceGateways  = "ServiceGateways"
-	NameMeshGateways     = "input/MeshNetworksGateways"
-	NameGatewaySources   = "GatewaySources"
-	NameNetworkGateways  = "NetworkGateways"
-	NameServiceEntries   = "ServiceEntries"
-	NameEntriesByNsHost  = "ServiceEntriesByNamespaceHost"
-	NameEntryServices    = "ServiceEntryServices"
-	NameWorkloadEntries  = "WorkloadEntries"
-	NameServiceInfos     = "ServiceInfos"
-	NameSharedHosts      = "ServiceInfosBySharedHost"
-	NameSliceEndpoints   = "SliceEndpoints"
-	NameServiceEndpoints = "ServiceEndpoints"
-	NameDestRules        = "DestinationRules"
-	NameSidecars         = "Sidecars"
-	NamePolicies         = "ServicePolicies"
-	NamePeerAuthns       = "PeerAuthentications"
-	NamePeerAuthnsByNS   = "PeerAuthenticationsByNamespace"
-	NameConnectedProxies = "ConnectedProxies"
-	NameFailoverLabels   = "FailoverLabels"
-	NameProxies          = "Proxies"
-	NameProxyGroupKeys   = "ProxyGroupKeys"
-	NameProxiesByClass   = "ProxiesByClass"
-	NameProxyClasses     = "ProxyClasses"
-	NameProxiesByView    = "ProxiesByView"
-	NameViews            = "Views"
-	NameCLAs             = "ClusterLoadAssignments"
-	NameCLAsByLEDS       = "ClusterLoadAssignmentsByLEDSCollection"
-	NameClusters         = "Clusters"
-	NameListeners        = "Listeners"
-	NameRoutes           = "Routes"
-	NameProblems         = "Problems"
-	NameResourceProblems = "Resources/problems"
+	NameSystemNetwork       = "SystemNetwork"
+	NameNodeLocalities      = "NodeLocalities"
+	NameKubeServices        = "KubernetesServices"
+	NameAllKubeServices     = "AllKubernetesServices"
+	NameServiceGateways     = "ServiceGateways"
+	NameMeshGateways        = "input/MeshNetworksGateways"
+	NameGatewaySources      = "GatewaySources"
+	NameNetworkGateways     = "NetworkGateways"
+	NameServiceEntries      = "ServiceEntries"
+	NameEntriesByNsHost     = "ServiceEntriesByNamespaceHost"
+	NameEntryServices       = "ServiceEntryServices"
+	NameWorkloadEntries     = "WorkloadEntries"
+	NameServiceInfos        = "ServiceInfos"
+	NameSharedHosts         = "ServiceInfosBySharedHost"
+	NameSliceEndpoints      = "SliceEndpoints"
+	NameServiceEndpoints    = "ServiceEndpoints"
+	NameDestRules           = "DestinationRules"
+	NameSidecars            = "Sidecars"
+	NamePolicies            = "ServicePolicies"
+	NamePeerAuthns          = "PeerAuthentications"
+	NamePeerAuthnsByNS      = "PeerAuthenticationsByNamespace"
+	NameConnectedProxies    = "ConnectedProxies"
+	NameFailoverLabels      = "FailoverLabels"
+	NameProxies             = "Proxies"
+	NameProxyGroupKeys      = "ProxyGroupKeys"
+	NameProxiesByClassShard = "ProxiesByClassShard"
+	NameClassShards         = "ClassShards"
+	NameProxiesByViewShard  = "ProxiesByViewShard"
+	NameViewShards          = "ViewShards"
+	NameProxiesByClass      = "ProxiesByClass"
+	NameProxyClasses        = "ProxyClasses"
+	NameProxiesByView       = "ProxiesByView"
+	NameViews               = "Views"
+	NameCLAs                = "ClusterLoadAssignments"
+	NameCLAsByLEDS          = "ClusterLoadAssignmentsByLEDSCollection"
+	NameClusters            = "Clusters"
+	NameListeners           = "Listeners"
+	NameRoutes              = "Routes"
+	NameProblems            = "Problems"
+	NameResourceProblems    = "Resources/problems"
 )
 
 // Graph is krteds' whole dataflow: Kubernetes and Istio objects in; per-service endpoint shards,
@@ -236,11 +240,20 @@ func Build(cfg collections.Config, in collections.Inputs, opts krt.OptionsBuilde
 		Sidecars: g.Sidecars, SidecarsByNamespace: krt.NewIndex(g.Sidecars, "byNamespace", policy.SidecarNamespace),
 		Rules: g.DestinationRules, SelectorRules: krt.NewIndex(g.DestinationRules, "selectorByNamespace", policy.SelectorRuleNamespace),
 	}))
+	// Grouped by class and by view in two steps, shards then groups (policy.GroupShards).
 	groupKeys := Derive(d, NameProxyGroupKeys, g.Proxies, policy.ProxyGroupKeysOf())
+	classShards := Derive(d, NameClassShards,
+		Index(d, NameProxiesByClassShard, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byClassShard", policy.ProxyClassShardKey)),
+		policy.GroupShards(g.Proxies, policy.ClassKeyOf, policy.ClassOf))
 	g.ProxyClasses = Derive(d, NameProxyClasses,
-		Index(d, NameProxiesByClass, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byClass", policy.ProxyClassKey)), policy.ProxyClassOf(g.Proxies))
+		Index(d, NameProxiesByClass, NameClassShards, krt.NewIndex(classShards, "byClass", policy.ShardGroupKey[collections.ProxyClass])),
+		policy.GroupOfShards[collections.ProxyClass]())
+	viewShards := Derive(d, NameViewShards,
+		Index(d, NameProxiesByViewShard, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byViewShard", policy.ProxyViewShardKey)),
+		policy.GroupShards(g.Proxies, policy.ViewKeyOf, policy.ViewOfProxy))
 	g.Views = Derive(d, NameViews,
-		Index(d, NameProxiesByView, NameProxyGroupKeys, krt.NewIndex(groupKeys, "byView", policy.ProxyViewKey)), policy.ViewOfGroup(g.Proxies))
+		Index(d, NameProxiesByView, NameViewShards, krt.NewIndex(viewShards, "byView", policy.ShardGroupKey[collections.View])),
+		policy.GroupOfShards[collections.View]())
 
 	// The xDS resources.
 	g.CLAs = DeriveMany(d, NameCLAs, g.ServiceEndpoints, eds.ServiceCLAs(eds.CLAInputs{
