@@ -332,6 +332,15 @@ func (s *requestScan) fields(b []byte) (rem []byte, ok bool) {
 	run := -1 // where the current run of name fields starts
 	i := 0
 	for i < len(b) {
+		// A name of less than 128 bytes: its tag and length a byte each.
+		if b[i] == nameTag && i+1 < len(b) && b[i+1] < 0x80 && i+2+int(b[i+1]) <= len(b) {
+			if run < 0 {
+				run = i
+			}
+			s.n++
+			i += 2 + int(b[i+1])
+			continue
+		}
 		size, num, typ, state := fieldAt(b[i:])
 		if state == fieldBad {
 			return nil, false
@@ -358,6 +367,9 @@ func (s *requestScan) fields(b []byte) (rem []byte, ok bool) {
 	}
 	return b[i:], true
 }
+
+// nameTag is the tag of a DiscoveryRequest's resource name, as one byte.
+const nameTag = fSotwReqResourceNames<<3 | byte(protowire.BytesType)
 
 // What fieldAt found at the start of a piece.
 const (
