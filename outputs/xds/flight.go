@@ -94,6 +94,8 @@ type ticket struct {
 	holder   string
 	more     bool
 	resuming bool
+	// sotw: the response goes to a state-of-the-world client (inProgress).
+	sotw bool
 	// delivers: the response carries changes to names its client holds, not an answer to a
 	// request or a look at every name (delivery).
 	delivers bool
@@ -147,17 +149,28 @@ func (b *sendBudget) inFlight() int64 { return b.taken.Load() }
 // request asks for n bytes and a place for a response of caller's: the ticket is granted at once
 // when it fits and nobody waits before it, else it waits its turn (ready is closed then).
 func (l *budgetLane) request(n int64, caller string, resuming, delivers bool, evict func()) *ticket {
-	return l.requestPart(n, caller, "", resuming, delivers, false, evict)
+	return l.requestPart(n, caller, part{resuming: resuming, delivers: delivers}, evict)
 }
 
-// requestPart is request for a response to holder's stream; more says a next part of its answer
-// follows it. A resuming part takes its answer's claim, whichever lane it goes to (a last part
-// may be small).
-func (l *budgetLane) requestPart(n int64, caller, holder string, resuming, delivers, more bool, evict func()) *ticket {
+// part is what the budget knows of a response to a stream: holder is the stream (the lane keeps
+// its answer's claim between parts); resuming: it is the next part of an answer; delivers: it
+// carries changes to names its client holds, not an answer to a request or a look at every name;
+// more: a next part follows it; sotw: its client is a state-of-the-world one, whose ACK repeats
+// every name it subscribes to.
+type part struct {
+	holder                         string
+	resuming, delivers, more, sotw bool
+}
+
+// requestPart is request for a response to a stream (p). A resuming part takes its answer's
+// claim, whichever lane it goes to (a last part may be small).
+func (l *budgetLane) requestPart(n int64, caller string, p part, evict func()) *ticket {
+	resuming, holder := p.resuming, p.holder
 	if large := l.budget.large; resuming && holder != "" && l != large {
 		large.unclaim(holder)
 	}
-	t := &ticket{lane: l, n: n, caller: caller, holder: holder, more: more, resuming: resuming, delivers: delivers, ready: make(chan struct{}), evict: evict, asked: time.Now()}
+	t := &ticket{lane: l, n: n, caller: caller, holder: holder, more: p.more, resuming: resuming, delivers: p.delivers, sotw: p.sotw,
+		ready: make(chan struct{}), evict: evict, asked: time.Now()}
 	l.mu.Lock()
 	if resuming && holder != "" {
 		delete(l.claims, holder)
@@ -187,7 +200,7 @@ func (l *budgetLane) requestPart(n int64, caller, holder string, resuming, deliv
 // of them, and under a steady stream of changes small responses are always at work — holding
 // deliveries to one at a time then starved every client behind.
 func (l *budgetLane) fits(t *ticket) bool {
-	if l.slots > 0 && !t.resuming && !t.delivers && l.atWork+l.liveClaimsLocked() >= l.inProgress() {
+	if l.slots > 0 && !t.resuming && !t.delivers && l.atWork+l.liveClaimsLocked() >= l.inProgress(t.sotw) {
 		return false // a new answer: as many answers at work or between their parts as allowed
 	}
 	if l.taken == 0 {
@@ -199,13 +212,19 @@ func (l *budgetLane) fits(t *ticket) bool {
 	return l.taken+t.n <= l.capacity && (l.slots == 0 || l.atWork < l.slots)
 }
 
-// inProgress bounds the answers at work or between two parts when a new answer starts: three
-// times the places, so that the places an answer leaves idle for its client's round trip carry
-// others' parts. A delta client's round trip is short (the medium herd took 608–624 ms with
-// exactly the places, 523–570 with half again); a state-of-the-world client's is long, its ACK
-// repeating every name it subscribes to (700 KB for ten thousand clusters): with half again the
-// large SotW herd took 67 s and left the places idle, with three times 54–55 s.
-func (l *budgetLane) inProgress() int { return 3 * l.slots }
+// inProgress bounds the answers at work or between two parts when a new answer starts, so that
+// the places an answer leaves idle for its client's round trip carry others' parts: half again
+// the places for a delta client's answer, whose round trip is short (the medium herd took
+// 608–624 ms with exactly the places, 523–570 with half again, 580–669 with three times); three
+// times for a state-of-the-world client's, whose ACK repeats every name it subscribes to (700 KB
+// for ten thousand clusters: the large SotW herd took 62–67 s with half again, its places idle,
+// 54–57 s with three times).
+func (l *budgetLane) inProgress(sotw bool) int {
+	if sotw {
+		return 3 * l.slots
+	}
+	return l.slots + l.slots/2
+}
 
 // liveClaimsLocked is the number of claims not yet expired, dropping the expired ones (l.mu held).
 func (l *budgetLane) liveClaimsLocked() int {

@@ -361,37 +361,54 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 	// per place, each written and keeping its claim), the first by holder s1.
 	claimed := func(l *budgetLane) {
 		t.Helper()
-		for i := range l.inProgress() {
-			p := l.requestPart(200<<10, "a", fmt.Sprint("s", i+1), false, false, true, nil)
+		for i := range l.inProgress(false) {
+			p := l.requestPart(200<<10, "a", part{holder: fmt.Sprint("s", i+1), more: true}, nil)
 			granted(t, p, true)
 			p.release() // written; its client's ACK and the next part's plan follow
 		}
 	}
 	large := newLarge(time.Hour)
 	claimed(large)
-	delivery := large.requestPart(200<<10, "c", "d", false, true, false, nil)
+	delivery := large.requestPart(200<<10, "c", part{holder: "d", delivers: true}, nil)
 	granted(t, delivery, true)
 	delivery.release()
-	fresh := large.requestPart(200<<10, "b", "new", false, false, true, nil)
+	fresh := large.requestPart(200<<10, "b", part{holder: "new", more: true}, nil)
 	granted(t, fresh, false)
-	last := large.requestPart(200<<10, "a", "s1", true, false, false, nil)
+	last := large.requestPart(200<<10, "a", part{holder: "s1", resuming: true}, nil)
 	granted(t, last, true)
 	last.release() // the answer's last part: no claim left
 	granted(t, fresh, true)
 	fresh.release()
 
+	// A state-of-the-world client's answer starts past a delta one's bound, up to its own: its
+	// client's ACK repeats every name, and the places idle longer between its parts.
+	mixed := newLarge(time.Hour)
+	claimed(mixed)
+	if mixed.inProgress(true) <= mixed.inProgress(false) {
+		t.Fatalf("state of the world may have %d answers in progress, delta %d", mixed.inProgress(true), mixed.inProgress(false))
+	}
+	for i := mixed.inProgress(false); i < mixed.inProgress(true); i++ {
+		p := mixed.requestPart(200<<10, "e", part{holder: fmt.Sprint("w", i), more: true, sotw: true}, nil)
+		granted(t, p, true)
+		p.release()
+	}
+	over := mixed.requestPart(200<<10, "e", part{holder: "w-over", more: true, sotw: true}, nil)
+	granted(t, over, false)
+	mixed.unclaim("s1")
+	granted(t, over, true)
+
 	// More answers may be in progress than there are places: the places one leaves idle between
 	// its parts carry another's.
 	b := newSendBudget(64<<20, 2, NewMetrics(prometheus.NewRegistry()))
 	b.large.claimLease = time.Hour
-	n := b.large.inProgress()
+	n := b.large.inProgress(false)
 	if n <= b.large.slots {
 		t.Fatalf("%d answers in progress on %d places", n, b.large.slots)
 	}
 	var started []*ticket
 	for i := range n + 1 {
 		s := fmt.Sprint("s", i)
-		started = append(started, b.large.requestPart(200<<10, s, s, false, false, true, nil))
+		started = append(started, b.large.requestPart(200<<10, s, part{holder: s, more: true}, nil))
 	}
 	for i, tk := range started[:n] {
 		if i >= b.large.slots {
@@ -410,7 +427,7 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 	// A claim nobody takes lapses: the waiter is let in by the lease's end alone.
 	lapsing := newLarge(20 * time.Millisecond)
 	claimed(lapsing)
-	waiter := lapsing.requestPart(200<<10, "b", "new", false, false, false, nil)
+	waiter := lapsing.requestPart(200<<10, "b", part{holder: "new"}, nil)
 	select {
 	case <-waiter.ready:
 	case <-time.After(10 * time.Second):
@@ -422,9 +439,9 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 	smallLast := newSendBudget(64<<20, 1, NewMetrics(prometheus.NewRegistry()))
 	smallLast.large.claimLease = time.Hour
 	claimed(smallLast.large)
-	waiter = smallLast.large.requestPart(200<<10, "b", "new", false, false, false, nil)
+	waiter = smallLast.large.requestPart(200<<10, "b", part{holder: "new"}, nil)
 	granted(t, waiter, false)
-	tail := smallLast.small.requestPart(10<<10, "a", "s1", true, false, false, nil)
+	tail := smallLast.small.requestPart(10<<10, "a", part{holder: "s1", resuming: true}, nil)
 	granted(t, tail, true)
 	granted(t, waiter, true)
 	tail.release()
@@ -433,12 +450,12 @@ func TestAnAnswerInPartsKeepsItsPlace(t *testing.T) {
 	// A stream that ends between its parts gives its claim back.
 	ending := newLarge(time.Hour)
 	claimed(ending)
-	waiter = ending.requestPart(200<<10, "b", "new", false, false, false, nil)
+	waiter = ending.requestPart(200<<10, "b", part{holder: "new"}, nil)
 	granted(t, waiter, false)
 	ending.unclaim("s1")
 	granted(t, waiter, true)
 	waiter.release()
-	for i := 2; i <= ending.inProgress(); i++ {
+	for i := 2; i <= ending.inProgress(false); i++ {
 		ending.unclaim(fmt.Sprint("s", i))
 	}
 	if n := ending.liveClaimsLocked(); n != 0 || ending.taken != 0 {
@@ -453,7 +470,7 @@ func TestAClientThatNeverACKsHoldsNoPlace(t *testing.T) {
 	fs := startFake(t, func(o *Options) { o.Limits = Limits{StreamRate: -1, ResponseBytes: 128 << 10, LargeResponses: 1} })
 	names := fs.src.setBig(tEndpoint.url(), 300, 1<<10) // 300 KB of CLAs: three parts of the large lane
 	// As many clients as answers may be in progress read the first part of theirs and never ACK it.
-	for i := range fs.srv.budget.large.inProgress() {
+	for i := range fs.srv.budget.large.inProgress(false) {
 		mute, err := adsclient.OpenDelta(context.Background(), fs.cc, sidecarNode(10+i))
 		if err != nil {
 			t.Fatal(err)

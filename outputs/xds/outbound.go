@@ -50,7 +50,7 @@ func (o *outbound) paid() <-chan time.Time {
 func (o *outbound) take(st *stream, r *response) {
 	n := encodedSize(r, st.delta)
 	o.resp = r
-	o.ticket = st.srv.budget.lane(n).requestPart(int64(n), st.caller, st.id, r.resuming, r.delivers, r.more, st.evict)
+	o.ticket = st.srv.budget.lane(n).requestPart(int64(n), st.caller, part{holder: st.id, resuming: r.resuming, delivers: r.delivers, more: r.more, sotw: !st.delta}, st.evict)
 }
 
 // holds reports whether a response is in hand and not handed over yet.
