@@ -158,21 +158,11 @@ func inPieces(b []byte, size int) mem.BufferSlice {
 // each) is read without joining them, whatever piece a field starts or ends in, and decodes as the
 // whole request does; its bytes are kept until the stream releases the request.
 func TestSotwRequestIsReadInPieces(t *testing.T) {
-	big := &discovery.DiscoveryRequest{TypeUrl: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
-		VersionInfo: "1f", ResponseNonce: "2a", Node: &core.Node{Id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local"}}
-	for i := range 3000 {
-		big.ResourceNames = append(big.ResourceNames, fmt.Sprintf("outbound|%d||svc-%d.ns-%d.svc.cluster.local", 80+i%3, i, i%40))
-	}
+	big := bigSotwRequest(3000)
+	big.Node = &core.Node{Id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local"}
 	names := newNameTable(0)
-	for _, m := range append(requestSeeds(), big) {
-		want, ok := m.(*discovery.DiscoveryRequest)
-		if !ok {
-			continue
-		}
-		b, err := proto.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, seed := range sotwSeeds(t, big) {
+		want, b := seed.req, seed.b
 		for _, size := range []int{1, 5, 16 << 10, len(b) + 1} {
 			s := requestScan{h: xxhash.New()}
 			if !s.pieces(inPieces(b, size)) {
@@ -243,15 +233,8 @@ func (p *countingPool) Put(*[]byte)       { p.put++ }
 func TestSotwRequestNamesAreReadWhenNeeded(t *testing.T) {
 	names := newNameTable(0)
 	known := names.name(names.acquire(fmt.Sprint("kn", "own")))
-	for _, m := range requestSeeds() {
-		want, ok := m.(*discovery.DiscoveryRequest)
-		if !ok {
-			continue
-		}
-		b, err := proto.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, seed := range sotwSeeds(t) {
+		want, b := seed.req, seed.b
 		var got sotwRequest
 		if err := decodeSotwRequest(mem.BufferSlice{mem.SliceBuffer(b)}, &got); err != nil {
 			t.Fatal(err)
@@ -286,11 +269,7 @@ func TestSotwRequestNamesAreReadWhenNeeded(t *testing.T) {
 // of names), in the 16 KiB pieces gRPC receives it in, and applies nothing: what every ACK costs
 // the server before the stream tells the list from its hash.
 func BenchmarkSotwACK(b *testing.B) {
-	req := &discovery.DiscoveryRequest{TypeUrl: tEndpoint.url(), VersionInfo: "1f", ResponseNonce: "2a"}
-	for i := range 10000 {
-		req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|%d||svc-%d.ns-%d.svc.cluster.local", 80+i%3, i, i%40))
-	}
-	raw, err := proto.Marshal(req)
+	raw, err := proto.Marshal(bigSotwRequest(10000))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -304,4 +283,38 @@ func BenchmarkSotwACK(b *testing.B) {
 		}
 		m.release()
 	}
+}
+
+// bigSotwRequest is the ACK of a state-of-the-world client subscribed to n clusters.
+func bigSotwRequest(n int) *discovery.DiscoveryRequest {
+	req := &discovery.DiscoveryRequest{TypeUrl: tEndpoint.url(), VersionInfo: "1f", ResponseNonce: "2a"}
+	for i := range n {
+		req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|%d||svc-%d.ns-%d.svc.cluster.local", 80+i%3, i, i%40))
+	}
+	return req
+}
+
+// sotwSeed is a state-of-the-world request and its encoding.
+type sotwSeed struct {
+	req *discovery.DiscoveryRequest
+	b   []byte
+}
+
+// sotwSeeds are the state-of-the-world requests of requestSeeds and extra, encoded.
+func sotwSeeds(t *testing.T, extra ...*discovery.DiscoveryRequest) []sotwSeed {
+	t.Helper()
+	var out []sotwSeed
+	for _, m := range requestSeeds() {
+		if r, ok := m.(*discovery.DiscoveryRequest); ok {
+			extra = append(extra, r)
+		}
+	}
+	for _, r := range extra {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, sotwSeed{req: r, b: b})
+	}
+	return out
 }

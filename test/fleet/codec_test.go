@@ -92,7 +92,7 @@ func TestVersionsCodec(t *testing.T) {
 func TestSotwResponseReadInPlace(t *testing.T) {
 	full := &discovery.DiscoveryResponse{VersionInfo: "v7", TypeUrl: "t", Nonce: "n3", Canary: true,
 		ControlPlane: &core.ControlPlane{Identifier: "krteds"},
-		Resources: []*anypb.Any{{TypeUrl: "t", Value: []byte("one")}, {TypeUrl: "t"}, {TypeUrl: "t", Value: []byte("three")}}}
+		Resources:    []*anypb.Any{{TypeUrl: "t", Value: []byte("one")}, {TypeUrl: "t"}, {TypeUrl: "t", Value: []byte("three")}}}
 	b, err := proto.Marshal(full)
 	if err != nil {
 		t.Fatal(err)
