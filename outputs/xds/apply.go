@@ -97,6 +97,17 @@ func (sb *subscription) applySotw(req request, first bool) error {
 	if err := checkNames(names); err != nil {
 		return err
 	}
+	if sb.subs.len() == 0 {
+		// Nothing held yet (a stream's first list): every name is added, none released.
+		added := make([]string, 0, len(names))
+		for _, n := range names {
+			if n != "*" {
+				added = append(added, n)
+			}
+		}
+		_, err := sb.add(added)
+		return err
+	}
 	want := make(map[nameID]struct{}, len(names))
 	var added []string
 	for _, n := range names {
@@ -234,7 +245,7 @@ func (sb *subscription) add(names []string) ([]nameID, error) {
 	if err != nil {
 		return nil, err
 	}
-	var fresh []nameID
+	fresh := make([]nameID, 0, len(ids))
 	seen := make(map[nameID]struct{}, len(ids))
 	for _, id := range ids {
 		if _, dup := seen[id]; dup {
@@ -267,6 +278,7 @@ func (sb *subscription) add(names []string) ([]nameID, error) {
 		// Swept (4 bytes a name) rather than marked (a map entry each): a first subscription
 		// of every cluster of a large mesh, held until its last part is sent, by every stream
 		// of a herd.
+		sb.sweep = slices.Grow(sb.sweep, len(seen))
 		for id := range seen {
 			sb.sweep = append(sb.sweep, id)
 		}

@@ -49,14 +49,14 @@ func (f *subSource) leaving(id nameID, _ *collections.Resource, _ sub) bool {
 
 // subRig is one subscription of a stream of its own, and its source.
 type subRig struct {
-	t     *testing.T
+	t     testing.TB
 	sb    *subscription
 	src   *subSource
 	nonce int
 	first bool
 }
 
-func newSubRig(t *testing.T, ty typ, delta bool) *subRig {
+func newSubRig(t testing.TB, ty typ, delta bool) *subRig {
 	s := &Server{limits: Limits{}.WithDefaults()}
 	s.names = newNameTable(0)
 	s.index = newSubscriberIndex(s.names, func(string, string) string { return "" })
@@ -64,6 +64,14 @@ func newSubRig(t *testing.T, ty typ, delta bool) *subRig {
 	s.index.addStream(st)
 	return &subRig{t: t, sb: newSubscription(ty, st, s.index, newVersionTable()), first: true,
 		src: &subSource{names: s.names, res: map[string]*collections.Resource{}, pending: map[string]bool{}, leave: map[string]bool{}}}
+}
+
+// sibling is a subscription of the same type on a new stream of r's server.
+func (r *subRig) sibling() *subRig {
+	s := r.sb.owner.srv
+	st := &stream{srv: s, delta: r.sb.delta, caller: "test"}
+	s.index.addStream(st)
+	return &subRig{t: r.t, sb: newSubscription(r.sb.t, st, s.index, r.sb.subs.vt), first: true, src: r.src}
 }
 
 // set gives a resource a version (made from v).
@@ -454,5 +462,33 @@ func TestResumingIsPerType(t *testing.T) {
 	}
 	if r := st.next(tEndpoint); r == nil || !r.resuming {
 		t.Fatalf("the second part of endpoints: %+v, want it resuming", r)
+	}
+}
+
+// BenchmarkFirstSubscription applies a stream's first request of 10 000 endpoint names (a proxy
+// of a herd asking for every cluster), each time on a new stream of a server where another stream
+// holds the same names already.
+func BenchmarkFirstSubscription(b *testing.B) {
+	names := bigSotwRequest(10000).ResourceNames
+	for _, delta := range []bool{false, true} {
+		b.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(b *testing.B) {
+			held := newSubRig(b, tEndpoint, delta)
+			if _, err := held.sotw("", false, names...); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				r := held.sibling()
+				var err error
+				if delta {
+					_, err = r.delta("", names, nil, nil)
+				} else {
+					_, err = r.sotw("", false, names...)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
