@@ -97,33 +97,31 @@ func (sb *subscription) applySotw(req request, first bool) error {
 	if err := checkNames(names); err != nil {
 		return err
 	}
-	if sb.subs.len() == 0 {
-		// Nothing held yet (a stream's first list): every name is added, none released.
-		added := make([]string, 0, len(names))
-		for _, n := range names {
-			if n != "*" {
-				added = append(added, n)
-			}
-		}
-		_, err := sb.add(added)
-		return err
-	}
-	want := make(map[nameID]struct{}, len(names))
+	// The names held that the list keeps (want), to release the others: none when nothing is
+	// held (a stream's first list), and then no map of every name is built.
+	var want map[nameID]struct{}
 	var added []string
+	if sb.subs.len() > 0 {
+		want = make(map[nameID]struct{}, len(names))
+	} else {
+		added = make([]string, 0, len(names))
+	}
 	for _, n := range names {
 		if n == "*" {
 			continue
 		}
-		if id, ok := sb.x.names.lookup(n); ok {
-			if held, ok := sb.subs.get(id); ok && held.explicit {
-				want[id] = struct{}{}
-				continue
+		if want != nil {
+			if id, ok := sb.x.names.lookup(n); ok {
+				if held, ok := sb.subs.get(id); ok && held.explicit {
+					want[id] = struct{}{}
+					continue
+				}
 			}
 		}
 		added = append(added, n)
 	}
 	ids, err := sb.add(added)
-	if err != nil {
+	if err != nil || want == nil {
 		return err
 	}
 	for _, id := range ids {

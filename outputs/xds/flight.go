@@ -25,7 +25,8 @@ import (
 // client's ACK and the next part's plan take a round trip, during which a new answer would take
 // the place; with clients reading as fast as they are written to, every proxy of a herd then
 // had its answer started and all completed together at the end. A new answer starts only while
-// the answers at work and those claimed are fewer than half again the places. A claim lasts
+// the answers at work and those claimed are fewer than inProgress (half again the places for a
+// delta client's answer, three times for a state-of-the-world one's). A claim lasts
 // claimLease from the part's write: a client slow to ACK loses it (its next part still goes
 // ahead of new answers), so a client that never ACKs holds nobody's place for longer.
 //
