@@ -64,6 +64,9 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 	// KRTEDS_HERD_CPUPROFILE: the server's CPU profile over the stream (the last rate's).
 	_, _ = srv.stats("profile")
 	defer func() { _, _ = srv.stats("profile?stop=1") }()
+	// KRTEDS_HERD_HEAPPROFILE: the server's heap as the stream starts (suffix .churn-<rate>-start)
+	// and ends (below): the allocations of the stream are the second's alloc_space less the first's.
+	_, _ = srv.stats(fmt.Sprintf("heapprofile?suffix=.churn-%d-start", rate))
 	cpu0, client0 := procCPU(srv.cmd.Process.Pid), procCPU(os.Getpid())
 	bytes0, resources0, responses0 := h.Bytes.Load(), h.Resources.Load(), h.Responses.Load()
 	var (
@@ -306,27 +309,35 @@ func BenchmarkChurn(b *testing.B) {
 // TestChurnSmall: a hundred delta proxies each asking for every cluster of the small mesh, then
 // 20 changes a second for 3 s, of every kind in turn (a readiness flip, a Pod replaced with a new
 // address, a service scaled up or back down, a Pod of a large Deployment rolled): every change
-// reaches every proxy (none missed), and the server is measured doing it.
+// reaches every proxy (none missed), and the server is measured doing it; the same of the floor
+// (floor_test.go), against which krteds' figures are read.
 func TestChurnSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a server process and a hundred proxies")
 	}
-	size := Sizes["small"]
-	srv, h := serveHerd(t, size, 100, 0, true)
-	kinds := []string{"ready", "replace", "scale", "roll"}
-	growRolled(t, srv, h, size, kinds)
-	r := churn(t, srv, h, size, 20, 3*time.Second, kinds)
-	t.Logf("%d changes in %v: p50 %v, p99 %v, max %v, trend %.2f, by kind: %s; server %.2f cores", r.changes, r.took.Round(time.Millisecond),
-		percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1), r.trend(), r.byKindText(), r.cores)
-	if r.missed > 0 || len(r.latencies) != r.changes {
-		t.Fatalf("%d of %d changes reached every proxy, %d missed", len(r.latencies), r.changes, r.missed)
-	}
-	for _, k := range kinds {
-		if len(r.byKind[k]) < 5 {
-			t.Errorf("%d changes of kind %s reached every proxy, want at least 5", len(r.byKind[k]), k)
-		}
-	}
-	if r.changes < 30 {
-		t.Fatalf("only %d changes made in %v at 20 a second", r.changes, r.took)
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{{"krteds", nil}, {"floor", []string{"KRTEDS_HERD_FLOOR=1"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			size := Sizes["small"]
+			srv, h := serveHerd(t, size, 100, 0, true, tc.env...)
+			kinds := []string{"ready", "replace", "scale", "roll"}
+			growRolled(t, srv, h, size, kinds)
+			r := churn(t, srv, h, size, 20, 3*time.Second, kinds)
+			t.Logf("%d changes in %v: p50 %v, p99 %v, max %v, trend %.2f, by kind: %s; server %.2f cores", r.changes, r.took.Round(time.Millisecond),
+				percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1), r.trend(), r.byKindText(), r.cores)
+			if r.missed > 0 || len(r.latencies) != r.changes {
+				t.Fatalf("%d of %d changes reached every proxy, %d missed", len(r.latencies), r.changes, r.missed)
+			}
+			for _, k := range kinds {
+				if len(r.byKind[k]) < 5 {
+					t.Errorf("%d changes of kind %s reached every proxy, want at least 5", len(r.byKind[k]), k)
+				}
+			}
+			if r.changes < 30 {
+				t.Fatalf("only %d changes made in %v at 20 a second", r.changes, r.took)
+			}
+		})
 	}
 }
