@@ -47,7 +47,8 @@ type planning struct {
 	// the client holds (or forced). Slices, not maps: a plan usually looks at a few names.
 	current []item
 	changed []int
-	// looked are the names looked at through the marks (the sweep skips them).
+	// looked are the names looked at through the marks, when a sweep is under way (it skips
+	// them).
 	looked  []nameID
 	removed []nameID
 	pending map[nameID]int64
@@ -90,12 +91,12 @@ func (sb *subscription) plan(limit int, look lookup) (draft, bool) {
 	return draft{items: cut, removed: p.removed, more: len(cut) < len(items) || len(sb.sweep) > 0 || p.size > limit}, true
 }
 
-// lookAt resolves one name, at the input change at (unix ns), and files it: pending, removed,
-// held back for its cluster's removal, or current (and changed or forced).
-func (p *planning) lookAt(id nameID, at int64) {
+// lookAt resolves one name the client holds as held, at the input change at (unix ns), and
+// files it: pending, removed, held back for its cluster's removal, or current (and changed or
+// forced).
+func (p *planning) lookAt(id nameID, held sub, at int64) {
 	sb := p.sb
 	r, wait := p.look.resolve(sb.t, id)
-	held, _ := sb.subs.get(id)
 	switch {
 	case wait:
 		if p.pending == nil {
@@ -128,7 +129,10 @@ func (p *planning) lookAt(id nameID, at int64) {
 // clusters or listeners waits until every part of it is computed (false).
 func (p *planning) lookAll() bool {
 	sb := p.sb
-	sb.eachExplicit(func(id nameID) { p.lookAt(id, sb.dirty[id]) })
+	sb.eachExplicit(func(id nameID) {
+		held, _ := sb.subs.get(id)
+		p.lookAt(id, held, sb.dirty[id])
+	})
 	if sb.wildcard {
 		explicit := make(map[nameID]bool, len(p.current))
 		for _, it := range p.current {
@@ -168,19 +172,32 @@ func (p *planning) lookAll() bool {
 	return true
 }
 
+// planPresize bounds the room a plan makes at once for the names marked.
+const planPresize = 1024
+
 // lookDue looks at the names marked, then at the sweep, until the response is full; the names
 // still being computed stay marked.
 func (p *planning) lookDue() {
 	sb := p.sb
 	sb.dirtyPeak = max(sb.dirtyPeak, len(sb.dirty))
+	// Sized for the names marked (a response folding many changes carries as many), up to a
+	// bound: a response is cut at limit whatever is marked.
+	n := min(len(sb.dirty), planPresize)
+	p.current, p.changed = make([]item, 0, n), make([]int, 0, n)
+	sweeping := len(sb.sweep) > 0
+	if sweeping {
+		p.looked = make([]nameID, 0, n)
+	}
 	for id, at := range sb.dirty {
 		if p.size > p.limit {
 			break
 		}
 		delete(sb.dirty, id)
 		if held, ok := sb.subs.get(id); ok && (held.explicit || sb.wildcard) {
-			p.looked = append(p.looked, id)
-			p.lookAt(id, at)
+			if sweeping {
+				p.looked = append(p.looked, id)
+			}
+			p.lookAt(id, held, at)
 		}
 	}
 	var looked map[nameID]bool // the names looked at through the marks, for the sweep to skip
@@ -200,7 +217,7 @@ func (p *planning) lookDue() {
 			continue
 		}
 		if held, ok := sb.subs.get(id); ok && held.explicit {
-			p.lookAt(id, 0)
+			p.lookAt(id, held, 0)
 		}
 	}
 	if len(sb.sweep) == 0 {
@@ -223,8 +240,8 @@ func (p *planning) lookDue() {
 // items are the resources the response carries: every current one for a full list, else those
 // changed or forced.
 func (p *planning) items() []item {
-	if p.listsAll {
-		return p.current
+	if p.listsAll || len(p.changed) == len(p.current) {
+		return p.current // every one changed (changed indexes them in order)
 	}
 	items := make([]item, 0, len(p.changed))
 	for _, i := range p.changed {
