@@ -169,21 +169,47 @@ func (x *subscriberIndex) subscribersOf(t typ, name string) (nameID, []*stream) 
 	return id, out
 }
 
-// touched is what a change of names of type t touches: per stream, the interned names it must
-// look at again (nil: every name, for a wildcard stream and a name new to every stream); and the
-// interned names changed (the names themselves and those that follow them), with their names.
-func (x *subscriberIndex) touched(t typ, names []string) (streams map[*stream][]nameID, ids []nameID, idNames []string) {
-	streams = map[*stream][]nameID{}
-	var everything []*stream // wildcard streams told of a name new to every stream
+// touch is a stream a change touches and the interned names it must look at again (nil: every
+// name). Streams told of the same names share one slice of them: nobody writes to it.
+type touch struct {
+	st  *stream
+	ids []nameID
+}
+
+// touches are the lists touched returns, reused once onChange has told every stream: a change
+// of one name held by ten thousand streams would otherwise allocate a list as large each time.
+var touches = sync.Pool{New: func() any { return new([]touch) }}
+
+// touched is what a change of names of type t touches: the streams, each with the interned
+// names it must look at again (nil: every name, for a wildcard stream and a name new to every
+// stream); and the interned names changed (the names themselves and those that follow them),
+// with their names. The list is from touches (give it back there).
+func (x *subscriberIndex) touched(t typ, names []string) (streams *[]touch, ids []nameID, idNames []string) {
+	streams = touches.Get().(*[]touch)
+	out := (*streams)[:0]
 	x.mu.RLock()
 	defer x.mu.RUnlock()
+	if len(names) == 1 && len(x.followers[t][names[0]]) == 0 && len(x.wildcard[t]) == 0 {
+		// One name, which nothing follows, and no wildcard stream (a change of one service, the
+		// common case): every stream holding it is told of it alone, through one shared slice.
+		if id, known := x.names.lookup(names[0]); known {
+			ids, idNames = []nameID{id}, names
+			x.subscribersLocked(t, id).each(func(slot uint32) {
+				out = append(out, touch{st: x.slots[slot], ids: ids})
+			})
+		}
+		*streams = out
+		return streams, ids, idNames
+	}
+	told := map[*stream][]nameID{}
+	var everything []*stream // wildcard streams told of a name new to every stream
 	for _, n := range names {
 		id, known := x.names.lookup(n)
 		if known {
 			ids, idNames = append(ids, id), append(idNames, n)
 			x.subscribersLocked(t, id).each(func(slot uint32) {
 				c := x.slots[slot]
-				streams[c] = append(streams[c], id)
+				told[c] = append(told[c], id)
 			})
 		}
 		// The subscribed names whose resources follow n.
@@ -193,8 +219,8 @@ func (x *subscriberIndex) touched(t typ, names []string) (streams map[*stream][]
 			}
 			x.subscribersLocked(t, fid).each(func(slot uint32) {
 				c := x.slots[slot]
-				if !slices.Contains(streams[c], fid) {
-					streams[c] = append(streams[c], fid)
+				if !slices.Contains(told[c], fid) {
+					told[c] = append(told[c], fid)
 				}
 			})
 		}
@@ -202,13 +228,17 @@ func (x *subscriberIndex) touched(t typ, names []string) (streams map[*stream][]
 			if !known {
 				// A resource new to every stream: the wildcard streams list everything again.
 				everything = append(everything, c)
-			} else if !slices.Contains(streams[c], id) {
-				streams[c] = append(streams[c], id)
+			} else if !slices.Contains(told[c], id) {
+				told[c] = append(told[c], id)
 			}
 		}
 	}
 	for _, c := range everything {
-		streams[c] = nil // after the names known: nil stays "every name"
+		told[c] = nil // after the names known: nil stays "every name"
 	}
+	for c, cids := range told {
+		out = append(out, touch{st: c, ids: cids})
+	}
+	*streams = out
 	return streams, ids, idNames
 }

@@ -186,9 +186,11 @@ func (s *Server) onChange(ch collections.Change) {
 	}
 	streams, ids, idNames := s.index.touched(t, ch.Names)
 	s.names.setChanged(ids, idNames, t, time.Now().UnixNano(), at, ch.CauseOf())
-	for st, ids := range streams {
-		st.inbox.mark(t, ids, at)
+	for i, tc := range *streams {
+		tc.st.inbox.mark(t, tc.ids, at)
+		(*streams)[i] = touch{} // the pool keeps no stream
 	}
+	touches.Put(streams)
 	// Recorded once every stream holding the names has been told (LastChange says so), for the
 	// names their ids still stand for.
 	s.names.setTold(ids, idNames, t, at)
