@@ -152,6 +152,11 @@ func (f *floorServer) DeltaAggregatedResources(s discovery.AggregatedDiscoverySe
 		holdsFirst bool
 		n          uint64
 	)
+	defer func() {
+		if holdsFirst { // a stream that ends before its first answer's ACK gives its place back
+			<-f.first
+		}
+	}()
 	for {
 		select {
 		case r := <-reqs:
