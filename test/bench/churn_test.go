@@ -31,7 +31,9 @@ type churnResult struct {
 	rss, heap   int64
 	// bytes, resources and responses received by every proxy together over the stream.
 	bytes, resources, responses int64
-	took                        time.Duration
+	// reads and writes are the server's read and write system calls over the stream.
+	reads, writes int64
+	took          time.Duration
 }
 
 // course is the p50 of each sixth of the changes, in order: how the latency went over the run.
@@ -68,6 +70,7 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 	// and ends (below): the allocations of the stream are the second's alloc_space less the first's.
 	_, _ = srv.stats(fmt.Sprintf("heapprofile?suffix=.churn-%d-start", rate))
 	cpu0, client0 := procCPU(srv.cmd.Process.Pid), procCPU(os.Getpid())
+	reads0, writes0 := procSyscalls(srv.cmd.Process.Pid)
 	bytes0, resources0, responses0 := h.Bytes.Load(), h.Resources.Load(), h.Responses.Load()
 	var (
 		mu      sync.Mutex
@@ -149,6 +152,8 @@ func churn(tb testing.TB, srv *herdServer, h *Herd, size Size, rate int, d time.
 		res.byKind[kindOf[s]] = append(res.byKind[kindOf[s]], lat[s])
 	}
 	res.cores = (procCPU(srv.cmd.Process.Pid) - cpu0).Seconds() / res.took.Seconds()
+	reads1, writes1 := procSyscalls(srv.cmd.Process.Pid)
+	res.reads, res.writes = reads1-reads0, writes1-writes0
 	res.clientCores = (procCPU(os.Getpid()) - client0).Seconds() / res.took.Seconds()
 	res.bytes, res.resources, res.responses = h.Bytes.Load()-bytes0, h.Resources.Load()-resources0, h.Responses.Load()-responses0
 	if st, err := srv.stats("stats"); err == nil {
@@ -175,6 +180,29 @@ func procCPU(pid int) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// procSyscalls is the read and write system calls a process has made (/proc/<pid>/io: syscr,
+// syscw; 0 where it cannot be read).
+func procSyscalls(pid int) (reads, writes int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch k {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
 }
 
 // churnRates reads KRTEDS_CHURN_RATES (changes a second, comma-separated; default 10,30,100).
@@ -298,6 +326,11 @@ func BenchmarkChurn(b *testing.B) {
 				// response (changes folded into one response count once).
 				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.resources), "cpu-µs/delivery"+at)
 				b.ReportMetric(r.cores*r.took.Seconds()*1e6/float64(r.responses), "cpu-µs/response"+at)
+				if r.writes > 0 {
+					// The server's system calls per response: a write (or more) and the ACK's read.
+					b.ReportMetric(float64(r.writes)/float64(r.responses), "writes/response"+at)
+					b.ReportMetric(float64(r.reads)/float64(r.responses), "reads/response"+at)
+				}
 			}
 			b.Logf("%d changes a second for %v, %d proxies: %d changes, p50 %v, p99 %v, max %v, trend %.2f (p50 by sixths %v), %d missed; by kind: %s; server %.2f cores, RSS %d MB, heap %d MB",
 				rate, r.took.Round(time.Second), proxies, r.changes, percentileOr(r.latencies, 0.5), percentileOr(r.latencies, 0.99), percentileOr(r.latencies, 1),
