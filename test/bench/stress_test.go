@@ -69,7 +69,7 @@ func TestRolloutsUnderStarvation(t *testing.T) {
 			r.In.Apply(sl, false)
 			flipped[svc] = true
 		})
-		if _, err := r.waitRolledOut(t, ro, 2*time.Minute); err != nil {
+		if _, _, err := r.waitRolledOut(t, ro, 2*time.Minute); err != nil {
 			if f, ferr := os.Create(filepath.Join(os.TempDir(), "krteds-stress-goroutines.txt")); ferr == nil {
 				_ = pprof.Lookup("goroutine").WriteTo(f, 2)
 				_ = f.Close()
